@@ -1,0 +1,46 @@
+// Strategies: each is a plan builder, a pure function from (problem, options) to a Plan.
+//
+//   const Strategy& s = find_strategy("decomposed");
+//   Plan plan = s.build(problem, PlanOptions{});
+//
+// strategies() lists every strategy weft knows, with a one-line description (the README's table and
+// `weft --help` print it). Builders check the problem (check_problem) and throw std::invalid_argument
+// for ops they do not implement.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/core/plan.hpp"
+
+namespace weft {
+
+struct PlanOptions {
+  int tile_m = 128;
+  int tile_n = 128;
+  Raster raster = Raster::along_m;
+  int swizzle = 1;
+};
+
+struct Strategy {
+  std::string name;
+  std::string paper;
+  std::string description;
+  std::vector<OpKind> ops;  // the ops it builds plans for
+  std::function<Plan(const Problem&, const PlanOptions&)> build;
+
+  bool supports(OpKind op) const;
+};
+
+const std::vector<Strategy>& strategies();
+// Throws std::invalid_argument listing the known names when `name` is unknown.
+const Strategy& find_strategy(std::string_view name);
+
+// Library GEMM, then the NCCL collective: the baseline every figure is measured against.
+Plan plan_sequential(const Problem& problem, const PlanOptions& options);
+// AsyncTP-style: per-shard GEMMs on one stream, per-shard transfers on another, ordered by signals.
+Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
+
+}  // namespace weft

@@ -1,0 +1,63 @@
+#include "plan_builder_support.hpp"
+
+#include <stdexcept>
+
+namespace weft::detail {
+
+BufferId RankPlanBuilder::buffer(std::string name, BufferRole role, int64_t rows, int64_t cols, DType dtype,
+                                 bool symmetric) {
+  plan_.buffers.push_back(BufferDecl{std::move(name), role, rows, cols, dtype, symmetric});
+  return static_cast<BufferId>(plan_.buffers.size()) - 1;
+}
+
+SignalId RankPlanBuilder::signal(std::string name) {
+  plan_.signals.push_back(std::move(name));
+  return static_cast<SignalId>(plan_.signals.size()) - 1;
+}
+
+Region RankPlanBuilder::whole(BufferId id, std::optional<int> rank) const {
+  const auto& decl = plan_.buffers.at(static_cast<size_t>(id));
+  return Region{rank.value_or(plan_.rank), id, Rect{0, 0, decl.rows, decl.cols}};
+}
+
+Region RankPlanBuilder::rows(BufferId id, int64_t first_row, int64_t row_count, std::optional<int> rank) const {
+  const auto& decl = plan_.buffers.at(static_cast<size_t>(id));
+  return Region{rank.value_or(plan_.rank), id, Rect{first_row, 0, row_count, decl.cols}};
+}
+
+Step& RankPlanBuilder::add(std::string label, int stream, Engine engine, StepBody body) {
+  Step step;
+  step.label = std::move(label);
+  step.stream = stream;
+  step.engine = engine;
+  step.body = std::move(body);
+  plan_.steps.push_back(std::move(step));
+  return plan_.steps.back();
+}
+
+GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options) {
+  GemmStep gemm;
+  gemm.a = a;
+  gemm.b = b;
+  gemm.tile_m = options.tile_m;
+  gemm.tile_n = options.tile_n;
+  const TileGrid grid{a.box.rows, b.box.rows, options.tile_m, options.tile_n};
+  if (a.box.rows == 0 || b.box.rows == 0) return gemm;
+  for (int64_t index : rasterized_order(grid, options.raster, options.swizzle)) {
+    GemmTile tile;
+    tile.tile = grid.tile(index);
+    tile.store = c;
+    tile.store.box = Rect{c.box.row + tile.tile.row, c.box.col + tile.tile.col, tile.tile.rows, tile.tile.cols};
+    gemm.tiles.push_back(tile);
+  }
+  return gemm;
+}
+
+std::vector<int64_t> split_rows(int64_t total, int parts) {
+  if (parts < 1) throw std::invalid_argument("split_rows: parts must be >= 1");
+  std::vector<int64_t> starts;
+  for (int p = 0; p <= parts; ++p) starts.push_back(total * p / parts);
+  return starts;
+}
+
+}  // namespace weft::detail

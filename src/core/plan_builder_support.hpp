@@ -1,0 +1,41 @@
+// Internal helpers shared by the plan builders: declaring buffers and signals the same way on every
+// rank, adding steps, and cutting a GEMM into its tile table.
+#pragma once
+
+#include <optional>
+
+#include "weft/core/plan_builders.hpp"
+
+namespace weft::detail {
+
+class RankPlanBuilder {
+ public:
+  RankPlanBuilder(int rank, int stream_count) {
+    plan_.rank = rank;
+    plan_.stream_count = stream_count;
+  }
+  BufferId buffer(std::string name, BufferRole role, int64_t rows, int64_t cols, DType dtype, bool symmetric = false);
+  SignalId signal(std::string name);
+  // Region of the whole of buffer `id` on `rank` (this rank unless given).
+  Region whole(BufferId id, std::optional<int> rank = std::nullopt) const;
+  Region rows(BufferId id, int64_t first_row, int64_t row_count, std::optional<int> rank = std::nullopt) const;
+  SignalRef signal_on(SignalId id, int rank) const { return SignalRef{rank, id}; }
+  SignalRef own(SignalId id) const { return SignalRef{plan_.rank, id}; }
+  Step& add(std::string label, int stream, Engine engine, StepBody body);
+  void set_output(Region output) { plan_.output = output; }
+  int rank() const { return plan_.rank; }
+  RankPlan finish() { return std::move(plan_); }
+
+ private:
+  RankPlan plan_;
+};
+
+// A GEMM over a ([M, K] box) and b ([N, K] box) whose tile at (i, j) of the output space is stored at
+// (c.row + i, c.col + j) of c's buffer on c's rank; tiles in the options' raster order.
+GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options);
+
+// Splits `total` rows into `parts` nearly equal consecutive pieces; returns the first row of each
+// piece plus `total` at the end.
+std::vector<int64_t> split_rows(int64_t total, int parts);
+
+}  // namespace weft::detail

@@ -1,0 +1,20 @@
+// Internal: the individual analyses behind validate_plan(), each adding PlanErrors to a report.
+#pragma once
+
+#include "weft/core/plan_validation.hpp"
+
+namespace weft::detail {
+
+// Indices, bounds, shapes, symmetric access and collective agreement. Later checks assume these hold.
+void check_structure(const Plan& plan, ValidationReport& report);
+// Abstract execution in table order; reports every blocked stream when it cannot finish.
+void check_liveness(const Plan& plan, ValidationReport& report);
+// Raised-versus-awaited balance of every signal.
+void check_signal_balance(const Plan& plan, ValidationReport& report);
+// Happens-before over steps and tiles: races, reads before writes, writes to inputs, output coverage.
+void check_ordering_and_coverage(const Plan& plan, ValidationReport& report);
+
+std::string signal_text(const Plan& plan, const SignalRef& ref);
+std::string region_text(const Plan& plan, const Region& region);
+
+}  // namespace weft::detail

@@ -1,0 +1,183 @@
+// Negative tests: hand-broken plans are rejected, under the right rule, with a message that names
+// the step, signal or region at fault.
+#include <gtest/gtest.h>
+
+#include "weft/core/plan_builders.hpp"
+#include "weft/core/plan_validation.hpp"
+
+namespace weft {
+namespace {
+
+Step* find_step(Plan& plan, int rank, const std::string& label) {
+  for (auto& step : plan.ranks[static_cast<size_t>(rank)].steps)
+    if (step.label == label) return &step;
+  return nullptr;
+}
+
+// Asserts that the report has an error under `rule` whose message contains every one of `words`.
+void expect_error(const ValidationReport& report, const std::string& rule, const std::vector<std::string>& words) {
+  for (const auto& e : report.errors) {
+    if (e.rule != rule) continue;
+    bool all = true;
+    for (const auto& w : words) all = all && e.message.find(w) != std::string::npos;
+    if (all) return;
+  }
+  ADD_FAILURE() << "no [" << rule << "] error mentioning all expected words in:\n" << report.summary();
+}
+
+Problem problem(OpKind op, int64_t m, int world) { return Problem{op, m, 16, 8, world, DType::bf16, DType::bf16, {}}; }
+const PlanOptions kSmallTiles{8, 8, Raster::along_m, 1};
+
+TEST(Validation, BuiltPlansAreValid) {
+  for (const auto& s : strategies())
+    for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}) {
+      const auto report = validate_plan(s.build(problem(op, 16, 2), kSmallTiles));
+      EXPECT_TRUE(report.ok()) << s.name << " " << to_string(op) << "\n" << report.summary();
+    }
+}
+
+TEST(Validation, MissingNotifyIsADeadlockNamingTheSignal) {
+  Plan plan = plan_decomposed(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  find_step(plan, 0, "pull shard 1")->notifies.clear();
+  const auto report = validate_plan(plan);
+  expect_error(report, "liveness", {"deadlock", "rank 0", "gemm shard 1", "shard1_arrived", ">= 1"});
+  expect_error(report, "signals", {"shard1_arrived", "raised 0 time(s)"});
+}
+
+TEST(Validation, MissingWaitIsAReadBeforeItsSignal) {
+  Plan plan = plan_decomposed(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  find_step(plan, 1, "gemm shard 0")->waits.clear();
+  const auto report = validate_plan(plan);
+  expect_error(report, "ordering", {"race", "gemm shard 0", "pull shard 0", "A_gathered@1"});
+  expect_error(report, "signals", {"shard0_arrived", "never awaited"});
+}
+
+TEST(Validation, CrossRankSignalCycleIsADeadlock) {
+  Plan plan;
+  plan.strategy = "broken";
+  plan.problem = problem(OpKind::gemm_ar, 8, 2);
+  for (int r = 0; r < 2; ++r) {
+    RankPlan rp;
+    rp.rank = r;
+    rp.buffers.push_back({"C", BufferRole::output, 8, 16, DType::bf16, true});
+    rp.buffers.push_back({"X", BufferRole::input, 8, 16, DType::bf16, true});
+    rp.signals = {"go"};
+    rp.output = {r, 0, {0, 0, 8, 16}};
+    Step first{"wait for peer", 0, Engine::sm, {{{r, 0}, 1}}, {}, JoinStep{}};
+    Step second{"copy and tell peer", 0, Engine::copy_engine, {}, {{{1 - r, 0}, 1}},
+                CopyStep{{r, 1, {0, 0, 8, 16}}, {r, 0, {0, 0, 8, 16}}}};
+    rp.steps = {first, second};
+    plan.ranks.push_back(rp);
+  }
+  const auto report = validate_plan(plan);
+  expect_error(report, "liveness", {"deadlock", "rank 0", "wait for peer", "'go'"});
+  expect_error(report, "liveness", {"deadlock", "rank 1", "wait for peer"});
+}
+
+TEST(Validation, CollectivesInDifferentOrdersDeadlock) {
+  Plan plan = plan_decomposed(problem(OpKind::gemm_ar, 16, 2), kSmallTiles);
+  auto& steps = plan.ranks[1].steps;
+  // Rank 1 issues all_reduce chunk 1 before chunk 0 on its communication stream.
+  std::vector<size_t> at;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (std::holds_alternative<CollectiveStep>(steps[i].body)) at.push_back(i);
+  ASSERT_EQ(at.size(), 2u);
+  std::swap(steps[at[0]], steps[at[1]]);
+  expect_error(validate_plan(plan), "liveness", {"deadlock", "collective #"});
+}
+
+TEST(Validation, DoublyWrittenRegionIsRejected) {
+  Plan plan = plan_sequential(problem(OpKind::gemm_ar, 16, 2), kSmallTiles);
+  auto& gemm = std::get<GemmStep>(find_step(plan, 0, "gemm")->body);
+  gemm.tiles.push_back(gemm.tiles.front());
+  const auto report = validate_plan(plan);
+  expect_error(report, "coverage", {"C@0", "produced 2 times"});
+  expect_error(report, "ordering", {"race", "both write", "tile 0"});
+}
+
+TEST(Validation, MissingTileLeavesOutputUnwritten) {
+  Plan plan = plan_sequential(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  std::get<GemmStep>(find_step(plan, 1, "gemm")->body).tiles.pop_back();
+  expect_error(validate_plan(plan), "coverage", {"C@1", "produced 0 times"});
+}
+
+TEST(Validation, SurplusNotifyBreaksTheEpoch) {
+  Plan plan = plan_decomposed(problem(OpKind::gemm_rs, 16, 2), kSmallTiles);
+  auto* gemm = find_step(plan, 0, "gemm rows of rank 1");
+  gemm->notifies.push_back(gemm->notifies.front());
+  expect_error(validate_plan(plan), "signals", {"partial_for1_ready", "raised 2 time(s)", "expects 1", "epoch"});
+}
+
+TEST(Validation, OutputArrivingAfterTheRankEndsIsRejected) {
+  Problem p = problem(OpKind::gemm_a2a, 6, 2);
+  p.routing = {{1, 1, 0, 1, 0, 1}, {0, 0, 1, 0, 1, 1}};
+  Plan plan = plan_decomposed(p, kSmallTiles);
+  auto& steps = plan.ranks[1].steps;
+  std::erase_if(steps, [](const Step& s) { return std::holds_alternative<JoinStep>(s.body); });
+  const auto report = validate_plan(plan);
+  expect_error(report, "coverage", {"push rows to rank 1", "rank 1 may end before"});
+}
+
+TEST(Validation, WritingAnInputIsRejected) {
+  Plan plan = plan_sequential(problem(OpKind::gemm_ar, 16, 1), kSmallTiles);
+  auto& gemm = std::get<GemmStep>(find_step(plan, 0, "gemm")->body);
+  gemm.tiles[0].store.buffer = find_buffer(plan.ranks[0], "A");
+  gemm.tiles[0].store.box.cols = std::min<int64_t>(gemm.tiles[0].store.box.cols, 8);
+  gemm.tiles[0].tile.cols = gemm.tiles[0].store.box.cols;
+  expect_error(validate_plan(plan), "ordering", {"writes", "input buffer 'A'"});
+}
+
+TEST(Validation, PeerAccessNeedsSymmetricBuffers) {
+  Plan plan = plan_decomposed(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  for (auto& rp : plan.ranks) rp.buffers[static_cast<size_t>(find_buffer(rp, "A"))].symmetric = false;
+  expect_error(validate_plan(plan), "structure", {"pull shard 1", "not symmetric"});
+}
+
+TEST(Validation, WaitOnAPeersSignalIsRejected) {
+  Plan plan = plan_decomposed(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  find_step(plan, 0, "gemm shard 1")->waits[0].signal.rank = 1;
+  expect_error(validate_plan(plan), "structure", {"gemm shard 1", "waits must be local"});
+}
+
+TEST(Validation, RegionOutsideItsBufferIsRejected) {
+  Plan plan = plan_sequential(problem(OpKind::gemm_ar, 16, 2), kSmallTiles);
+  std::get<GemmStep>(find_step(plan, 1, "gemm")->body).tiles[0].store.box.row = 15;
+  expect_error(validate_plan(plan), "structure", {"rank 1", "'gemm' tile 0", "outside buffer 'C'"});
+}
+
+TEST(Validation, CollectiveMissingOnOneRankIsRejected) {
+  Plan plan = plan_sequential(problem(OpKind::gemm_ar, 16, 3), kSmallTiles);
+  std::erase_if(plan.ranks[2].steps, [](const Step& s) { return std::holds_alternative<CollectiveStep>(s.body); });
+  expect_error(validate_plan(plan), "structure", {"collective #0", "never joined by rank 2"});
+}
+
+TEST(Validation, AllToAllCountsMustAgree) {
+  Problem p = problem(OpKind::gemm_a2a, 4, 2);
+  p.routing = {{0, 1, 1, 0}, {1, 1, 0, 0}};
+  Plan plan = plan_sequential(p, kSmallTiles);
+  for (auto& step : plan.ranks[0].steps)
+    if (auto* c = std::get_if<CollectiveStep>(&step.body)) {
+      c->send_rows = {1, 3};
+    }
+  expect_error(validate_plan(plan), "structure", {"collective #0", "rank 0 sends 3 rows to rank 1"});
+}
+
+TEST(Validation, SymmetricBuffersMustMatchAcrossRanks) {
+  Plan plan = plan_decomposed(problem(OpKind::gemm_rs, 16, 2), kSmallTiles);
+  plan.ranks[1].buffers[static_cast<size_t>(find_buffer(plan.ranks[1], "received"))].rows = 8;
+  expect_error(validate_plan(plan), "structure", {"rank 1", "symmetric buffer 'received'", "not declared identically"});
+}
+
+TEST(Validation, RequireValidThrowsWithTheSummary) {
+  Plan plan = plan_decomposed(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  find_step(plan, 0, "pull shard 1")->notifies.clear();
+  try {
+    require_valid(plan);
+    FAIL();
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("[liveness]"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "weft/core/host_matrix.hpp"
+#include "weft/core/problem.hpp"
+
+namespace weft {
+namespace {
+
+TEST(Problem, RejectsReduceScatterRowsNotDivisibleByWorld) {
+  Problem p{OpKind::gemm_rs, 10, 8, 8, 4, DType::bf16, DType::bf16, {}};
+  try {
+    check_problem(p);
+    FAIL() << "expected a rejection";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("divisible by world_size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Problem, RejectsRoutingToMissingRank) {
+  Problem p{OpKind::gemm_a2a, 2, 8, 8, 2, DType::bf16, DType::bf16, {{0, 1}, {1, 2}}};
+  EXPECT_THROW(check_problem(p), std::invalid_argument);
+  p.routing = {{0, 1}, {1, 0}};
+  EXPECT_NO_THROW(check_problem(p));
+}
+
+TEST(Problem, RejectsNonPositiveSizes) {
+  EXPECT_THROW(check_problem(Problem{OpKind::gemm_ar, 0, 8, 8, 1, DType::bf16, DType::bf16, {}}), std::invalid_argument);
+  EXPECT_THROW(check_problem(Problem{OpKind::gemm_ar, 8, 8, 8, 0, DType::bf16, DType::bf16, {}}), std::invalid_argument);
+}
+
+TEST(Problem, OutputRowsFollowTheOpDefinition) {
+  Problem p{OpKind::ag_gemm, 6, 8, 8, 3, DType::bf16, DType::bf16, {}};
+  EXPECT_EQ(output_rows(p, 1), 18);
+  p.op = OpKind::gemm_rs;
+  EXPECT_EQ(output_rows(p, 1), 2);
+  p.op = OpKind::gemm_ar;
+  EXPECT_EQ(output_rows(p, 2), 6);
+  p.op = OpKind::gemm_a2a;
+  p.m = 3;
+  p.routing = {{0, 0, 2}, {2, 2, 2}, {1, 0, 0}};
+  EXPECT_EQ(output_rows(p, 0), 4);
+  EXPECT_EQ(output_rows(p, 1), 1);
+  EXPECT_EQ(output_rows(p, 2), 4);
+  EXPECT_EQ(rows_routed(p)[1][2], 3);
+}
+
+TEST(Problem, ParsesNamesAndRejectsUnknownOnes) {
+  EXPECT_EQ(parse_op("gemm_rs"), OpKind::gemm_rs);
+  EXPECT_EQ(parse_dtype("f32"), DType::f32);
+  EXPECT_THROW(parse_op("gemm_xx"), std::invalid_argument);
+  EXPECT_THROW(parse_dtype("int8"), std::invalid_argument);
+}
+
+TEST(HostMatrix, Bf16RoundingIsNearestEven) {
+  EXPECT_EQ(round_to_bf16(1.0f), 1.0f);
+  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256), 1.0f);  // halfway between 1 and 1+2^-7: rounds to even
+  EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256), 1.0f + 1.0f / 64);
+}
+
+TEST(HostMatrix, RelativeErrorSeesNanAndShapeMismatch) {
+  HostMatrix a(2, 2, 1.0f), b(2, 2, 1.0f);
+  EXPECT_EQ(relative_error(a, b), 0.0);
+  a.at(1, 1) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isinf(relative_error(a, b)));
+  EXPECT_TRUE(std::isinf(relative_error(HostMatrix(2, 3), b)));
+}
+
+TEST(HostMatrix, ExpectedAllReduceIsTheSumOfProducts) {
+  Problem p{OpKind::gemm_ar, 1, 1, 2, 2, DType::bf16, DType::bf16, {}};
+  std::vector<RankTensors> in(2);
+  in[0]["A"] = HostMatrix(1, 2, 1.0f);
+  in[0]["B"] = HostMatrix(1, 2, 2.0f);
+  in[1]["A"] = HostMatrix(1, 2, 3.0f);
+  in[1]["B"] = HostMatrix(1, 2, 0.5f);
+  const auto out = expected_outputs(p, in);
+  EXPECT_FLOAT_EQ(out[0].at(0, 0), 1 * 2 * 2 + 3 * 0.5f * 2);
+  EXPECT_FLOAT_EQ(out[1].at(0, 0), out[0].at(0, 0));
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,91 @@
+#include "arguments.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace weft::cli {
+
+Arguments::Arguments(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + word + "'");
+    word = word.substr(2);
+    if (auto eq = word.find('='); eq != std::string::npos) {
+      values_[word.substr(0, eq)] = word.substr(eq + 1);
+    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
+      values_[word] = argv[++i];
+    } else {
+      values_[word] = "";
+    }
+  }
+}
+
+bool Arguments::flag(const std::string& name) const {
+  read_[name] = true;
+  return values_.count(name) > 0;
+}
+
+std::string Arguments::text(const std::string& name, const std::string& fallback) const {
+  read_[name] = true;
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
+  const std::string value = text(name, "");
+  if (value.empty()) return fallback;
+  try {
+    size_t used = 0;
+    const int64_t parsed = std::stoll(value, &used);
+    if (used == value.size()) return parsed;
+  } catch (const std::exception&) {
+  }
+  throw std::invalid_argument("--" + name + " expects an integer, got '" + value + "'");
+}
+
+std::vector<std::string> Arguments::list(const std::string& name, const std::vector<std::string>& fallback) const {
+  const std::string value = text(name, "");
+  if (value.empty()) return fallback;
+  std::vector<std::string> items;
+  std::stringstream in(value);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+std::vector<std::string> Arguments::unread() const {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : values_)
+    if (!read_.count(name)) names.push_back("--" + name);
+  return names;
+}
+
+Problem problem_from(const Arguments& args) {
+  Problem p;
+  p.op = parse_op(args.text("op", "gemm_ar"));
+  p.m = args.integer("m", 256);
+  p.n = args.integer("n", 128);
+  p.k = args.integer("k", 64);
+  p.world_size = static_cast<int>(args.integer("world", 2));
+  p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
+  p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
+  const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
+  if (p.op == OpKind::gemm_a2a) p.routing = random_routing(p.world_size, p.m, seed);
+  check_problem(p);
+  return p;
+}
+
+PlanOptions plan_options_from(const Arguments& args) {
+  PlanOptions o;
+  const std::string tile = args.text("tile", "128x128");
+  const auto x = tile.find('x');
+  if (x == std::string::npos) throw std::invalid_argument("--tile expects MxN, got '" + tile + "'");
+  o.tile_m = std::stoi(tile.substr(0, x));
+  o.tile_n = std::stoi(tile.substr(x + 1));
+  if (o.tile_m < 1 || o.tile_n < 1) throw std::invalid_argument("--tile sizes must be positive, got '" + tile + "'");
+  o.raster = parse_raster(args.text("raster", "along_m"));
+  o.swizzle = static_cast<int>(args.integer("swizzle", 1));
+  return o;
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,35 @@
+// Command-line options of the `weft` tool: --name value pairs and --flags, parsed once, read by name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "weft/core/plan_builders.hpp"
+
+namespace weft::cli {
+
+class Arguments {
+ public:
+  // argv after the command word. Throws std::invalid_argument on a stray word.
+  Arguments(int argc, char** argv, int first);
+
+  bool flag(const std::string& name) const;
+  std::string text(const std::string& name, const std::string& fallback) const;
+  int64_t integer(const std::string& name, int64_t fallback) const;
+  std::vector<std::string> list(const std::string& name, const std::vector<std::string>& fallback) const;
+  // Names given but never read: reported so that a typo is not silently ignored.
+  std::vector<std::string> unread() const;
+
+ private:
+  std::map<std::string, std::string> values_;
+  mutable std::map<std::string, bool> read_;
+};
+
+// --op, --m, --n, --k, --world, --seed (routing for gemm_a2a), --input-dtype, --output-dtype.
+Problem problem_from(const Arguments& args);
+// --tile MxN, --raster along_m|along_n, --swizzle S.
+PlanOptions plan_options_from(const Arguments& args);
+
+}  // namespace weft::cli

@@ -1,0 +1,69 @@
+#include <cstdio>
+#include <iostream>
+
+#include "commands.hpp"
+#include "weft/core/cpu_proof.hpp"
+
+namespace weft::cli {
+
+int command_plan(const Arguments& args) {
+  const Problem problem = problem_from(args);
+  const PlanOptions options = plan_options_from(args);
+  const Plan plan = find_strategy(args.text("strategy", "sequential")).build(problem, options);
+  std::cout << to_string(plan);
+  const auto report = validate_plan(plan);
+  std::cout << report.summary() << "\n";
+  return report.ok() ? 0 : 1;
+}
+
+int command_check(const Arguments& args) {
+  std::vector<OpKind> ops;
+  for (const auto& name : args.list("op", {"ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a"})) ops.push_back(parse_op(name));
+  std::vector<std::string> names;
+  for (const auto& s : strategies()) names.push_back(s.name);
+  names = args.list("strategy", names);
+  std::vector<int> worlds;
+  for (const auto& w : args.list("world", {"1", "2", "3", "4", "8"})) worlds.push_back(std::stoi(w));
+  return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1))) == 0 ? 0 : 1;
+}
+
+int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
+                    const std::vector<int>& world_sizes, uint64_t seed) {
+  // Small shapes keep the reference executor fast; the second is ragged against the 32x32 tiles.
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{64, 96, 48}, {56, 72, 40}};
+  PlanOptions options;
+  options.tile_m = 32;
+  options.tile_n = 32;
+  int failed = 0, checked = 0;
+  std::printf("%-9s %-11s %5s %14s  %-6s %s\n", "op", "strategy", "world", "m,n,k", "result", "worst rel. error");
+  for (OpKind op : ops)
+    for (const auto& name : strategy_names) {
+      const Strategy& strategy = find_strategy(name);
+      if (!strategy.supports(op)) continue;
+      for (int world : world_sizes)
+        for (const Shape& s : shapes) {
+          Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
+          if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
+          if (op == OpKind::gemm_a2a) p.routing = random_routing(world, p.m, seed + static_cast<uint64_t>(world));
+          const CpuProof proof = prove_on_cpu(strategy.build(p, options), seed);
+          ++checked;
+          char shape[64];
+          std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),
+                        static_cast<long long>(p.k));
+          std::printf("%-9s %-11s %5d %14s  %-6s %.2e\n", std::string(to_string(op)).c_str(), name.c_str(), world, shape,
+                      proof.passed() ? "ok" : "FAILED", proof.worst_relative_error);
+          if (!proof.passed()) {
+            ++failed;
+            std::cout << proof.explain();
+          }
+        }
+    }
+  std::printf("plan checks: %d plan(s) checked, %d failed (validation, reference run on the CPU, comparison with the direct computation)\n",
+              checked, failed);
+  return failed;
+}
+
+}  // namespace weft::cli

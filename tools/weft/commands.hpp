@@ -1,0 +1,17 @@
+// The `weft` tool's commands; each returns the process exit code.
+#pragma once
+
+#include "arguments.hpp"
+
+namespace weft::cli {
+
+int command_plan(const Arguments& args);   // print a plan and its validation report
+int command_check(const Arguments& args);  // prove plans on the CPU (validation + reference run)
+int command_bench(const Arguments& args);  // time strategies on GPUs; plan checks where there are none
+
+// Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
+// Returns the number of plans that failed.
+int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
+                    const std::vector<int>& world_sizes, uint64_t seed);
+
+}  // namespace weft::cli

@@ -1,0 +1,54 @@
+// `weft`: the command line. `weft --help` lists the commands, ops and strategies.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "commands.hpp"
+
+namespace {
+
+void print_help() {
+  std::printf(
+      "weft: GEMM overlapped with the communication that depends on it\n\n"
+      "usage: weft <command> [--option value ...]\n\n"
+      "commands:\n"
+      "  bench   time strategies on the local GPUs; without a GPU, run the plan checks on the CPU\n"
+      "          --op LIST --strategy LIST --seed S\n"
+      "  check   prove plans on the CPU: validate, run the reference executor, compare with the op\n"
+      "          --op LIST --strategy LIST --world LIST --seed S\n"
+      "  plan    print one plan and its validation report\n"
+      "          --op OP --strategy S --m M --n N --k K --world W --tile MxN --raster along_m|along_n\n"
+      "          --swizzle S --seed S (gemm_a2a routing)\n\n"
+      "ops: ag_gemm (AllGather->GEMM), gemm_rs (GEMM->ReduceScatter), gemm_ar (GEMM->AllReduce),\n"
+      "     gemm_a2a (GEMM->All-to-All of token rows)\n\n"
+      "strategies:\n");
+  for (const auto& s : weft::strategies())
+    std::printf("  %-11s (%s) %s\n", s.name.c_str(), s.paper.c_str(), s.description.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    print_help();
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    const weft::cli::Arguments args(argc, argv, 2);
+    int code = 2;
+    if (command == "bench") code = weft::cli::command_bench(args);
+    else if (command == "check") code = weft::cli::command_check(args);
+    else if (command == "plan") code = weft::cli::command_plan(args);
+    else {
+      std::fprintf(stderr, "weft: unknown command '%s'; see weft --help\n", command.c_str());
+      return 2;
+    }
+    for (const auto& name : args.unread()) std::fprintf(stderr, "weft: warning: option %s was not used\n", name.c_str());
+    return code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft %s: %s\n", command.c_str(), e.what());
+    return 2;
+  }
+}
