@@ -11,6 +11,7 @@ const char* hint_for(cudaError_t status) {
     case cudaErrorMemoryAllocation: return "the GPU is out of memory; use smaller shapes or free other allocations";
     case cudaErrorPeerAccessUnsupported: return "these GPUs cannot reach each other by load/store (no NVLink or PCIe P2P)";
     case cudaErrorInvalidValue: return "an argument is out of range; check sizes, pointers and alignment";
+    case cudaErrorNoKernelImageForDevice: return "weft was built for sm_90a (Hopper); this GPU needs another target";
     default: return "see the CUDA runtime documentation for this error";
   }
 }
@@ -20,6 +21,21 @@ const char* hint_for(cudaError_t status) {
 void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line) {
   throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
                   cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + "); hint: " + hint_for(status));
+}
+
+void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line) {
+  std::string hint = "set NCCL_DEBUG=WARN for NCCL's own account";
+  if (status == ncclInvalidUsage) hint = "ranks disagree on the call's arguments or order; " + hint;
+  if (status == ncclSystemError || status == ncclRemoteError) hint = "a peer or the network failed; " + hint;
+  throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                  ncclGetErrorString(status) + "; hint: " + hint);
+}
+
+void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
+  std::string hint = "check shapes, leading dimensions and 16-byte alignment of the operands";
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) hint = "no cuBLASLt algorithm for this shape, layout or alignment";
+  throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": cuBLAS status " +
+                  std::to_string(static_cast<int>(status)) + "; hint: " + hint);
 }
 
 }  // namespace weft

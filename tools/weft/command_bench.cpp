@@ -1,14 +1,25 @@
-// `weft bench`: on GPUs, times strategies against the sequential baseline. Where no GPU is visible it
-// says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
+// `weft bench`: on GPUs, times strategies against the sequential baseline over a suite. Where no GPU
+// is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
 #include <cstdio>
 #include <iostream>
 
 #include "commands.hpp"
+#include "weft/core/bench_suite.hpp"
 #ifdef WEFT_HAVE_CUDA
+#include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
 #endif
 
 namespace weft::cli {
+
+namespace {
+
+std::string suite_path(const std::string& name) {
+  if (name.find('/') != std::string::npos || name.ends_with(".json")) return name;
+  return std::string(WEFT_BENCH_DIR) + "/" + name + ".json";
+}
+
+}  // namespace
 
 int command_bench(const Arguments& args) {
   std::vector<OpKind> ops;
@@ -16,27 +27,48 @@ int command_bench(const Arguments& args) {
   std::vector<std::string> names;
   for (const auto& s : strategies()) names.push_back(s.name);
   names = args.list("strategy", names);
+  for (const auto& n : names) find_strategy(n);  // unknown names fail before anything runs
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
+  const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
 
 #ifdef WEFT_HAVE_CUDA
   const DeviceScan scan = scan_devices();
-  const bool have_gpu = !scan.devices.empty();
-  const std::string why = scan.why_none;
-#else
-  const bool have_gpu = false;
-  const std::string why = "weft was built without CUDA";
-#endif
-  if (!have_gpu) {
-    std::printf("weft bench: no GPU found (%s).\n", why.c_str());
-    std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead.\n\n");
-  } else {
-#ifdef WEFT_HAVE_CUDA
+  if (!scan.devices.empty()) {
     for (const auto& d : scan.devices)
       std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.compute_major, d.compute_minor,
                   d.sm_count, static_cast<double>(d.memory_bytes) / (1u << 30));
-#endif
-    std::printf("weft bench: timing on GPUs is not built yet (the GPU runtime comes next); running the plan checks.\n\n");
+    GpuBenchOptions o;
+    o.ops = ops;
+    o.strategies = names;
+    o.seed = seed;
+    o.warmup = static_cast<int>(args.integer("warmup", 5));
+    o.iterations = static_cast<int>(args.integer("iterations", 20));
+    o.json_path = args.text("json", "");
+    o.csv_path = args.text("csv", "");
+    const int visible = static_cast<int>(scan.devices.size());
+    for (const auto& w : args.list("world", {std::to_string(visible)})) {
+      const int world = std::stoi(w);
+      if (world < 1 || world > visible)
+        throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
+      o.world_sizes.push_back(world);
+    }
+    std::printf("suite '%s': %s\n\n", suite.name.c_str(), suite.description.c_str());
+    const int failed = run_gpu_bench(suite, o);
+    if (failed) std::printf("\n%d row(s) did not match sequential\n", failed);
+    return failed ? 1 : 0;
   }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  args.text("world", "");
+  args.text("warmup", "");
+  args.text("iterations", "");
+  args.text("json", "");
+  args.text("csv", "");
+  std::printf("weft bench: no GPU found (%s).\n", why.c_str());
+  std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
+              suite.name.c_str(), suite.rows.size());
   return run_plan_checks(ops, names, {1, 2, 4, 8}, seed) == 0 ? 0 : 1;
 }
 

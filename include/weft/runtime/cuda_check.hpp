@@ -1,10 +1,13 @@
-// Checks for CUDA runtime, driver, cuBLAS and NCCL return codes. Every call into those libraries goes
+// Checks for CUDA runtime, cuBLAS and NCCL return codes. Every call into those libraries goes
 // through one of these macros, so a failure throws weft::CudaError naming the call, where it was made,
 // the error and a hint, instead of surfacing later as a wrong number or a hang.
 //   WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+//   WEFT_NCCL_CHECK(ncclAllReduce(...));   WEFT_CUBLAS_CHECK(cublasLtMatmul(...));
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include <stdexcept>
 #include <string>
@@ -17,11 +20,26 @@ class CudaError : public std::runtime_error {
 };
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
 }  // namespace weft
 
-#define WEFT_CUDA_CHECK(call)                                                             \
-  do {                                                                                    \
-    const cudaError_t weft_status_ = (call);                                              \
+#define WEFT_CUDA_CHECK(call)                                                                        \
+  do {                                                                                               \
+    const cudaError_t weft_status_ = (call);                                                         \
     if (weft_status_ != cudaSuccess) ::weft::throw_cuda_error(weft_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define WEFT_NCCL_CHECK(call)                                                                        \
+  do {                                                                                               \
+    const ncclResult_t weft_status_ = (call);                                                        \
+    if (weft_status_ != ncclSuccess) ::weft::throw_nccl_error(weft_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define WEFT_CUBLAS_CHECK(call)                                                                      \
+  do {                                                                                               \
+    const cublasStatus_t weft_status_ = (call);                                                      \
+    if (weft_status_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      ::weft::throw_cublas_error(weft_status_, #call, __FILE__, __LINE__);                           \
   } while (0)

@@ -1,0 +1,36 @@
+// Small device kernels the executors and benchmarks need around the GEMM: poison and random fills,
+// reductions and row permutations of bf16 regions, the signal increment, and a device-side
+// relative-difference check for results too large to copy to the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace weft {
+
+constexpr uint16_t kBf16Nan = 0x7fc0;
+
+// A strided 2-D bf16 region: rows x cols elements, `stride` elements between row starts.
+struct DeviceRegion {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;
+};
+
+constexpr int kMaxReduceSources = 16;
+
+void fill_u16(void* data, int64_t count, uint16_t bits, cudaStream_t stream);
+// Uniform in [-1, 1), bf16, a pure function of (seed, index): every rank can regenerate any input.
+void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream);
+// dst = sum(srcs) (+ dst when accumulate), fp32 accumulation; all regions share dst's shape.
+void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_count, bool accumulate, cudaStream_t stream);
+// dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries.
+void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream);
+// Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
+void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
+// sums[0] += sum((a-b)^2), sums[1] += sum(b^2), sums[2] += count of NaN in a; doubles in device memory.
+void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);
+
+}  // namespace weft

@@ -1,0 +1,70 @@
+// A Communicator is one rank's handle on the group: its NCCL communicator, rank, world size, device,
+// and what it knows of its peers (same process? same node? reachable by load/store?).
+//
+// Three ways to get one:
+//   auto group = Communicator::local_group({0, 1, 2, 3});   // one process, one thread per GPU
+//   auto comm  = Communicator::from_environment();          // one process per GPU (torchrun, mpirun, SLURM)
+//   auto comm  = Communicator::wrap(existing_comm, device); // a communicator the caller owns (PyTorch)
+// Every rank must then make the same calls in the same order (NCCL's rule); each rank's calls come
+// from the thread that owns it.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+struct PeerInfo {
+  int device = -1;
+  uint64_t process = 0;  // host and process id, hashed
+  uint64_t host = 0;
+};
+
+class Communicator {
+ public:
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  static std::vector<std::unique_ptr<Communicator>> local_group(const std::vector<int>& devices);
+  // Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_* (Open MPI) or SLURM_PROCID/
+  // SLURM_NTASKS/SLURM_LOCALID, and bootstraps NCCL through NCCL_COMM_ID (set from MASTER_ADDR and
+  // MASTER_PORT + 1 when absent). Throws naming the missing variable.
+  static std::unique_ptr<Communicator> from_environment();
+  // Does not take ownership: the caller destroys `comm` after this object.
+  static std::unique_ptr<Communicator> wrap(ncclComm_t comm, int device);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  int device() const { return device_; }
+  ncclComm_t nccl() const { return comm_; }
+  const PeerInfo& peer(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
+  bool peer_in_this_process(int rank) const { return peers_.at(static_cast<size_t>(rank)).process == peers_[rank_].process; }
+
+  // Gathers `bytes` bytes from every rank (rank order) through NCCL; collective, synchronous.
+  std::vector<uint8_t> all_gather_bytes(const void* data, size_t bytes);
+  // A device-side barrier on `stream`: a one-element all-reduce.
+  void barrier(cudaStream_t stream);
+  // Throws unless every rank passes the same value (shapes, plan fingerprints): a mismatch
+  // becomes an error naming the ranks, not a hang inside a collective.
+  void require_agreement(uint64_t value, const std::string& what);
+
+ private:
+  Communicator(ncclComm_t comm, int device, bool owned);
+  void learn_peers();
+
+  ncclComm_t comm_ = nullptr;
+  int device_ = -1;
+  int rank_ = 0;
+  int world_ = 1;
+  bool owned_ = true;
+  std::vector<PeerInfo> peers_;
+  void* scratch_ = nullptr;  // device memory for all_gather_bytes and barrier
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace weft

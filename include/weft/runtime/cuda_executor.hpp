@@ -1,0 +1,59 @@
+// The CUDA executor: runs one rank's part of a plan on that rank's GPU.
+//
+//   CudaExecutor exec(comm, plan);          // collective; allocates buffers, signals, streams
+//   fill(exec.buffer("A")); fill(exec.buffer("B"));
+//   exec.run(stream);                       // enqueue one call; may be repeated or graph-captured
+//   if (!synchronize_with_timeout(stream, 10000)) throw ... exec.diagnose();
+//
+// Lowering, step by step: GEMM -> cuBLASLt (plain tile tables only; tables with waits, notifies or
+// remapped stores need the overlap GEMM), copy -> cudaMemcpy2DAsync (copy engine; peers through
+// symmetric memory), reduce and row permutation -> small kernels, collectives -> NCCL, step waits ->
+// cuStreamWaitValue64, notifies -> a one-thread release increment. Each plan stream is a CUDA stream
+// that forks from and joins back into the caller's stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/core/plan.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/communicator.hpp"
+
+namespace weft {
+
+struct ExecutorOptions {
+  // Off only for plans that time one part of another plan (its GEMMs alone, its collectives alone),
+  // whose results are not meant to be correct.
+  bool validate = true;
+};
+
+class CudaExecutor {
+ public:
+  CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options = {});
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  const Plan& plan() const { return plan_; }
+  const RankPlan& rank_plan() const { return plan_.ranks.at(static_cast<size_t>(comm_.rank())); }
+  // This rank's device memory of buffer `name` (throws naming it when absent).
+  void* buffer(std::string_view name) const;
+  DeviceRegion region(const Region& region) const;
+  DeviceRegion output() const { return region(rank_plan().output); }
+
+  void run(cudaStream_t stream);
+  // Which waits of the last call are not met yet, with the signals' current values.
+  std::string diagnose() const;
+
+ private:
+  struct Impl;
+  Communicator& comm_;
+  Plan plan_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace weft

@@ -1,0 +1,148 @@
+#include "weft/runtime/communicator.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+int env_int(std::initializer_list<const char*> names, const char* what) {
+  for (const char* n : names)
+    if (!env(n).empty()) return std::stoi(env(n));
+  std::string tried;
+  for (const char* n : names) tried += std::string(" ") + n;
+  throw std::runtime_error(std::string("Communicator::from_environment: no ") + what + " in the environment (looked for" +
+                           tried + "); start with torchrun --no-python, mpirun or srun");
+}
+
+uint64_t hash_text(const std::string& text) { return std::hash<std::string>{}(text); }
+
+}  // namespace
+
+Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm), device_(device), owned_(owned) {
+  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  WEFT_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+  WEFT_NCCL_CHECK(ncclCommCount(comm_, &world_));
+}
+
+Communicator::~Communicator() {
+  if (scratch_) {
+    cudaSetDevice(device_);
+    cudaFree(scratch_);
+  }
+  if (owned_ && comm_) ncclCommDestroy(comm_);
+}
+
+std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::vector<int>& devices) {
+  if (devices.empty()) throw std::invalid_argument("Communicator::local_group: no devices given");
+  int visible = 0;
+  WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  for (int d : devices)
+    if (d < 0 || d >= visible)
+      throw std::invalid_argument("Communicator::local_group: device " + std::to_string(d) + " is not one of the " +
+                                  std::to_string(visible) + " visible GPUs");
+  std::vector<ncclComm_t> comms(devices.size());
+  WEFT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
+  std::vector<std::unique_ptr<Communicator>> group;
+  for (size_t i = 0; i < devices.size(); ++i) group.emplace_back(new Communicator(comms[i], devices[i], true));
+  // Learning peers is collective: every rank's thread takes part.
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(group.size());
+  for (size_t i = 0; i < group.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        WEFT_CUDA_CHECK(cudaSetDevice(group[i]->device_));
+        group[i]->learn_peers();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return group;
+}
+
+std::unique_ptr<Communicator> Communicator::from_environment() {
+  const int rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, "rank");
+  const int world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, "world size");
+  const int local = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}, "local rank");
+  // NCCL bootstraps itself from NCCL_COMM_ID ("host:port"): rank 0 listens there, the others connect.
+  if (env("NCCL_COMM_ID").empty()) {
+    const std::string host = env("MASTER_ADDR");
+    const std::string port = env("MASTER_PORT");
+    if (host.empty() || port.empty())
+      throw std::runtime_error("Communicator::from_environment: set NCCL_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT");
+    const std::string id = host + ":" + std::to_string(std::stoi(port) + 1);  // MASTER_PORT itself is torchrun's store
+    setenv("NCCL_COMM_ID", id.c_str(), 0);
+  }
+  WEFT_CUDA_CHECK(cudaSetDevice(local));
+  ncclUniqueId id;
+  WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  WEFT_NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
+  std::unique_ptr<Communicator> result(new Communicator(comm, local, true));
+  result->learn_peers();
+  return result;
+}
+
+std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, int device) {
+  std::unique_ptr<Communicator> result(new Communicator(comm, device, false));
+  result->learn_peers();
+  return result;
+}
+
+void Communicator::learn_peers() {
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  PeerInfo mine{device_, hash_text(std::string(hostname) + "/" + std::to_string(getpid())), hash_text(hostname)};
+  const auto all = all_gather_bytes(&mine, sizeof mine);
+  peers_.resize(static_cast<size_t>(world_));
+  std::memcpy(peers_.data(), all.data(), all.size());
+}
+
+std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t bytes) {
+  const size_t needed = bytes * static_cast<size_t>(world_ + 1);
+  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  if (needed > scratch_bytes_) {
+    if (scratch_) WEFT_CUDA_CHECK(cudaFree(scratch_));
+    scratch_bytes_ = std::max<size_t>(needed, 4096);
+    WEFT_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+  }
+  auto* send = static_cast<uint8_t*>(scratch_);
+  uint8_t* recv = send + bytes;
+  WEFT_CUDA_CHECK(cudaMemcpy(send, data, bytes, cudaMemcpyHostToDevice));
+  WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, nullptr));
+  std::vector<uint8_t> result(bytes * static_cast<size_t>(world_));
+  WEFT_CUDA_CHECK(cudaMemcpy(result.data(), recv, result.size(), cudaMemcpyDeviceToHost));  // legacy stream: after NCCL
+  return result;
+}
+
+void Communicator::barrier(cudaStream_t stream) {
+  if (!scratch_) all_gather_bytes(&rank_, sizeof rank_);  // allocates scratch
+  WEFT_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream));
+}
+
+void Communicator::require_agreement(uint64_t value, const std::string& what) {
+  const auto all = all_gather_bytes(&value, sizeof value);
+  std::vector<uint64_t> values(static_cast<size_t>(world_));
+  std::memcpy(values.data(), all.data(), all.size());
+  for (int r = 0; r < world_; ++r)
+    if (values[static_cast<size_t>(r)] != values[0])
+      throw std::runtime_error("ranks disagree on " + what + ": rank 0 has " + std::to_string(values[0]) + ", rank " +
+                               std::to_string(r) + " has " + std::to_string(values[static_cast<size_t>(r)]));
+}
+
+}  // namespace weft

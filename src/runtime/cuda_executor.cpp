@@ -1,0 +1,350 @@
+#include "weft/runtime/cuda_executor.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <sstream>
+
+#include "weft/core/plan_validation.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/signal_set.hpp"
+#include "weft/runtime/symmetric_memory.hpp"
+
+namespace weft {
+
+namespace {
+
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;
+
+int64_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int64_t alignment = 256;
+  while (alignment > 2 && address % static_cast<uintptr_t>(alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+// One cuBLASLt matmul with its descriptors and chosen algorithm, set up once per plan.
+struct LoweredGemm {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t weight = nullptr, activation = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  const void* a = nullptr;  // our A [M, K]
+  const void* b = nullptr;  // our B [N, K]
+  void* c = nullptr;
+
+  void destroy() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    for (auto* l : {weight, activation, out})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+
+}  // namespace
+
+struct CudaExecutor::Impl {
+  struct Lowered {
+    const Step* step = nullptr;
+    std::vector<std::pair<int, uint64_t>> waits;  // (signal, value within one call)
+    std::function<void(cudaStream_t)> enqueue;
+  };
+
+  std::vector<std::unique_ptr<SymmetricMemory>> symmetric;  // per buffer, null if local
+  std::vector<void*> local_memory;                           // per buffer, owned when not symmetric
+  std::unique_ptr<SignalSet> signals;
+  std::vector<uint64_t> raised_per_call;  // per own signal
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> joins;
+  cudaEvent_t fork = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  std::vector<LoweredGemm> gemms;
+  std::vector<int64_t*> device_row_lists;
+  std::vector<Lowered> steps;
+  bool touches_peers = false;
+  uint64_t calls = 0;
+};
+
+CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options) : comm_(comm), plan_(std::move(plan)), impl_(new Impl) {
+  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  if (plan_.world_size() != comm_.world_size())
+    throw std::invalid_argument("plan for " + std::to_string(plan_.world_size()) + " ranks given to a communicator of " +
+                                std::to_string(comm_.world_size()));
+  if (options.validate) require_valid(plan_);
+  comm_.require_agreement(std::hash<std::string>{}(to_string(plan_)), "the plan (strategy, shapes, options)");
+  const RankPlan& mine = rank_plan();
+  Impl& im = *impl_;
+
+  // Buffers: symmetric ones are allocated collectively, in declaration order on every rank.
+  for (const BufferDecl& decl : mine.buffers) {
+    if (decl.dtype != DType::bf16)
+      throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
+                                  "; the executor handles bf16 buffers so far");
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(decl.rows * decl.cols, 1)) * 2;
+    if (decl.symmetric) {
+      im.symmetric.push_back(std::make_unique<SymmetricMemory>(comm_, bytes));
+      im.local_memory.push_back(im.symmetric.back()->local());
+    } else {
+      void* p = nullptr;
+      WEFT_CUDA_CHECK(cudaMalloc(&p, bytes));
+      im.symmetric.push_back(nullptr);
+      im.local_memory.push_back(p);
+    }
+  }
+
+  // Signals: one symmetric array as long as the longest rank's list.
+  size_t signal_count = 0;
+  for (const RankPlan& rp : plan_.ranks) signal_count = std::max(signal_count, rp.signals.size());
+  im.signals = std::make_unique<SignalSet>(comm_, static_cast<int>(signal_count));
+  im.raised_per_call.assign(signal_count, 0);
+  auto count_raise = [&](const Notify& n) {
+    if (n.signal.rank == comm_.rank()) im.raised_per_call[static_cast<size_t>(n.signal.id)] += n.increment;
+  };
+  for (const RankPlan& rp : plan_.ranks)
+    for (const Step& s : rp.steps) {
+      for (const Notify& n : s.notifies) count_raise(n);
+      if (const auto* g = std::get_if<GemmStep>(&s.body))
+        for (const GemmTile& t : g->tiles)
+          if (t.notify) count_raise(*t.notify);
+    }
+
+  for (int s = 0; s < mine.stream_count; ++s) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    im.streams.push_back(stream);
+    cudaEvent_t join;
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    im.joins.push_back(join);
+  }
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
+  WEFT_CUBLAS_CHECK(cublasLtCreate(&im.lt));
+  WEFT_CUDA_CHECK(cudaMalloc(&im.workspace, kGemmWorkspaceBytes));
+  im.gemms.reserve(mine.steps.size());
+
+  for (const Step& step : mine.steps) {
+    Impl::Lowered low;
+    low.step = &step;
+    for (const Wait& w : step.waits) low.waits.push_back({w.signal.id, w.value});
+    std::function<void(cudaStream_t)> body;
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, GemmStep>) {
+            if (b.tiles.empty()) return;
+            // A plain table covers the output once, tile (i, j) landing at c + (i, j), with no waits
+            // or notifies: exactly what one library GEMM computes.
+            const GemmTile& first = b.tiles.front();
+            Region c = first.store;
+            c.box = {first.store.box.row - first.tile.row, first.store.box.col - first.tile.col, b.a.box.rows, b.b.box.rows};
+            for (const GemmTile& t : b.tiles)
+              if (t.wait || t.notify || t.store.rank != c.rank || t.store.buffer != c.buffer ||
+                  t.store.box.row != c.box.row + t.tile.row || t.store.box.col != c.box.col + t.tile.col)
+                throw std::invalid_argument("CudaExecutor: GEMM step '" + step.label +
+                                            "' has per-tile waits, notifies or remapped stores; it needs the overlap GEMM");
+            const DeviceRegion ra = region(b.a), rb = region(b.b), rc = region(c);
+            LoweredGemm g;
+            g.a = ra.data;
+            g.b = rb.data;
+            g.c = rc.data;
+            const auto m = static_cast<uint64_t>(ra.rows), n = static_cast<uint64_t>(rb.rows), k = static_cast<uint64_t>(ra.cols);
+            WEFT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+            const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+            WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+            WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
+            // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = op(B^T)[N,K] * A^T[K,M].
+            WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.weight, CUDA_R_16BF, k, n, rb.stride));
+            WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.activation, CUDA_R_16BF, k, m, ra.stride));
+            WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.out, CUDA_R_16BF, n, m, rc.stride));
+            cublasLtMatmulPreference_t pref;
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+            const uint64_t workspace = kGemmWorkspaceBytes;
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+            const uint32_t align_a = static_cast<uint32_t>(pointer_alignment(g.b)), align_b = static_cast<uint32_t>(pointer_alignment(g.a)),
+                           align_c = static_cast<uint32_t>(pointer_alignment(g.c));
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
+            WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c));
+            cublasLtMatmulHeuristicResult_t found{};
+            int count = 0;
+            const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(im.lt, g.desc, g.weight, g.activation, g.out, g.out,
+                                                                          pref, 1, &found, &count);
+            cublasLtMatmulPreferenceDestroy(pref);
+            if (status != CUBLAS_STATUS_SUCCESS || count == 0) {
+              g.destroy();
+              throw std::invalid_argument("CudaExecutor: cuBLASLt has no algorithm for GEMM step '" + step.label + "' (m=" +
+                                          std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                          "); check K and N alignment (multiples of 8 elements)");
+            }
+            g.algo = found.algo;
+            im.gemms.push_back(g);
+            const LoweredGemm* lowered = &im.gemms.back();
+            cublasLtHandle_t lt = im.lt;
+            void* ws = im.workspace;
+            body = [lowered, lt, ws](cudaStream_t stream) {
+              const float one = 1.0f, zero = 0.0f;
+              WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, lowered->desc, &one, lowered->b, lowered->weight, lowered->a, lowered->activation,
+                                               &zero, lowered->c, lowered->out, lowered->c, lowered->out, &lowered->algo, ws,
+                                               kGemmWorkspaceBytes, stream));
+            };
+          } else if constexpr (std::is_same_v<T, CopyStep>) {
+            if (b.src.rank != comm_.rank() || b.dst.rank != comm_.rank()) im.touches_peers = true;
+            const DeviceRegion src = region(b.src), dst = region(b.dst);
+            if (src.rows * src.cols == 0) return;
+            body = [src, dst](cudaStream_t stream) {
+              WEFT_CUDA_CHECK(cudaMemcpy2DAsync(dst.data, static_cast<size_t>(dst.stride) * 2, src.data,
+                                                static_cast<size_t>(src.stride) * 2, static_cast<size_t>(src.cols) * 2,
+                                                static_cast<size_t>(src.rows), cudaMemcpyDefault, stream));
+            };
+          } else if constexpr (std::is_same_v<T, ReduceStep>) {
+            std::vector<DeviceRegion> srcs;
+            for (const Region& r : b.srcs) {
+              srcs.push_back(region(r));
+              if (r.rank != comm_.rank()) im.touches_peers = true;
+            }
+            const DeviceRegion dst = region(b.dst);
+            const bool accumulate = b.accumulate;
+            body = [srcs, dst, accumulate](cudaStream_t stream) {
+              reduce_bf16(dst, srcs.data(), static_cast<int>(srcs.size()), accumulate, stream);
+            };
+          } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
+            const DeviceRegion src = region(b.src), dst = region(b.dst);
+            int64_t* rows = nullptr;
+            WEFT_CUDA_CHECK(cudaMalloc(&rows, std::max<size_t>(b.source_rows.size(), 1) * sizeof(int64_t)));
+            WEFT_CUDA_CHECK(cudaMemcpy(rows, b.source_rows.data(), b.source_rows.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+            im.device_row_lists.push_back(rows);
+            body = [src, dst, rows](cudaStream_t stream) { permute_rows_bf16(dst, src, rows, stream); };
+          } else if constexpr (std::is_same_v<T, CollectiveStep>) {
+            const DeviceRegion src = region(b.src), dst = region(b.dst);
+            for (const auto* r : {&src, &dst})
+              if (r->rows > 1 && r->stride != r->cols)
+                throw std::invalid_argument("CudaExecutor: collective '" + step.label +
+                                            "' needs contiguous regions (whole rows); NCCL takes flat buffers");
+            ncclComm_t nccl = comm_.nccl();
+            const CollectiveKind kind = b.kind;
+            const auto send_rows = b.send_rows, recv_rows = b.recv_rows;
+            const int world = comm_.world_size();
+            body = [=](cudaStream_t stream) {
+              const size_t cols = static_cast<size_t>(src.cols);
+              switch (kind) {
+                case CollectiveKind::all_gather:
+                  WEFT_NCCL_CHECK(ncclAllGather(src.data, dst.data, static_cast<size_t>(src.rows) * cols, ncclBfloat16, nccl, stream));
+                  break;
+                case CollectiveKind::reduce_scatter:
+                  WEFT_NCCL_CHECK(ncclReduceScatter(src.data, dst.data, static_cast<size_t>(dst.rows) * cols, ncclBfloat16, ncclSum,
+                                                    nccl, stream));
+                  break;
+                case CollectiveKind::all_reduce:
+                  WEFT_NCCL_CHECK(ncclAllReduce(src.data, dst.data, static_cast<size_t>(dst.rows) * cols, ncclBfloat16, ncclSum,
+                                                nccl, stream));
+                  break;
+                case CollectiveKind::all_to_all: {
+                  WEFT_NCCL_CHECK(ncclGroupStart());
+                  size_t sent = 0, received = 0;
+                  for (int p = 0; p < world; ++p) {
+                    const size_t out = static_cast<size_t>(send_rows[static_cast<size_t>(p)]) * cols;
+                    const size_t in = static_cast<size_t>(recv_rows[static_cast<size_t>(p)]) * cols;
+                    if (out) WEFT_NCCL_CHECK(ncclSend(static_cast<const uint16_t*>(src.data) + sent, out, ncclBfloat16, p, nccl, stream));
+                    if (in) WEFT_NCCL_CHECK(ncclRecv(static_cast<uint16_t*>(dst.data) + received, in, ncclBfloat16, p, nccl, stream));
+                    sent += out;
+                    received += in;
+                  }
+                  WEFT_NCCL_CHECK(ncclGroupEnd());
+                  break;
+                }
+              }
+            };
+          }
+        },
+        step.body);
+    std::vector<Notify> notifies = step.notifies;
+    for (const Notify& n : notifies)
+      if (n.signal.rank != comm_.rank()) im.touches_peers = true;
+    SignalSet* signals = im.signals.get();
+    low.enqueue = [body, notifies, signals](cudaStream_t stream) {
+      if (body) body(stream);
+      for (const Notify& n : notifies) signals->notify(stream, n.signal.rank, n.signal.id, n.increment);
+    };
+    im.steps.push_back(std::move(low));
+  }
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+CudaExecutor::~CudaExecutor() {
+  cudaSetDevice(comm_.device());
+  cudaDeviceSynchronize();
+  Impl& im = *impl_;
+  for (auto& g : im.gemms) g.destroy();
+  for (auto* rows : im.device_row_lists) cudaFree(rows);
+  for (size_t b = 0; b < im.local_memory.size(); ++b)
+    if (!im.symmetric[b]) cudaFree(im.local_memory[b]);
+  for (auto s : im.streams) cudaStreamDestroy(s);
+  for (auto e : im.joins) cudaEventDestroy(e);
+  if (im.fork) cudaEventDestroy(im.fork);
+  if (im.workspace) cudaFree(im.workspace);
+  if (im.lt) cublasLtDestroy(im.lt);
+}
+
+void* CudaExecutor::buffer(std::string_view name) const {
+  return impl_->local_memory.at(static_cast<size_t>(find_buffer(rank_plan(), name)));
+}
+
+DeviceRegion CudaExecutor::region(const Region& r) const {
+  const BufferDecl& decl = plan_.ranks.at(static_cast<size_t>(r.rank)).buffers.at(static_cast<size_t>(r.buffer));
+  void* base = nullptr;
+  if (r.rank == comm_.rank()) {
+    base = impl_->local_memory.at(static_cast<size_t>(r.buffer));
+  } else {
+    const auto& sym = impl_->symmetric.at(static_cast<size_t>(r.buffer));
+    if (!sym) throw std::invalid_argument("CudaExecutor: region of non-symmetric buffer '" + decl.name + "' on rank " + std::to_string(r.rank));
+    base = sym->on(r.rank);
+  }
+  DeviceRegion d;
+  d.data = static_cast<uint16_t*>(base) + r.box.row * decl.cols + r.box.col;
+  d.rows = r.box.rows;
+  d.cols = r.box.cols;
+  d.stride = decl.cols;
+  return d;
+}
+
+void CudaExecutor::run(cudaStream_t stream) {
+  Impl& im = *impl_;
+  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  // A peer may still be reading buffers we are about to overwrite in its previous call.
+  if (im.touches_peers) comm_.barrier(stream);
+  WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
+  for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
+  const uint64_t epoch = im.calls;
+  for (const auto& low : im.steps) {
+    cudaStream_t s = im.streams[static_cast<size_t>(low.step->stream)];
+    for (auto [signal, value] : low.waits)
+      im.signals->wait(s, signal, epoch * im.raised_per_call[static_cast<size_t>(signal)] + value);
+    low.enqueue(s);
+  }
+  for (size_t i = 0; i < im.streams.size(); ++i) {
+    WEFT_CUDA_CHECK(cudaEventRecord(im.joins[i], im.streams[i]));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.joins[i], 0));
+  }
+  ++im.calls;
+}
+
+std::string CudaExecutor::diagnose() const {
+  const Impl& im = *impl_;
+  const auto values = im.signals->read_values();
+  const uint64_t epoch = im.calls == 0 ? 0 : im.calls - 1;
+  std::ostringstream out;
+  int unmet = 0;
+  for (const auto& low : im.steps)
+    for (auto [signal, value] : low.waits) {
+      const uint64_t expected = epoch * im.raised_per_call[static_cast<size_t>(signal)] + value;
+      if (values[static_cast<size_t>(signal)] >= expected) continue;
+      ++unmet;
+      out << "rank " << comm_.rank() << " stream " << low.step->stream << " step '" << low.step->label << "' waits for signal '"
+          << rank_plan().signals[static_cast<size_t>(signal)] << "' (#" << signal << ") >= " << expected << "; value is "
+          << values[static_cast<size_t>(signal)] << "\n";
+    }
+  if (unmet == 0) out << "rank " << comm_.rank() << ": every signal wait is met\n";
+  return out.str();
+}
+
+}  // namespace weft

@@ -1,0 +1,86 @@
+#include "weft/runtime/signal_set.hpp"
+
+#include <cuda.h>
+
+#include <chrono>
+#include <thread>
+
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft {
+
+namespace {
+
+using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+// cuStreamWaitValue64 is a driver entry point; fetching it through the runtime keeps libcuda out of
+// the link, so the tool still starts (and says "no GPU") on machines without a driver.
+WaitValue64 wait_value_64() {
+  static WaitValue64 function = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    WEFT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &entry, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || !entry)
+      throw CudaError("the driver has no cuStreamWaitValue64; weft needs a CUDA 12 or newer driver");
+    return reinterpret_cast<WaitValue64>(entry);
+  }();
+  return function;
+}
+
+}  // namespace
+
+SignalSet::SignalSet(Communicator& comm, int count)
+    : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
+  WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  comm.barrier(nullptr);  // nobody notifies a peer before the peer's counters are zero
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void SignalSet::notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const {
+  signal_add(on(rank) + signal, increment, stream);
+}
+
+void SignalSet::wait(cudaStream_t stream, int signal, uint64_t at_least) const {
+  const CUresult status = wait_value_64()(reinterpret_cast<CUstream>(stream),
+                                          reinterpret_cast<CUdeviceptr>(local() + signal), at_least, CU_STREAM_WAIT_VALUE_GEQ);
+  if (status != CUDA_SUCCESS)
+    throw CudaError("cuStreamWaitValue64 on signal " + std::to_string(signal) + " >= " + std::to_string(at_least) +
+                    " failed with CUresult " + std::to_string(static_cast<int>(status)));
+}
+
+std::vector<uint64_t> SignalSet::read_values() const {
+  std::vector<uint64_t> values(static_cast<size_t>(count_));
+  cudaStream_t reader;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(values.data(), local(), values.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, reader));
+  const bool done = synchronize_with_timeout(reader, 2000);
+  cudaStreamDestroy(reader);
+  if (!done) throw CudaError("could not read signal values within 2 s: the device is not responding");
+  return values;
+}
+
+bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {
+  cudaEvent_t done;
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(done);
+    if (status == cudaSuccess) break;
+    if (status != cudaErrorNotReady) {
+      cudaEventDestroy(done);
+      WEFT_CUDA_CHECK(status);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      cudaEventDestroy(done);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  WEFT_CUDA_CHECK(cudaEventDestroy(done));
+  return true;
+}
+
+}  // namespace weft

@@ -1,0 +1,238 @@
+#include "gpu_bench.hpp"
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+
+#include "weft/core/plan_builders.hpp"
+#include "weft/core/plan_validation.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+#include "weft/runtime/rank_threads.hpp"
+#include "weft/runtime/signal_set.hpp"
+
+namespace weft::cli {
+
+namespace {
+
+constexpr int64_t kHangTimeoutMs = 30000;
+constexpr double kTolerance = 2e-2;  // bf16 outputs summed in different orders
+
+struct Measured {
+  std::string row, strategy;
+  OpKind op{};
+  int world = 0;
+  int64_t m = 0, n = 0, k = 0;
+  double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
+  bool verified = false;
+};
+
+// The sequential plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
+Plan keep_steps(Plan plan, bool keep_gemms) {
+  plan.strategy += keep_gemms ? "/gemm-only" : "/communication-only";
+  for (auto& rp : plan.ranks)
+    std::erase_if(rp.steps, [&](const Step& s) {
+      return keep_gemms ? !std::holds_alternative<GemmStep>(s.body) : !std::holds_alternative<CollectiveStep>(s.body);
+    });
+  return plan;
+}
+
+uint64_t buffer_seed(uint64_t seed, int rank, const std::string& name) {
+  return seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + std::hash<std::string>{}(name);
+}
+
+// Inputs get the same random values in every executor of a rank (so results are comparable); scratch
+// gets random values too, so nothing is ever timed on zeros; outputs are poisoned.
+void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
+  for (const BufferDecl& decl : exec.rank_plan().buffers) {
+    void* data = exec.buffer(decl.name);
+    const int64_t count = decl.rows * decl.cols;
+    if (decl.role == BufferRole::output) fill_u16(data, count, kBf16Nan, stream);
+    else fill_random_bf16(data, count, buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name), stream);
+  }
+}
+
+void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what) {
+  if (synchronize_with_timeout(stream, kHangTimeoutMs)) return;
+  std::fprintf(stderr, "weft bench: %s did not finish within %lld ms; unmet waits:\n%s", what.c_str(),
+               static_cast<long long>(kHangTimeoutMs), exec.diagnose().c_str());
+  std::fflush(stderr);
+  std::_Exit(3);  // device work is stuck: unwinding would block in CUDA teardown
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, const std::string& suite) {
+  if (!o.json_path.empty()) {
+    Json::Array list;
+    for (const auto& r : rows) {
+      Json::Object j;
+      j["row"] = r.row;
+      j["op"] = std::string(to_string(r.op));
+      j["strategy"] = r.strategy;
+      j["world"] = r.world;
+      j["m"] = r.m;
+      j["n"] = r.n;
+      j["k"] = r.k;
+      j["t_gemm_ms"] = r.t_gemm;
+      j["t_comm_ms"] = r.t_comm;
+      j["t_seq_ms"] = r.t_seq;
+      j["t_ms"] = r.t;
+      j["bound_ms"] = std::max(r.t_gemm, r.t_comm);
+      j["speedup"] = r.t_seq / r.t;
+      j["overlap_efficiency"] = (r.t_seq - r.t) / (r.t_seq - r.t_gemm);
+      j["relative_error"] = r.error;
+      j["verified"] = r.verified;
+      list.push_back(Json(std::move(j)));
+    }
+    Json::Object doc;
+    doc["suite"] = suite;
+    doc["iterations"] = o.iterations;
+    doc["rows"] = Json(std::move(list));
+    std::ofstream(o.json_path) << Json(std::move(doc)).dump() << "\n";
+  }
+  if (!o.csv_path.empty()) {
+    std::ofstream csv(o.csv_path);
+    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified\n";
+    for (const auto& r : rows)
+      csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
+          << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << std::max(r.t_gemm, r.t_comm)
+          << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
+          << (r.verified ? "yes" : "no") << '\n';
+  }
+}
+
+}  // namespace
+
+int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
+  std::vector<Measured> results;
+  int failures = 0;
+  PlanOptions plan_options;
+  plan_options.tile_m = 128;
+  plan_options.tile_n = 256;
+  std::printf("%-22s %-9s %5s %-11s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
+              "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
+  for (int world : o.world_sizes) {
+    std::vector<int> devices(static_cast<size_t>(world));
+    for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
+    auto group = Communicator::local_group(devices);
+    for (const SuiteRow& row : suite.rows) {
+      if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
+      Problem problem;
+      try {
+        problem = problem_for(row, world, o.seed);
+      } catch (const std::invalid_argument& e) {
+        std::fprintf(stderr, "weft bench: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
+        continue;
+      }
+      std::fprintf(stderr, "weft bench: world %d, %s (%s)\n", world, row.name.c_str(), describe(problem).c_str());
+      // Plans are built and validated once, here; executors skip validating them again per rank.
+      std::vector<Plan> plans;  // [0] gemm-only, [1] communication-only, [2] sequential, then strategies
+      const Plan sequential = plan_sequential(problem, plan_options);
+      plans.push_back(keep_steps(sequential, true));
+      plans.push_back(keep_steps(sequential, false));
+      plans.push_back(sequential);
+      require_valid(sequential);
+      for (const auto& name : o.strategies) {
+        const Strategy& s = find_strategy(name);
+        if (name == "sequential" || !s.supports(problem.op)) continue;
+        plans.push_back(s.build(problem, plan_options));
+        require_valid(plans.back());
+      }
+      const size_t count = plans.size();
+      std::vector<std::vector<double>> medians(count, std::vector<double>(static_cast<size_t>(world), 0.0));
+      std::vector<std::vector<double>> errors(count, std::vector<double>(static_cast<size_t>(world), 0.0));
+      std::barrier sync(world);
+      for_each_rank(group, [&](Communicator& comm) {
+        const int rank = comm.rank();
+        cudaStream_t stream;
+        WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        std::vector<std::unique_ptr<CudaExecutor>> execs;
+        for (const Plan& plan : plans) {
+          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{false}));
+          fill_buffers(*execs.back(), rank, o.seed, stream);
+        }
+        double* sums = nullptr;
+        WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
+        // Verification: every strategy against sequential, on the same inputs.
+        execs[2]->run(stream);
+        finish_or_explain(*execs[2], stream, "sequential");
+        const DeviceRegion want = execs[2]->output();
+        for (size_t p = 3; p < count; ++p) {
+          const DeviceRegion got = execs[p]->output();
+          fill_u16(got.data, got.rows * got.stride, kBf16Nan, stream);
+          execs[p]->run(stream);
+          finish_or_explain(*execs[p], stream, plans[p].strategy);
+          WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+          // Outputs are whole-width row blocks, so each is one contiguous run.
+          accumulate_difference_bf16(got.data, want.data, got.rows * got.cols, sums, stream);
+          double host[3];
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
+          WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          errors[p][static_cast<size_t>(rank)] = host[2] > 0 ? INFINITY : (host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]));
+        }
+        // Timing: barrier, events around one call, median over iterations.
+        cudaEvent_t start, stop;
+        WEFT_CUDA_CHECK(cudaEventCreate(&start));
+        WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+        for (size_t p = 0; p < count; ++p) {
+          std::vector<double> times;
+          for (int it = 0; it < o.warmup + o.iterations; ++it) {
+            sync.arrive_and_wait();
+            comm.barrier(stream);
+            WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+            execs[p]->run(stream);
+            WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+            finish_or_explain(*execs[p], stream, plans[p].strategy);
+            float ms = 0;
+            WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            if (it >= o.warmup) times.push_back(ms);
+          }
+          medians[p][static_cast<size_t>(rank)] = median(times);
+        }
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+        cudaFree(sums);
+        execs.clear();
+        cudaStreamDestroy(stream);
+      });
+      auto worst = [&](size_t p) { return *std::max_element(medians[p].begin(), medians[p].end()); };
+      for (size_t p = 2; p < count; ++p) {
+        Measured m;
+        m.row = row.name;
+        m.op = problem.op;
+        m.strategy = plans[p].strategy;
+        m.world = world;
+        m.m = problem.m;
+        m.n = problem.n;
+        m.k = problem.k;
+        m.t_gemm = worst(0);
+        m.t_comm = worst(1);
+        m.t_seq = worst(2);
+        m.t = worst(p);
+        m.error = p == 2 ? 0.0 : *std::max_element(errors[p].begin(), errors[p].end());
+        m.verified = m.error <= kTolerance;
+        failures += !m.verified;
+        std::printf("%-22s %-9s %5d %-11s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %s\n", m.row.c_str(),
+                    std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t,
+                    std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error,
+                    p == 2 ? "baseline" : (m.verified ? "ok" : "MISMATCH"));
+        std::fflush(stdout);
+        results.push_back(m);
+      }
+    }
+  }
+  write_outputs(results, o, suite.name);
+  return failures;
+}
+
+}  // namespace weft::cli

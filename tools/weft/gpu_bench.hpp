@@ -1,0 +1,26 @@
+// `weft bench` on GPUs: for each world size, suite row and strategy, verify the strategy's result
+// against `sequential` and time GEMM alone, communication alone, sequential and the strategy.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/bench_suite.hpp"
+
+namespace weft::cli {
+
+struct GpuBenchOptions {
+  std::vector<int> world_sizes;
+  std::vector<std::string> strategies;  // besides `sequential`, which is always measured
+  std::vector<OpKind> ops;
+  int warmup = 5;
+  int iterations = 20;
+  uint64_t seed = 1;
+  std::string json_path;
+  std::string csv_path;
+};
+
+// Returns the number of rows whose verification failed.
+int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& options);
+
+}  // namespace weft::cli
