@@ -1,0 +1,77 @@
+#include "gpu_test_support.hpp"
+
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/signal_set.hpp"
+
+namespace weft::testing_support {
+
+namespace {
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+}  // namespace
+
+HostMatrix download(const DeviceRegion& region, cudaStream_t stream) {
+  std::vector<uint16_t> raw(static_cast<size_t>(region.rows * region.cols));
+  if (!raw.empty())
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(raw.data(), static_cast<size_t>(region.cols) * 2, region.data,
+                                      static_cast<size_t>(region.stride) * 2, static_cast<size_t>(region.cols) * 2,
+                                      static_cast<size_t>(region.rows), cudaMemcpyDeviceToHost, stream));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  HostMatrix m(region.rows, region.cols);
+  for (size_t i = 0; i < raw.size(); ++i) m.data[i] = bf16_to_float(raw[i]);
+  return m;
+}
+
+RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
+  RankTensors inputs;
+  for (const BufferDecl& decl : exec.rank_plan().buffers) {
+    void* data = exec.buffer(decl.name);
+    const int64_t count = decl.rows * decl.cols;
+    if (decl.role == BufferRole::input) {
+      fill_random_bf16(data, count, seed * 131u + static_cast<uint64_t>(rank) * 17u + std::hash<std::string>{}(decl.name), stream);
+      inputs[decl.name] = download(DeviceRegion{data, decl.rows, decl.cols, decl.cols}, stream);
+    } else {
+      fill_u16(data, count, kBf16Nan, stream);  // poison: an unwritten output element shows up as NaN
+    }
+  }
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return inputs;
+}
+
+double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed) {
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaExecutor exec(comm, plan);
+  RankTensors mine = fill_inputs(exec, comm.rank(), seed, stream);
+  exec.run(stream);
+  if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("plan did not finish:\n" + exec.diagnose());
+  const HostMatrix got = download(exec.output(), stream);
+  // Every rank's A and B, for the host reference.
+  std::vector<RankTensors> all(static_cast<size_t>(comm.world_size()));
+  for (const char* name : {"A", "B"}) {
+    const HostMatrix& local = mine.at(name);
+    const auto gathered = comm.all_gather_bytes(local.data.data(), local.data.size() * sizeof(float));
+    for (int r = 0; r < comm.world_size(); ++r) {
+      HostMatrix m(local.rows, local.cols);
+      std::memcpy(m.data.data(), gathered.data() + static_cast<size_t>(r) * local.data.size() * sizeof(float),
+                  local.data.size() * sizeof(float));
+      all[static_cast<size_t>(r)][name] = std::move(m);
+    }
+  }
+  const auto expected = expected_outputs(plan.problem, all);
+  cudaStreamDestroy(stream);
+  return relative_error(got, expected[static_cast<size_t>(comm.rank())]);
+}
+
+}  // namespace weft::testing_support

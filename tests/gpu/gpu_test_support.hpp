@@ -1,0 +1,22 @@
+// Shared by the GPU tests: run one plan on this rank's GPU with random inputs and compare the result
+// with the op computed on the host in double precision.
+#pragma once
+
+#include "weft/core/host_matrix.hpp"
+#include "weft/core/plan.hpp"
+#include "weft/runtime/communicator.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+
+namespace weft::testing_support {
+
+// Fills the executor's inputs with device-generated random bf16 values (seeded by rank and name),
+// poisons its output, and returns the inputs as host matrices.
+RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);
+HostMatrix download(const DeviceRegion& region, cudaStream_t stream);
+
+// Runs `plan` once on every rank's thread of `comm` (collective) and returns this rank's relative
+// error against the host reference; the host reference needs every rank's inputs, so they are
+// gathered through the communicator.
+double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed);
+
+}  // namespace weft::testing_support
