@@ -13,7 +13,7 @@ cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Relea
 tail -3 "$out/build.log"
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  ctest --test-dir build-device -L gpu --timeout 240 --output-on-failure ${CTEST_ARGS:-} > "$out/gpu_tests.log" 2>&1 || status=1
+  ctest --test-dir build-device -L gpu --timeout ${CTEST_TIMEOUT:-90} --output-on-failure ${CTEST_ARGS:-} > "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "Passed|Failed|\*\*\*|tests passed|tests failed|Timeout" "$out/gpu_tests.log" | tail -40
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then

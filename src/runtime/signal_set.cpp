@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "weft/kernels/elementwise.hpp"
@@ -32,11 +33,16 @@ WaitValue64 wait_value_64() {
 
 SignalSet::SignalSet(Communicator& comm, int count)
     : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
+  WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   comm.barrier(nullptr);  // nobody notifies a peer before the peer's counters are zero
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
 }
+
+SignalSet::~SignalSet() { cudaFreeHost(host_copy_); }
+
+void prefer_many_hardware_queues() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
 
 void SignalSet::notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const {
   signal_add(on(rank) + signal, increment, stream);
@@ -51,14 +57,13 @@ void SignalSet::wait(cudaStream_t stream, int signal, uint64_t at_least) const {
 }
 
 std::vector<uint64_t> SignalSet::read_values() const {
-  std::vector<uint64_t> values(static_cast<size_t>(count_));
   cudaStream_t reader;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(values.data(), local(), values.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost, reader));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(host_copy_, local(), static_cast<size_t>(count_) * sizeof(uint64_t), cudaMemcpyDeviceToHost, reader));
   const bool done = synchronize_with_timeout(reader, 2000);
   cudaStreamDestroy(reader);
   if (!done) throw CudaError("could not read signal values within 2 s: the device is not responding");
-  return values;
+  return std::vector<uint64_t>(host_copy_, host_copy_ + count_);
 }
 
 bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {

@@ -5,6 +5,9 @@
 #include <string>
 
 #include "commands.hpp"
+#ifdef WEFT_HAVE_CUDA
+#include "weft/runtime/signal_set.hpp"
+#endif
 
 namespace {
 
@@ -31,6 +34,9 @@ void print_help() {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef WEFT_HAVE_CUDA
+  weft::prefer_many_hardware_queues();
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     print_help();
     return argc < 2 ? 2 : 0;

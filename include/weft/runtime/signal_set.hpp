@@ -5,6 +5,10 @@
 // without occupying an SM (cuStreamWaitValue64). Counters only grow: the executor offsets every
 // expected value by (calls so far) x (increments per call), so repeated calls and graph replays
 // need no reset.
+//
+// A stream blocked in a wait also blocks whatever the GPU queues behind it on the same hardware
+// queue; call prefer_many_hardware_queues() before the first CUDA call so that weft's few streams
+// get queues of their own.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +24,9 @@ namespace weft {
 class SignalSet {
  public:
   SignalSet(Communicator& comm, int count);
+  ~SignalSet();
+  SignalSet(const SignalSet&) = delete;
+  SignalSet& operator=(const SignalSet&) = delete;
 
   int count() const { return count_; }
   uint64_t* local() const { return static_cast<uint64_t*>(memory_.local()); }
@@ -34,7 +41,12 @@ class SignalSet {
   Communicator& comm_;
   int count_;
   SymmetricMemory memory_;
+  uint64_t* host_copy_ = nullptr;  // pinned, so reading values never blocks the host on a stuck device
 };
+
+// Sets CUDA_DEVICE_MAX_CONNECTIONS to 32 unless the user chose a value; effective only before the
+// process's first CUDA call.
+void prefer_many_hardware_queues();
 
 // Waits for `stream` to finish for at most `timeout_ms`; returns false on timeout (the work stays queued).
 bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
