@@ -132,6 +132,11 @@ void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream) {
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
+void preload_signal_kernels() {
+  cudaFuncAttributes attributes;
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, signal_add_kernel));
+}
+
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {
   if (count <= 0) return;
   difference_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(a),

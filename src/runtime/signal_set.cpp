@@ -34,6 +34,7 @@ WaitValue64 wait_value_64() {
 SignalSet::SignalSet(Communicator& comm, int count)
     : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
+  preload_signal_kernels();  // even under lazy loading, the first notify must not wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   comm.barrier(nullptr);  // nobody notifies a peer before the peer's counters are zero
@@ -42,7 +43,10 @@ SignalSet::SignalSet(Communicator& comm, int count)
 
 SignalSet::~SignalSet() { cudaFreeHost(host_copy_); }
 
-void prefer_many_hardware_queues() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+void configure_cuda_for_waits() {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+}
 
 void SignalSet::notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const {
   signal_add(on(rank) + signal, increment, stream);

@@ -13,7 +13,7 @@ namespace weft::testing_support {
 namespace {
 
 // Runs before main, so before the tests' first CUDA call.
-const bool queues_chosen = (prefer_many_hardware_queues(), true);
+const bool cuda_configured = (configure_cuda_for_waits(), true);
 
 float bf16_to_float(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;

@@ -35,7 +35,7 @@ void print_help() {
 
 int main(int argc, char** argv) {
 #ifdef WEFT_HAVE_CUDA
-  weft::prefer_many_hardware_queues();
+  weft::configure_cuda_for_waits();
 #endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     print_help();

@@ -30,6 +30,8 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream);
 // Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
+// Loads signal_add's module now (see configure_cuda_for_waits in signal_set.hpp for why).
+void preload_signal_kernels();
 // sums[0] += sum((a-b)^2), sums[1] += sum(b^2), sums[2] += count of NaN in a; doubles in device memory.
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);
 

@@ -6,9 +6,11 @@
 // expected value by (calls so far) x (increments per call), so repeated calls and graph replays
 // need no reset.
 //
-// A stream blocked in a wait also blocks whatever the GPU queues behind it on the same hardware
-// queue; call prefer_many_hardware_queues() before the first CUDA call so that weft's few streams
-// get queues of their own.
+// Two CUDA defaults can turn a stream wait into a deadlock, so call configure_cuda_for_waits()
+// before the process's first CUDA call: a stream blocked in a wait also blocks work queued behind it
+// on the same hardware queue (so ask for 32 queues), and lazy module loading makes the first launch
+// of a kernel wait for the device to go idle, which it never does while a stream waits for that
+// kernel's work (so load modules eagerly).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -44,9 +46,9 @@ class SignalSet {
   uint64_t* host_copy_ = nullptr;  // pinned, so reading values never blocks the host on a stuck device
 };
 
-// Sets CUDA_DEVICE_MAX_CONNECTIONS to 32 unless the user chose a value; effective only before the
-// process's first CUDA call.
-void prefer_many_hardware_queues();
+// Sets CUDA_DEVICE_MAX_CONNECTIONS=32 and CUDA_MODULE_LOADING=EAGER unless the user chose values;
+// effective only before the process's first CUDA call.
+void configure_cuda_for_waits();
 
 // Waits for `stream` to finish for at most `timeout_ms`; returns false on timeout (the work stays queued).
 bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
