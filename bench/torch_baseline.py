@@ -1,6 +1,6 @@
 """PyTorch's own GEMM-then-collective, timed the way `weft bench` times `sequential`, to check
 that weft's baseline is honest. Start with:
-  torchrun --standalone --nproc_per_node=W bench/torch_baseline.py --op gemm_rs --m 8192 --n 4096 --k 11008
+  torchrun --standalone --nproc_per_node=W bench/torch_baseline.py --op gemm_rs --shape 8192x4096x11008
 Shapes are given before tensor parallelism, split as bench/*.json rows are (see bench_suite.hpp).
 Prints the median over iterations of the slowest rank, in milliseconds.
 """
@@ -14,9 +14,8 @@ import torch.distributed as dist
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--op", choices=["ag_gemm", "gemm_rs", "gemm_ar"], required=True)
-    parser.add_argument("--m", type=int, required=True)
-    parser.add_argument("--n", type=int, required=True)
-    parser.add_argument("--k", type=int, required=True)
+    # One option for M x N x K: torchrun would take --m, --n, --k as abbreviations of its own options.
+    parser.add_argument("--shape", required=True, help="MxNxK")
     parser.add_argument("--split", choices=["tensor", "none"], default="tensor")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=20)
@@ -26,7 +25,8 @@ def main():
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     world = dist.get_world_size()
-    m, n, k = args.m, args.n, args.k
+    m, n, k = (int(x) for x in args.shape.split("x"))
+    args.m, args.n, args.k = m, n, k
     if args.split == "tensor":
         if args.op == "ag_gemm":
             m, n = m // world, n // world
