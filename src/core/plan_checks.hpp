@@ -14,7 +14,4 @@ void check_signal_balance(const Plan& plan, ValidationReport& report);
 // Happens-before over steps and tiles: races, reads before writes, writes to inputs, output coverage.
 void check_ordering_and_coverage(const Plan& plan, ValidationReport& report);
 
-std::string signal_text(const Plan& plan, const SignalRef& ref);
-std::string region_text(const Plan& plan, const Region& region);
-
 }  // namespace weft::detail

@@ -43,33 +43,10 @@ BufferId find_buffer(const RankPlan& rank_plan, std::string_view name) {
 
 namespace {
 
-const std::string& buffer_name(const Plan& plan, int rank, BufferId id) {
-  static const std::string unknown = "<bad buffer>";
-  if (rank < 0 || rank >= plan.world_size()) return unknown;
-  const auto& buffers = plan.ranks[static_cast<size_t>(rank)].buffers;
-  return id >= 0 && id < static_cast<BufferId>(buffers.size()) ? buffers[static_cast<size_t>(id)].name : unknown;
-}
-
-std::string signal_name(const Plan& plan, const SignalRef& ref) {
-  std::string name = "<bad signal>";
-  if (ref.rank >= 0 && ref.rank < plan.world_size()) {
-    const auto& signals = plan.ranks[static_cast<size_t>(ref.rank)].signals;
-    if (ref.id >= 0 && ref.id < static_cast<SignalId>(signals.size())) name = signals[static_cast<size_t>(ref.id)];
-  }
-  return name + "#" + std::to_string(ref.id) + "@" + std::to_string(ref.rank);
-}
-
-std::string region_text(const Plan& plan, const Region& r) {
-  std::ostringstream out;
-  out << buffer_name(plan, r.rank, r.buffer) << "@" << r.rank << "[" << r.box.row << ":" << r.box.row_end() << ","
-      << r.box.col << ":" << r.box.col_end() << "]";
-  return out.str();
-}
-
 void sync_text(std::ostream& out, const Plan& plan, const std::vector<Wait>& waits,
                const std::vector<Notify>& notifies) {
-  for (const auto& w : waits) out << " wait(" << signal_name(plan, w.signal) << ">=" << w.value << ")";
-  for (const auto& n : notifies) out << " notify(" << signal_name(plan, n.signal) << "+=" << n.increment << ")";
+  for (const auto& w : waits) out << " wait(" << describe_signal(plan, w.signal) << " >= " << w.value << ")";
+  for (const auto& n : notifies) out << " notify(" << describe_signal(plan, n.signal) << " += " << n.increment << ")";
 }
 
 std::string body_text(const Plan& plan, const StepBody& body) {
@@ -78,19 +55,19 @@ std::string body_text(const Plan& plan, const StepBody& body) {
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, GemmStep>) {
-          out << "gemm a=" << region_text(plan, b.a) << " b=" << region_text(plan, b.b) << " tile=" << b.tile_m
+          out << "gemm a=" << describe_region(plan, b.a) << " b=" << describe_region(plan, b.b) << " tile=" << b.tile_m
               << "x" << b.tile_n << " tiles=" << b.tiles.size();
         } else if constexpr (std::is_same_v<T, CopyStep>) {
-          out << "copy " << region_text(plan, b.src) << " -> " << region_text(plan, b.dst);
+          out << "copy " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);
         } else if constexpr (std::is_same_v<T, ReduceStep>) {
-          out << "reduce" << (b.accumulate ? "+=" : "") << " ->" << region_text(plan, b.dst) << " from";
-          for (const auto& s : b.srcs) out << " " << region_text(plan, s);
+          out << "reduce" << (b.accumulate ? "+=" : "") << " ->" << describe_region(plan, b.dst) << " from";
+          for (const auto& s : b.srcs) out << " " << describe_region(plan, s);
         } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
-          out << "permute_rows " << region_text(plan, b.src) << " -> " << region_text(plan, b.dst) << " ("
+          out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.source_rows.size() << " rows)";
         } else if constexpr (std::is_same_v<T, CollectiveStep>) {
-          out << to_string(b.kind) << "#" << b.id << " " << region_text(plan, b.src) << " -> "
-              << region_text(plan, b.dst);
+          out << to_string(b.kind) << "#" << b.id << " " << describe_region(plan, b.src) << " -> "
+              << describe_region(plan, b.dst);
         } else {
           out << "join";
         }
@@ -100,6 +77,27 @@ std::string body_text(const Plan& plan, const StepBody& body) {
 }
 
 }  // namespace
+
+std::string describe_region(const Plan& plan, const Region& r) {
+  std::string name = "<bad buffer>";
+  if (r.rank >= 0 && r.rank < plan.world_size()) {
+    const auto& buffers = plan.ranks[static_cast<size_t>(r.rank)].buffers;
+    if (r.buffer >= 0 && r.buffer < static_cast<BufferId>(buffers.size())) name = buffers[static_cast<size_t>(r.buffer)].name;
+  }
+  std::ostringstream out;
+  out << name << "@" << r.rank << "[" << r.box.row << ":" << r.box.row_end() << "," << r.box.col << ":" << r.box.col_end()
+      << "]";
+  return out.str();
+}
+
+std::string describe_signal(const Plan& plan, const SignalRef& ref) {
+  std::string name = "?";
+  if (ref.rank >= 0 && ref.rank < plan.world_size()) {
+    const auto& signals = plan.ranks[static_cast<size_t>(ref.rank)].signals;
+    if (ref.id >= 0 && ref.id < static_cast<SignalId>(signals.size())) name = signals[static_cast<size_t>(ref.id)];
+  }
+  return "signal '" + name + "' (#" + std::to_string(ref.id) + " on rank " + std::to_string(ref.rank) + ")";
+}
 
 std::string describe_step(const Plan& plan, int rank, const Step& step) {
   std::ostringstream out;
@@ -112,7 +110,7 @@ std::string to_string(const Plan& plan) {
   std::ostringstream out;
   out << "plan " << plan.strategy << " for " << describe(plan.problem) << "\n";
   for (const auto& rp : plan.ranks) {
-    out << "rank " << rp.rank << ": " << rp.stream_count << " stream(s), output " << region_text(plan, rp.output)
+    out << "rank " << rp.rank << ": " << rp.stream_count << " stream(s), output " << describe_region(plan, rp.output)
         << "\n";
     for (size_t i = 0; i < rp.buffers.size(); ++i) {
       const auto& b = rp.buffers[i];
@@ -128,7 +126,7 @@ std::string to_string(const Plan& plan) {
       if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
         for (const auto& t : gemm->tiles) {
           out << "      tile [" << t.tile.row << ":" << t.tile.row_end() << "," << t.tile.col << ":" << t.tile.col_end()
-              << "] -> " << region_text(plan, t.store);
+              << "] -> " << describe_region(plan, t.store);
           std::vector<Wait> waits;
           std::vector<Notify> notifies;
           if (t.wait) waits.push_back(*t.wait);

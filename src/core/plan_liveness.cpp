@@ -93,7 +93,7 @@ void check_liveness(const Plan& plan, ValidationReport& report) {
       if (!step) continue;
       std::ostringstream why;
       auto describe_wait = [&](const Wait& w) {
-        why << " waits for " << signal_text(plan, w.signal) << " >= " << w.value << " but it only ever reaches "
+        why << " waits for " << describe_signal(plan, w.signal) << " >= " << w.value << " but it only ever reaches "
             << value[static_cast<size_t>(w.signal.rank)][static_cast<size_t>(w.signal.id)];
       };
       why << "deadlock: rank " << r << " stream " << step->stream << " step '" << step->label << "'";
@@ -135,7 +135,7 @@ void check_signal_balance(const Plan& plan, ValidationReport& report) {
       const uint64_t up = raised.count({r, id}) ? raised[{r, id}] : 0;
       const uint64_t wanted = awaited.count({r, id}) ? awaited[{r, id}] : 0;
       if (up == wanted) continue;
-      std::string message = signal_text(plan, SignalRef{r, id}) + " is raised " + std::to_string(up) + " time(s) but ";
+      std::string message = describe_signal(plan, SignalRef{r, id}) + " is raised " + std::to_string(up) + " time(s) but ";
       message += wanted == 0 ? "never awaited" : "its highest wait expects " + std::to_string(wanted);
       message += up > wanted ? " (the surplus would leak into the next call's epoch)" : " (the wait can never be met)";
       report.errors.push_back({"signals", message});

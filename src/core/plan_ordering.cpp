@@ -240,7 +240,7 @@ class OrderingChecker {
   std::string cell_text(const Region& region, const Rect& cell) const {
     Region r = region;
     r.box = cell;
-    return region_text(plan_, r);
+    return describe_region(plan_, r);
   }
 
   void check_accesses() {

@@ -1,32 +1,10 @@
 // Structural checks: everything a plan names exists, shapes agree, peers are reached only through
 // symmetric buffers, and every rank joins every collective with matching arguments.
 #include <map>
-#include <sstream>
 
 #include "plan_checks.hpp"
 
 namespace weft::detail {
-
-std::string signal_text(const Plan& plan, const SignalRef& ref) {
-  std::string name = "?";
-  if (ref.rank >= 0 && ref.rank < plan.world_size()) {
-    const auto& signals = plan.ranks[static_cast<size_t>(ref.rank)].signals;
-    if (ref.id >= 0 && ref.id < static_cast<SignalId>(signals.size())) name = signals[static_cast<size_t>(ref.id)];
-  }
-  return "signal '" + name + "' (#" + std::to_string(ref.id) + " on rank " + std::to_string(ref.rank) + ")";
-}
-
-std::string region_text(const Plan& plan, const Region& r) {
-  std::string name = "?";
-  if (r.rank >= 0 && r.rank < plan.world_size()) {
-    const auto& buffers = plan.ranks[static_cast<size_t>(r.rank)].buffers;
-    if (r.buffer >= 0 && r.buffer < static_cast<BufferId>(buffers.size())) name = buffers[static_cast<size_t>(r.buffer)].name;
-  }
-  std::ostringstream out;
-  out << name << "@" << r.rank << "[" << r.box.row << ":" << r.box.row_end() << "," << r.box.col << ":"
-      << r.box.col_end() << "]";
-  return out.str();
-}
 
 namespace {
 
@@ -55,12 +33,12 @@ struct StructureChecker {
     }
     if (r.box.rows < 0 || r.box.cols < 0 || r.box.row < 0 || r.box.col < 0 || r.box.row_end() > decl->rows ||
         r.box.col_end() > decl->cols) {
-      fail(where, std::string(what) + " " + region_text(plan, r) + " lies outside buffer '" + decl->name + "' [" +
+      fail(where, std::string(what) + " " + describe_region(plan, r) + " lies outside buffer '" + decl->name + "' [" +
                       std::to_string(decl->rows) + "x" + std::to_string(decl->cols) + "]");
       return false;
     }
     if (r.rank != own_rank && !decl->symmetric) {
-      fail(where, std::string(what) + " " + region_text(plan, r) + " is on another rank but buffer '" + decl->name +
+      fail(where, std::string(what) + " " + describe_region(plan, r) + " is on another rank but buffer '" + decl->name +
                       "' is not symmetric, so peers cannot reach it");
       return false;
     }
@@ -70,10 +48,10 @@ struct StructureChecker {
   void signal(const std::string& where, const SignalRef& ref, int own_rank, bool is_wait) {
     if (ref.rank < 0 || ref.rank >= plan.world_size() || ref.id < 0 ||
         ref.id >= static_cast<SignalId>(plan.ranks[static_cast<size_t>(ref.rank)].signals.size())) {
-      fail(where, "names " + signal_text(plan, ref) + ", which does not exist");
+      fail(where, "names " + describe_signal(plan, ref) + ", which does not exist");
       return;
     }
-    if (is_wait && ref.rank != own_rank) fail(where, "waits on " + signal_text(plan, ref) + " of another rank; waits must be local");
+    if (is_wait && ref.rank != own_rank) fail(where, "waits on " + describe_signal(plan, ref) + " of another rank; waits must be local");
   }
 
   void same_shape(const std::string& where, const Rect& a, const Rect& b, const char* what) {

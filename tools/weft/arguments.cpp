@@ -75,6 +75,20 @@ Problem problem_from(const Arguments& args) {
   return p;
 }
 
+std::vector<OpKind> ops_from(const Arguments& args) {
+  std::vector<OpKind> ops;
+  for (const auto& name : args.list("op", {"ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a"})) ops.push_back(parse_op(name));
+  return ops;
+}
+
+std::vector<std::string> strategies_from(const Arguments& args) {
+  std::vector<std::string> names;
+  for (const auto& s : strategies()) names.push_back(s.name);
+  names = args.list("strategy", names);
+  for (const auto& n : names) find_strategy(n);  // unknown names fail before anything runs
+  return names;
+}
+
 PlanOptions plan_options_from(const Arguments& args) {
   PlanOptions o;
   const std::string tile = args.text("tile", "128x128");

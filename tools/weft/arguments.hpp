@@ -29,6 +29,9 @@ class Arguments {
 
 // --op, --m, --n, --k, --world, --seed (routing for gemm_a2a), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
+// --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
+std::vector<OpKind> ops_from(const Arguments& args);
+std::vector<std::string> strategies_from(const Arguments& args);
 // --tile MxN, --raster along_m|along_n, --swizzle S.
 PlanOptions plan_options_from(const Arguments& args);
 

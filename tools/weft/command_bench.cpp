@@ -22,12 +22,8 @@ std::string suite_path(const std::string& name) {
 }  // namespace
 
 int command_bench(const Arguments& args) {
-  std::vector<OpKind> ops;
-  for (const auto& name : args.list("op", {"ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a"})) ops.push_back(parse_op(name));
-  std::vector<std::string> names;
-  for (const auto& s : strategies()) names.push_back(s.name);
-  names = args.list("strategy", names);
-  for (const auto& n : names) find_strategy(n);  // unknown names fail before anything runs
+  const std::vector<OpKind> ops = ops_from(args);
+  const std::vector<std::string> names = strategies_from(args);
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
   const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
 

@@ -17,11 +17,8 @@ int command_plan(const Arguments& args) {
 }
 
 int command_check(const Arguments& args) {
-  std::vector<OpKind> ops;
-  for (const auto& name : args.list("op", {"ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a"})) ops.push_back(parse_op(name));
-  std::vector<std::string> names;
-  for (const auto& s : strategies()) names.push_back(s.name);
-  names = args.list("strategy", names);
+  const std::vector<OpKind> ops = ops_from(args);
+  const std::vector<std::string> names = strategies_from(args);
   std::vector<int> worlds;
   for (const auto& w : args.list("world", {"1", "2", "3", "4", "8"})) worlds.push_back(std::stoi(w));
   return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1))) == 0 ? 0 : 1;

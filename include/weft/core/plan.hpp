@@ -191,6 +191,10 @@ struct Plan {
 std::string_view to_string(BufferRole role);
 std::string to_string(const Plan& plan);
 std::string describe_step(const Plan& plan, int rank, const Step& step);
+// "C@1[0:64,0:128]": buffer name, owning rank, rows and columns.
+std::string describe_region(const Plan& plan, const Region& region);
+// "signal 'shard1_arrived' (#1 on rank 0)".
+std::string describe_signal(const Plan& plan, const SignalRef& ref);
 
 // Looks a buffer up by name on a rank; throws std::out_of_range naming it when absent.
 BufferId find_buffer(const RankPlan& rank_plan, std::string_view name);
