@@ -55,7 +55,7 @@ std::string body_text(const Plan& plan, const StepBody& body) {
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, GemmStep>) {
-          out << "gemm a=" << describe_region(plan, b.a) << " b=" << describe_region(plan, b.b) << " tile=" << b.tile_m
+          out << (b.accumulate ? "gemm+= a=" : "gemm a=") << describe_region(plan, b.a) << " b=" << describe_region(plan, b.b) << " tile=" << b.tile_m
               << "x" << b.tile_n << " tiles=" << b.tiles.size();
         } else if constexpr (std::is_same_v<T, CopyStep>) {
           out << "copy " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);

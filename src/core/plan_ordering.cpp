@@ -116,7 +116,7 @@ class OrderingChecker {
             b.box = {gemm->b.box.row + t.tile.col, gemm->b.box.col, t.tile.cols, gemm->b.box.cols};
             access(tile, a, AccessKind::read);
             access(tile, b, AccessKind::read);
-            access(tile, t.store, AccessKind::define);
+            access(tile, t.store, gemm->accumulate ? AccessKind::update : AccessKind::define);
           }
         } else if (const auto* coll = std::get_if<CollectiveStep>(&step.body)) {
           auto [it, fresh] = collective_node.try_emplace(coll->id, -1);

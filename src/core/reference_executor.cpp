@@ -123,7 +123,7 @@ class ReferenceRun {
       if (t.wait) wait(*t.wait, who + " tile " + std::to_string(i));
       for (int64_t r = 0; r < t.tile.rows; ++r)
         for (int64_t c = 0; c < t.tile.cols; ++c) {
-          double sum = 0.0;
+          double sum = g.accumulate ? at(t.store, r, c) : 0.0;
           for (int64_t k = 0; k < g.a.box.cols; ++k)
             sum += static_cast<double>(at(g.a, t.tile.row + r, k)) * at(g.b, t.tile.col + c, k);
           at(t.store, r, c) = static_cast<float>(sum);

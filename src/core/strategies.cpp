@@ -10,6 +10,15 @@ bool Strategy::supports(OpKind op) const {
   return false;
 }
 
+namespace {
+
+Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const std::string& description) {
+  return {"ficco_" + schedule_name, "FiCCO", description, {OpKind::ag_gemm},
+          [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }};
+}
+
+}  // namespace
+
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> all = {
       {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
@@ -17,6 +26,14 @@ const std::vector<Strategy>& strategies() {
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
        {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a}, plan_decomposed},
+      ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
+            "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
+      ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,
+            "local shard first; then per step one GEMM over the peers' sub-chunks, scattered into place"),
+      ficco("hetero_unfused_1d", FiccoSchedule::hetero_unfused_1d,
+            "local shard first; then per step one GEMM per received sub-chunk, in place"),
+      ficco("uniform_fused_2d", FiccoSchedule::uniform_fused_2d,
+            "K-column slices from every peer per step; GEMMs over all rows accumulate into C (for M <= K)"),
   };
   return all;
 }

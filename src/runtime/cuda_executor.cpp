@@ -181,10 +181,11 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
             const LoweredGemm* lowered = &im.gemms.back();
             cublasLtHandle_t lt = im.lt;
             void* ws = im.workspace;
-            body = [lowered, lt, ws](cudaStream_t stream) {
-              const float one = 1.0f, zero = 0.0f;
+            const float beta = b.accumulate ? 1.0f : 0.0f;
+            body = [lowered, lt, ws, beta](cudaStream_t stream) {
+              const float one = 1.0f;
               WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, lowered->desc, &one, lowered->b, lowered->weight, lowered->a, lowered->activation,
-                                               &zero, lowered->c, lowered->out, lowered->c, lowered->out, &lowered->algo, ws,
+                                               &beta, lowered->c, lowered->out, lowered->c, lowered->out, &lowered->algo, ws,
                                                kGemmWorkspaceBytes, stream));
             };
           } else if constexpr (std::is_same_v<T, CopyStep>) {

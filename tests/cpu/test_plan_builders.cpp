@@ -104,6 +104,43 @@ TEST(Builders, DecomposedUsesTwoStreamsAndTheRightEngines) {
   EXPECT_EQ(collectives, 4);
 }
 
+TEST(Builders, FiccoStepsPullFromEveryPeerAtOnce) {
+  // In step j each rank pulls sub-chunk j from all W-1 peers (an all-to-all), not a whole shard from one.
+  Problem p{OpKind::ag_gemm, 8, 16, 8, 4, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_ficco(p, {}, FiccoSchedule::uniform_fused_1d);
+  std::vector<std::string> pulls;
+  for (const auto& step : plan.ranks[1].steps)
+    if (std::holds_alternative<CopyStep>(step.body) && step.stream == 1) pulls.push_back(step.label);
+  ASSERT_EQ(pulls.size(), 12u);
+  EXPECT_EQ(pulls[0], "pull step 0 from rank 2");
+  EXPECT_EQ(pulls[2], "pull step 0 from rank 0");
+  EXPECT_EQ(pulls[3], "pull step 1 from rank 2");
+  for (const auto& step : plan.ranks[1].steps)
+    if (const auto* copy = std::get_if<CopyStep>(&step.body); copy && step.stream == 1) {
+      EXPECT_EQ(copy->src.box.rows, 2);
+    }
+}
+
+TEST(Builders, FiccoTwoDimensionalAccumulatesOverKSlices) {
+  Problem p{OpKind::ag_gemm, 8, 16, 12, 3, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_ficco(p, {}, FiccoSchedule::uniform_fused_2d);
+  std::vector<bool> accumulate;
+  for (const auto& step : plan.ranks[0].steps)
+    if (const auto* g = std::get_if<GemmStep>(&step.body)) {
+      accumulate.push_back(g->accumulate);
+      EXPECT_EQ(g->a.box.rows, 24);  // every rank's rows
+      EXPECT_EQ(g->a.box.cols, 4);   // one K slice
+    }
+  EXPECT_EQ(accumulate, (std::vector<bool>{false, true, true}));
+  const CpuProof proof = prove_on_cpu(plan, 9);
+  EXPECT_TRUE(proof.passed()) << proof.explain();
+}
+
+TEST(Builders, FiccoIsOnlyForAllGatherGemm) {
+  Problem p{OpKind::gemm_ar, 8, 16, 12, 2, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(plan_ficco(p, {}, FiccoSchedule::hetero_fused_1d), std::invalid_argument);
+}
+
 TEST(Builders, UnknownStrategyListsTheKnownOnes) {
   try {
     find_strategy("magic");
@@ -118,6 +155,7 @@ TEST(Builders, AllToAllWithEmptyAndOverfullDestinations) {
   Problem p{OpKind::gemm_a2a, 9, 12, 8, 4, DType::bf16, DType::bf16, {}};
   p.routing.assign(4, std::vector<int>(9, 2));
   for (const auto& s : strategies()) {
+    if (!s.supports(p.op)) continue;
     SCOPED_TRACE(s.name);
     const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1}), 3);
     EXPECT_TRUE(proof.passed()) << proof.explain();

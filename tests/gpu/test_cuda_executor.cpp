@@ -55,10 +55,15 @@ std::string param_name(const testing::TestParamInfo<std::tuple<OpKind, std::stri
   return std::string(to_string(std::get<0>(info.param))) + "_" + std::get<1>(info.param);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorMatchesReference,
-                         testing::Combine(testing::Values(OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a),
-                                          testing::Values("sequential", "decomposed")),
-                         param_name);
+std::vector<std::tuple<OpKind, std::string>> every_op_and_strategy() {
+  std::vector<std::tuple<OpKind, std::string>> cases;
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a})
+    for (const auto& s : strategies())
+      if (s.supports(op)) cases.emplace_back(op, s.name);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorMatchesReference, testing::ValuesIn(every_op_and_strategy()), param_name);
 
 TEST(Executor, ThousandBackToBackCallsNeitherHangNorDrift) {
   const int world = static_cast<int>(group().size());

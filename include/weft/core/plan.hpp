@@ -93,13 +93,15 @@ struct GemmTile {
   bool operator==(const GemmTile&) const = default;
 };
 
-// out[i, j] = sum_k a[i, k] * b[j, k] over the boxes `a` ([M, K]) and `b` ([N, K]).
+// out[i, j] = sum_k a[i, k] * b[j, k] over the boxes `a` ([M, K]) and `b` ([N, K]); with
+// `accumulate` the tiles add to what their store targets hold (K split over several GEMMs).
 struct GemmStep {
   Region a;
   Region b;
   int tile_m = 128;
   int tile_n = 128;
   std::vector<GemmTile> tiles;
+  bool accumulate = false;
 
   bool operator==(const GemmStep&) const = default;
 };

@@ -43,4 +43,9 @@ Plan plan_sequential(const Problem& problem, const PlanOptions& options);
 // AsyncTP-style: per-shard GEMMs on one stream, per-shard transfers on another, ordered by signals.
 Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
 
+// FiCCO's four schedules (ficco.txt Figure 11(b)) for ag_gemm; plan_ficco.cpp says what each does.
+enum class FiccoSchedule { uniform_fused_1d, hetero_fused_1d, hetero_unfused_1d, uniform_fused_2d };
+std::string_view to_string(FiccoSchedule schedule);
+Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedule schedule);
+
 }  // namespace weft
