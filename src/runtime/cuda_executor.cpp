@@ -1,6 +1,7 @@
 #include "weft/runtime/cuda_executor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -273,8 +274,17 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
 
 CudaExecutor::~CudaExecutor() {
   cudaSetDevice(comm_.device());
-  cudaDeviceSynchronize();
   Impl& im = *impl_;
+  // cudaFree waits for the whole device: if a stream is stuck in a wait, freeing would hang the
+  // process. Leak instead, loudly, so that the error that got us here can still be reported.
+  for (cudaStream_t s : im.streams)
+    if (!synchronize_with_timeout(s, 10000)) {
+      std::fprintf(stderr, "weft: rank %d's streams are still blocked; leaving its buffers allocated\n%s", comm_.rank(),
+                   diagnose().c_str());
+      (void)impl_.release();
+      return;
+    }
+  cudaDeviceSynchronize();
   for (auto& g : im.gemms) g.destroy();
   for (auto* rows : im.device_row_lists) cudaFree(rows);
   for (size_t b = 0; b < im.local_memory.size(); ++b)

@@ -119,7 +119,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   PlanOptions plan_options;
   plan_options.tile_m = 128;
   plan_options.tile_n = 256;
-  std::printf("%-22s %-9s %5s %-11s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
+  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {
     std::vector<int> devices(static_cast<size_t>(world));
@@ -222,7 +222,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.error = p == 2 ? 0.0 : *std::max_element(errors[p].begin(), errors[p].end());
         m.verified = m.error <= kTolerance;
         failures += !m.verified;
-        std::printf("%-22s %-9s %5d %-11s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %s\n", m.row.c_str(),
+        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %s\n", m.row.c_str(),
                     std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t,
                     std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error,
                     p == 2 ? "baseline" : (m.verified ? "ok" : "MISMATCH"));
