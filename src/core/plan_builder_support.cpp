@@ -35,6 +35,15 @@ Step& RankPlanBuilder::add(std::string label, int stream, Engine engine, StepBod
   return plan_.steps.back();
 }
 
+AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder& b) {
+  AllGatherOperands o{};
+  o.a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
+  o.b = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  o.gathered = b.buffer("A_gathered", BufferRole::scratch, p.world_size * p.m, p.k, p.input_dtype);
+  o.c = b.buffer("C", BufferRole::output, p.world_size * p.m, p.n, p.output_dtype);
+  return o;
+}
+
 GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options) {
   GemmStep gemm;
   gemm.a = a;

@@ -30,6 +30,13 @@ class RankPlanBuilder {
   RankPlan plan_;
 };
 
+// The operands of AllGather+GEMM on one rank: the local A shard (symmetric, so peers can pull it),
+// the weight, the gathered A and the output, declared in that order.
+struct AllGatherOperands {
+  BufferId a, b, gathered, c;
+};
+AllGatherOperands declare_all_gather_operands(const Problem& problem, RankPlanBuilder& builder);
+
 // A GEMM over a ([M, K] box) and b ([N, K] box) whose tile at (i, j) of the output space is stored at
 // (c.row + i, c.col + j) of c's buffer on c's rank; tiles in the options' raster order.
 GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options);

@@ -20,10 +20,7 @@ constexpr int kComm = 1;
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
-  const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
-  const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
+  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
   std::vector<SignalId> arrived;
   for (int s = 0; s < world; ++s) arrived.push_back(b.signal("shard" + std::to_string(s) + "_arrived"));
   b.add("gemm shard " + std::to_string(r), kCompute, Engine::sm,

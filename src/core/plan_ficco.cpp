@@ -111,10 +111,7 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
 void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const auto cuts = detail::split_rows(p.k, world);  // K columns of slice j: [cuts[j], cuts[j+1])
-  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
-  const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
-  const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
+  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
   std::vector<SignalId> arrived;
   for (int j = 0; j < world; ++j) arrived.push_back(b.signal("slice" + std::to_string(j) + "_arrived"));
   auto columns = [&](BufferId id, int64_t first_row, int64_t rows, int j, std::optional<int> rank = std::nullopt) {
