@@ -1,5 +1,6 @@
 #include <stdexcept>
 
+#include "weft/core/ficco_heuristic.hpp"
 #include "weft/core/plan_builders.hpp"
 
 namespace weft {
@@ -26,6 +27,14 @@ const std::vector<Strategy>& strategies() {
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
        {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a}, plan_decomposed},
+      {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
+       {OpKind::ag_gemm},
+       [](const Problem& p, const PlanOptions& o) {
+         const FiccoSchedule pick = pick_ficco_schedule(p, MachineProfile{}).schedule;
+         Plan plan = plan_ficco(p, o, pick);
+         plan.strategy = "ficco=" + std::string(to_string(pick));  // tables show what was picked
+         return plan;
+       }},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
       ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,

@@ -1,0 +1,25 @@
+#include "weft/core/ficco_heuristic.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace weft {
+
+FiccoDecision pick_ficco_schedule(const Problem& p, const MachineProfile& machine, double threshold_seconds) {
+  check_problem(p);
+  if (p.op != OpKind::ag_gemm) throw std::invalid_argument("the FiCCO heuristic picks schedules for ag_gemm, not " + std::string(to_string(p.op)));
+  const double m = static_cast<double>(p.world_size) * static_cast<double>(p.m);
+  const double n = static_cast<double>(p.n), k = static_cast<double>(p.k);
+  FiccoDecision d;
+  d.memory_traffic = dtype_bytes(p.input_dtype) * (m * k + n * k) + dtype_bytes(p.output_dtype) * m * n;
+  d.op_to_byte = 2.0 * m * n * k / d.memory_traffic;
+  d.combined = d.op_to_byte * d.memory_traffic / machine.peak_flops;
+  d.threshold = threshold_seconds;
+  if (m <= k) d.schedule = FiccoSchedule::uniform_fused_2d;
+  else if (d.combined < d.threshold) d.schedule = FiccoSchedule::uniform_fused_1d;
+  else if (d.combined > 5.0 * d.threshold) d.schedule = FiccoSchedule::hetero_unfused_1d;
+  else d.schedule = FiccoSchedule::hetero_fused_1d;
+  return d;
+}
+
+}  // namespace weft

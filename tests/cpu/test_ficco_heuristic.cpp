@@ -1,0 +1,43 @@
+#include <gtest/gtest.h>
+
+#include "weft/core/ficco_heuristic.hpp"
+
+namespace weft {
+namespace {
+
+Problem ag(int64_t m_per_rank, int64_t n, int64_t k, int world) {
+  return Problem{OpKind::ag_gemm, m_per_rank, n, k, world, DType::bf16, DType::bf16, {}};
+}
+
+TEST(FiccoHeuristic, TwoDimensionalWhenRowsDoNotExceedK) {
+  EXPECT_EQ(pick_ficco_schedule(ag(256, 4096, 8192, 4), {}).schedule, FiccoSchedule::uniform_fused_2d);  // M = 1024 <= K
+  EXPECT_EQ(pick_ficco_schedule(ag(2048, 4096, 8192, 4), {}).schedule, FiccoSchedule::uniform_fused_2d);  // M = K
+}
+
+TEST(FiccoHeuristic, OneDimensionalTranchesFollowTheGemmSizeAgainstTheMachine) {
+  MachineProfile machine;
+  machine.peak_flops = 1e15;
+  // 2 * 8192 * 1024 * 1024 = 17 GFLOP: 17 us at peak, far under 1 ms.
+  EXPECT_EQ(pick_ficco_schedule(ag(2048, 1024, 1024, 4), machine).schedule, FiccoSchedule::uniform_fused_1d);
+  // 2 * 32768 * 8192 * 4096 = 2.2 TFLOP: 2.2 ms, between 1 and 5 ms.
+  EXPECT_EQ(pick_ficco_schedule(ag(8192, 8192, 4096, 4), machine).schedule, FiccoSchedule::hetero_fused_1d);
+  // 2 * 65536 * 28672 * 8192 = 30.8 TFLOP: 31 ms, past 5 ms.
+  EXPECT_EQ(pick_ficco_schedule(ag(8192, 28672, 8192, 8), machine).schedule, FiccoSchedule::hetero_unfused_1d);
+}
+
+TEST(FiccoHeuristic, ReportsTheQuantitiesItDecidedOn) {
+  const auto d = pick_ficco_schedule(ag(1024, 2048, 512, 2), MachineProfile{1e15, 4e12});
+  const double m = 2048, n = 2048, k = 512;
+  EXPECT_DOUBLE_EQ(d.memory_traffic, 2 * (m * k + n * k + m * n));
+  EXPECT_DOUBLE_EQ(d.op_to_byte, 2 * m * n * k / d.memory_traffic);
+  EXPECT_DOUBLE_EQ(d.combined, 2 * m * n * k / 1e15);
+}
+
+TEST(FiccoHeuristic, OnlyForAllGatherGemm) {
+  Problem p = ag(64, 64, 64, 2);
+  p.op = OpKind::gemm_ar;
+  EXPECT_THROW(pick_ficco_schedule(p, {}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft
