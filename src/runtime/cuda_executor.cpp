@@ -41,6 +41,36 @@ struct LoweredGemm {
   }
 };
 
+bool any_rank_touches_peers(const Plan& plan) {
+  for (const RankPlan& rp : plan.ranks) {
+    auto foreign = [&](const Region& r) { return r.rank != rp.rank; };
+    for (const Step& step : rp.steps) {
+      for (const Notify& n : step.notifies)
+        if (n.signal.rank != rp.rank) return true;
+      const bool touches = std::visit(
+          [&](const auto& b) {
+            using T = std::decay_t<decltype(b)>;
+            if constexpr (std::is_same_v<T, GemmStep>) {
+              for (const GemmTile& t : b.tiles)
+                if (foreign(t.store) || (t.notify && t.notify->signal.rank != rp.rank)) return true;
+              return foreign(b.a) || foreign(b.b);
+            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep>) {
+              return foreign(b.src) || foreign(b.dst);
+            } else if constexpr (std::is_same_v<T, ReduceStep>) {
+              for (const Region& r : b.srcs)
+                if (foreign(r)) return true;
+              return foreign(b.dst);
+            } else {
+              return false;  // collectives and joins touch only their own rank's memory
+            }
+          },
+          step.body);
+      if (touches) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 struct CudaExecutor::Impl {
@@ -62,7 +92,9 @@ struct CudaExecutor::Impl {
   std::vector<LoweredGemm> gemms;
   std::vector<int64_t*> device_row_lists;
   std::vector<Lowered> steps;
-  bool touches_peers = false;
+  // Some rank of the plan reads or writes another rank's memory or signals. Decided from the whole
+  // plan, so that every rank agrees and the barriers it guards are collective.
+  bool plan_touches_peers = false;
   uint64_t calls = 0;
 };
 
@@ -108,6 +140,8 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
         for (const GemmTile& t : g->tiles)
           if (t.notify) count_raise(*t.notify);
     }
+
+  im.plan_touches_peers = any_rank_touches_peers(plan_);
 
   for (int s = 0; s < mine.stream_count; ++s) {
     cudaStream_t stream;
@@ -190,7 +224,6 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
                                                kGemmWorkspaceBytes, stream));
             };
           } else if constexpr (std::is_same_v<T, CopyStep>) {
-            if (b.src.rank != comm_.rank() || b.dst.rank != comm_.rank()) im.touches_peers = true;
             const DeviceRegion src = region(b.src), dst = region(b.dst);
             if (src.rows * src.cols == 0) return;
             body = [src, dst](cudaStream_t stream) {
@@ -202,7 +235,6 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
             std::vector<DeviceRegion> srcs;
             for (const Region& r : b.srcs) {
               srcs.push_back(region(r));
-              if (r.rank != comm_.rank()) im.touches_peers = true;
             }
             const DeviceRegion dst = region(b.dst);
             const bool accumulate = b.accumulate;
@@ -260,8 +292,6 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
         },
         step.body);
     std::vector<Notify> notifies = step.notifies;
-    for (const Notify& n : notifies)
-      if (n.signal.rank != comm_.rank()) im.touches_peers = true;
     SignalSet* signals = im.signals.get();
     low.enqueue = [body, notifies, signals](cudaStream_t stream) {
       if (body) body(stream);
@@ -284,6 +314,27 @@ CudaExecutor::~CudaExecutor() {
       (void)impl_.release();
       return;
     }
+  // Peers may still be pulling from or pushing into this rank's buffers and signals: nobody frees
+  // until every rank has finished its own streams (each enters the barrier only after that).
+  if (im.plan_touches_peers) {
+    cudaStream_t last;
+    bool done = cudaStreamCreateWithFlags(&last, cudaStreamNonBlocking) == cudaSuccess;
+    if (done) {
+      try {
+        comm_.barrier(last);
+        done = synchronize_with_timeout(last, 10000);
+      } catch (const std::exception&) {
+        done = false;
+      }
+    }
+    if (!done) {
+      std::fprintf(stderr, "weft: rank %d: peers did not reach the executor's final barrier; leaving its buffers allocated\n",
+                   comm_.rank());
+      (void)impl_.release();
+      return;
+    }
+    cudaStreamDestroy(last);
+  }
   cudaDeviceSynchronize();
   for (auto& g : im.gemms) g.destroy();
   for (auto* rows : im.device_row_lists) cudaFree(rows);
@@ -322,7 +373,7 @@ void CudaExecutor::run(cudaStream_t stream) {
   Impl& im = *impl_;
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
   // A peer may still be reading buffers we are about to overwrite in its previous call.
-  if (im.touches_peers) comm_.barrier(stream);
+  if (im.plan_touches_peers) comm_.barrier(stream);
   WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
   for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
   const uint64_t epoch = im.calls;
