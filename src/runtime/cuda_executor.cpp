@@ -41,36 +41,6 @@ struct LoweredGemm {
   }
 };
 
-bool any_rank_touches_peers(const Plan& plan) {
-  for (const RankPlan& rp : plan.ranks) {
-    auto foreign = [&](const Region& r) { return r.rank != rp.rank; };
-    for (const Step& step : rp.steps) {
-      for (const Notify& n : step.notifies)
-        if (n.signal.rank != rp.rank) return true;
-      const bool touches = std::visit(
-          [&](const auto& b) {
-            using T = std::decay_t<decltype(b)>;
-            if constexpr (std::is_same_v<T, GemmStep>) {
-              for (const GemmTile& t : b.tiles)
-                if (foreign(t.store) || (t.notify && t.notify->signal.rank != rp.rank)) return true;
-              return foreign(b.a) || foreign(b.b);
-            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep>) {
-              return foreign(b.src) || foreign(b.dst);
-            } else if constexpr (std::is_same_v<T, ReduceStep>) {
-              for (const Region& r : b.srcs)
-                if (foreign(r)) return true;
-              return foreign(b.dst);
-            } else {
-              return false;  // collectives and joins touch only their own rank's memory
-            }
-          },
-          step.body);
-      if (touches) return true;
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 struct CudaExecutor::Impl {
@@ -141,7 +111,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
           if (t.notify) count_raise(*t.notify);
     }
 
-  im.plan_touches_peers = any_rank_touches_peers(plan_);
+  im.plan_touches_peers = reaches_across_ranks(plan_);
 
   for (int s = 0; s < mine.stream_count; ++s) {
     cudaStream_t stream;

@@ -141,6 +141,18 @@ TEST(Builders, FiccoIsOnlyForAllGatherGemm) {
   EXPECT_THROW(plan_ficco(p, {}, FiccoSchedule::hetero_fused_1d), std::invalid_argument);
 }
 
+TEST(Builders, ReachingAcrossRanksIsAPropertyOfTheWholePlan) {
+  Problem p{OpKind::gemm_a2a, 6, 8, 8, 2, DType::bf16, DType::bf16, {}};
+  p.routing = {{0, 0, 0, 0, 0, 0}, {0, 1, 0, 1, 0, 1}};  // rank 0 keeps every row: it pushes nothing
+  EXPECT_FALSE(reaches_across_ranks(plan_sequential(p, {})));
+  const Plan decomposed = plan_decomposed(p, {});
+  EXPECT_TRUE(reaches_across_ranks(decomposed));
+  Plan rank0_only = decomposed;
+  rank0_only.ranks.resize(1);
+  rank0_only.ranks[0].rank = 0;
+  EXPECT_FALSE(reaches_across_ranks(rank0_only));  // rank 0 alone never leaves itself; rank 1 does
+}
+
 TEST(Builders, UnknownStrategyListsTheKnownOnes) {
   try {
     find_strategy("magic");

@@ -198,6 +198,11 @@ std::string describe_region(const Plan& plan, const Region& region);
 // "signal 'shard1_arrived' (#1 on rank 0)".
 std::string describe_signal(const Plan& plan, const SignalRef& ref);
 
+// Whether any rank's step reads or writes another rank's memory or raises another rank's signal.
+// Executors barrier between calls (and before freeing) exactly when this holds; it is a property of
+// the whole plan, so every rank agrees on it.
+bool reaches_across_ranks(const Plan& plan);
+
 // Looks a buffer up by name on a rank; throws std::out_of_range naming it when absent.
 BufferId find_buffer(const RankPlan& rank_plan, std::string_view name);
 

@@ -1,0 +1,36 @@
+// Questions about a whole plan that executors ask once per plan.
+#include "weft/core/plan.hpp"
+
+namespace weft {
+
+bool reaches_across_ranks(const Plan& plan) {
+  for (const RankPlan& rp : plan.ranks) {
+    auto foreign = [&](const Region& r) { return r.rank != rp.rank; };
+    for (const Step& step : rp.steps) {
+      for (const Notify& n : step.notifies)
+        if (n.signal.rank != rp.rank) return true;
+      const bool reaches = std::visit(
+          [&](const auto& b) {
+            using T = std::decay_t<decltype(b)>;
+            if constexpr (std::is_same_v<T, GemmStep>) {
+              for (const GemmTile& t : b.tiles)
+                if (foreign(t.store) || (t.notify && t.notify->signal.rank != rp.rank)) return true;
+              return foreign(b.a) || foreign(b.b);
+            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep>) {
+              return foreign(b.src) || foreign(b.dst);
+            } else if constexpr (std::is_same_v<T, ReduceStep>) {
+              for (const Region& r : b.srcs)
+                if (foreign(r)) return true;
+              return foreign(b.dst);
+            } else {
+              return false;  // collectives and joins touch only their own rank's memory
+            }
+          },
+          step.body);
+      if (reaches) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace weft
