@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <thread>
 
 #include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/rank_threads.hpp"
 
 namespace weft {
 
@@ -58,20 +58,7 @@ std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::
   std::vector<std::unique_ptr<Communicator>> group;
   for (size_t i = 0; i < devices.size(); ++i) group.emplace_back(new Communicator(comms[i], devices[i], true));
   // Learning peers is collective: every rank's thread takes part.
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(group.size());
-  for (size_t i = 0; i < group.size(); ++i)
-    threads.emplace_back([&, i] {
-      try {
-        WEFT_CUDA_CHECK(cudaSetDevice(group[i]->device_));
-        group[i]->learn_peers();
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  for_each_rank(group, [](Communicator& comm) { comm.learn_peers(); });
   return group;
 }
 
