@@ -46,7 +46,8 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
   const BufferId staged_out = fused ? b.buffer("C_by_step", BufferRole::scratch, pieces * p.m, p.n, p.output_dtype) : -1;
   std::vector<SignalId> arrived, computed;
   for (int j = 0; j < world; ++j) arrived.push_back(b.signal("step" + std::to_string(j) + "_arrived"));
-  for (int j = 0; j < world; ++j) computed.push_back(b.signal("step" + std::to_string(j) + "_computed"));
+  if (fused)  // the scatter of step j waits for its GEMM
+    for (int j = 0; j < world; ++j) computed.push_back(b.signal("step" + std::to_string(j) + "_computed"));
 
   // Where piece `q` (a rank) of step j sits in the staging buffer.
   auto slot = [&](int j, int q) {

@@ -29,6 +29,14 @@ int env_int(std::initializer_list<const char*> names, const char* what) {
 
 uint64_t hash_text(const std::string& text) { return std::hash<std::string>{}(text); }
 
+int64_t collective_timeout_ms() {
+  static const int64_t ms = [] {
+    const std::string seconds = env("WEFT_COLLECTIVE_TIMEOUT_S");
+    return seconds.empty() ? int64_t{120000} : static_cast<int64_t>(std::stod(seconds) * 1000);
+  }();
+  return ms;
+}
+
 }  // namespace
 
 Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm), device_(device), owned_(owned) {
@@ -38,10 +46,9 @@ Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm
 }
 
 Communicator::~Communicator() {
-  if (scratch_) {
-    cudaSetDevice(device_);
-    cudaFree(scratch_);
-  }
+  cudaSetDevice(device_);
+  if (scratch_) cudaFree(scratch_);
+  if (host_stream_) cudaStreamDestroy(host_stream_);
   if (owned_ && comm_) ncclCommDestroy(comm_);
 }
 
@@ -103,6 +110,7 @@ void Communicator::learn_peers() {
 std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t bytes) {
   const size_t needed = bytes * static_cast<size_t>(world_ + 1);
   WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  if (!host_stream_) WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking));
   if (needed > scratch_bytes_) {
     if (scratch_) WEFT_CUDA_CHECK(cudaFree(scratch_));
     scratch_bytes_ = std::max<size_t>(needed, 4096);
@@ -111,11 +119,20 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   auto* send = static_cast<uint8_t*>(scratch_);
   uint8_t* recv = send + bytes;
   WEFT_CUDA_CHECK(cudaMemcpy(send, data, bytes, cudaMemcpyHostToDevice));
-  WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, nullptr));
+  WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
+  // A rank that failed (or took another path) never joins: say so instead of waiting forever.
+  if (!synchronize_with_timeout(host_stream_, collective_timeout_ms()))
+    throw std::runtime_error("Communicator: rank " + std::to_string(rank_) + " waited " +
+                             std::to_string(collective_timeout_ms() / 1000) +
+                             " s for its peers in a host-side all-gather of " + std::to_string(bytes) +
+                             " bytes; a peer failed or made different calls (see its error above; "
+                             "WEFT_COLLECTIVE_TIMEOUT_S sets the limit). The communicator is unusable now.");
   std::vector<uint8_t> result(bytes * static_cast<size_t>(world_));
-  WEFT_CUDA_CHECK(cudaMemcpy(result.data(), recv, result.size(), cudaMemcpyDeviceToHost));  // legacy stream: after NCCL
+  WEFT_CUDA_CHECK(cudaMemcpy(result.data(), recv, result.size(), cudaMemcpyDeviceToHost));
   return result;
 }
+
+void Communicator::host_barrier() { all_gather_bytes(&rank_, sizeof rank_); }
 
 void Communicator::barrier(cudaStream_t stream) {
   if (!scratch_) all_gather_bytes(&rank_, sizeof rank_);  // allocates scratch

@@ -1,5 +1,8 @@
 #include "weft/runtime/cuda_check.hpp"
 
+#include <chrono>
+#include <thread>
+
 namespace weft {
 
 namespace {
@@ -36,6 +39,28 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) hint = "no cuBLASLt algorithm for this shape, layout or alignment";
   throw CudaError(std::string(call) + " failed at " + file + ":" + std::to_string(line) + ": cuBLAS status " +
                   std::to_string(static_cast<int>(status)) + "; hint: " + hint);
+}
+
+bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {
+  cudaEvent_t done;
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(done);
+    if (status == cudaSuccess) break;
+    if (status != cudaErrorNotReady) {
+      cudaEventDestroy(done);
+      WEFT_CUDA_CHECK(status);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      cudaEventDestroy(done);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  WEFT_CUDA_CHECK(cudaEventDestroy(done));
+  return true;
 }
 
 }  // namespace weft

@@ -269,7 +269,29 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     };
     im.steps.push_back(std::move(low));
   }
+  load_gemm_kernels();
+}
+
+// cuBLASLt loads its kernel libraries on a kernel's first use (cuLibraryLoadData, whatever
+// CUDA_MODULE_LOADING says), and a load waits on the device. Inside run() the device may be holding a
+// stream at a signal wait that only a peer can release, while the peer waits on us: seen on 2xH200 as
+// one rank stuck in cuLibraryLoadData under cublasLtMatmul and the other in cudaDeviceSynchronize.
+// So every GEMM runs once here, on an idle device. It reads and writes the plan's own buffers: outputs
+// and scratch are rewritten by every run, and validation forbids writes to inputs.
+void CudaExecutor::load_gemm_kernels() {
+  Impl& im = *impl_;
+  cudaStream_t warm;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
+  const float one = 1.0f, zero = 0.0f;
+  for (const LoweredGemm& g : im.gemms)
+    WEFT_CUBLAS_CHECK(cublasLtMatmul(im.lt, g.desc, &one, g.b, g.weight, g.a, g.activation, &zero, g.c, g.out, g.c, g.out, &g.algo,
+                                     im.workspace, kGemmWorkspaceBytes, warm));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(warm));
+  WEFT_CUDA_CHECK(cudaStreamDestroy(warm));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  // A peer's warm-up may store into our buffers; nobody starts (e.g. writes inputs or poisons
+  // outputs) before every warm-up has landed.
+  if (im.plan_touches_peers) comm_.host_barrier();
 }
 
 CudaExecutor::~CudaExecutor() {

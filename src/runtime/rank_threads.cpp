@@ -1,5 +1,6 @@
 #include "weft/runtime/rank_threads.hpp"
 
+#include <cstdio>
 #include <exception>
 #include <thread>
 
@@ -15,7 +16,13 @@ void for_each_rank(const std::vector<std::unique_ptr<Communicator>>& group, cons
       try {
         WEFT_CUDA_CHECK(cudaSetDevice(group[r]->device()));
         body(*group[r]);
+      } catch (const std::exception& e) {
+        // Said now, not after the join: the other ranks may be stuck waiting for this one until
+        // their own bounded waits give up, and this message is what explains it.
+        std::fprintf(stderr, "weft: rank %zu failed: %s\n", r, e.what());
+        errors[r] = std::current_exception();
       } catch (...) {
+        std::fprintf(stderr, "weft: rank %zu failed with a non-standard exception\n", r);
         errors[r] = std::current_exception();
       }
     });

@@ -2,9 +2,7 @@
 
 #include <cuda.h>
 
-#include <chrono>
 #include <cstdlib>
-#include <thread>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -37,8 +35,7 @@ SignalSet::SignalSet(Communicator& comm, int count)
   preload_signal_kernels();  // even under lazy loading, the first notify must not wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  comm.barrier(nullptr);  // nobody notifies a peer before the peer's counters are zero
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero
 }
 
 SignalSet::~SignalSet() { cudaFreeHost(host_copy_); }
@@ -68,28 +65,6 @@ std::vector<uint64_t> SignalSet::read_values() const {
   cudaStreamDestroy(reader);
   if (!done) throw CudaError("could not read signal values within 2 s: the device is not responding");
   return std::vector<uint64_t>(host_copy_, host_copy_ + count_);
-}
-
-bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {
-  cudaEvent_t done;
-  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const cudaError_t status = cudaEventQuery(done);
-    if (status == cudaSuccess) break;
-    if (status != cudaErrorNotReady) {
-      cudaEventDestroy(done);
-      WEFT_CUDA_CHECK(status);
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      cudaEventDestroy(done);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  WEFT_CUDA_CHECK(cudaEventDestroy(done));
-  return true;
 }
 
 }  // namespace weft

@@ -45,8 +45,11 @@ class Communicator {
   const PeerInfo& peer(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
   bool peer_in_this_process(int rank) const { return peers_.at(static_cast<size_t>(rank)).process == peers_[rank_].process; }
 
-  // Gathers `bytes` bytes from every rank (rank order) through NCCL; collective, synchronous.
+  // Gathers `bytes` bytes from every rank (rank order) through NCCL; collective, synchronous, and
+  // bounded: throws when the peers do not join within WEFT_COLLECTIVE_TIMEOUT_S (120 s unless set).
   std::vector<uint8_t> all_gather_bytes(const void* data, size_t bytes);
+  // Returns once every rank has called it (bounded as above).
+  void host_barrier();
   // A device-side barrier on `stream`: a one-element all-reduce.
   void barrier(cudaStream_t stream);
   // Throws unless every rank passes the same value (shapes, plan fingerprints): a mismatch
@@ -64,6 +67,7 @@ class Communicator {
   bool owned_ = true;
   std::vector<PeerInfo> peers_;
   void* scratch_ = nullptr;  // device memory for all_gather_bytes and barrier
+  cudaStream_t host_stream_ = nullptr;  // the host-side collectives' own stream, so they can be bounded
   size_t scratch_bytes_ = 0;
 };
 

@@ -23,6 +23,11 @@ class CudaError : public std::runtime_error {
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
+// Waits for `stream` to finish for at most `timeout_ms`; returns false on timeout (the work stays
+// queued). Every host-side wait on work that depends on another rank goes through this, so a missing
+// peer becomes an error instead of a hang.
+bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
+
 }  // namespace weft
 
 #define WEFT_CUDA_CHECK(call)                                                                        \

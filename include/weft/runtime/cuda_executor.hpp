@@ -51,6 +51,7 @@ class CudaExecutor {
 
  private:
   struct Impl;
+  void load_gemm_kernels();
   Communicator& comm_;
   Plan plan_;
   std::unique_ptr<Impl> impl_;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/symmetric_memory.hpp"
 
 namespace weft {
@@ -49,8 +50,5 @@ class SignalSet {
 // Sets CUDA_DEVICE_MAX_CONNECTIONS=32 and CUDA_MODULE_LOADING=EAGER unless the user chose values;
 // effective only before the process's first CUDA call.
 void configure_cuda_for_waits();
-
-// Waits for `stream` to finish for at most `timeout_ms`; returns false on timeout (the work stays queued).
-bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
 
 }  // namespace weft
