@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
@@ -39,6 +42,37 @@ int64_t collective_timeout_ms() {
 
 }  // namespace
 
+// A reusable barrier for the threads of one process, with a deadline: once one rank gives up, the
+// others fail at once instead of waiting out their own deadline.
+struct Communicator::ProcessBarrier {
+  explicit ProcessBarrier(int parties) : parties(parties) {}
+  void arrive_and_wait(int rank, int64_t timeout_ms) {
+    std::unique_lock lock(mutex);
+    if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
+    const uint64_t my_generation = generation;
+    if (++arrived == parties) {
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    if (!changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return generation != my_generation || broken; })) {
+      broken = true;
+      changed.notify_all();
+      throw std::runtime_error("Communicator: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_ms / 1000) +
+                               " s at a host barrier for the other ranks of this process; one failed or made different calls "
+                               "(see its error above; WEFT_COLLECTIVE_TIMEOUT_S sets the limit)");
+    }
+    if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
+  }
+  const int parties;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  uint64_t generation = 0;
+  bool broken = false;
+};
+
 Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm), device_(device), owned_(owned) {
   WEFT_CUDA_CHECK(cudaSetDevice(device_));
   WEFT_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
@@ -63,7 +97,11 @@ std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::
   std::vector<ncclComm_t> comms(devices.size());
   WEFT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   std::vector<std::unique_ptr<Communicator>> group;
-  for (size_t i = 0; i < devices.size(); ++i) group.emplace_back(new Communicator(comms[i], devices[i], true));
+  auto barrier = std::make_shared<ProcessBarrier>(static_cast<int>(devices.size()));
+  for (size_t i = 0; i < devices.size(); ++i) {
+    group.emplace_back(new Communicator(comms[i], devices[i], true));
+    group.back()->process_barrier_ = barrier;
+  }
   // Learning peers is collective: every rank's thread takes part.
   for_each_rank(group, [](Communicator& comm) { comm.learn_peers(); });
   return group;
@@ -132,7 +170,10 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   return result;
 }
 
-void Communicator::host_barrier() { all_gather_bytes(&rank_, sizeof rank_); }
+void Communicator::host_barrier() {
+  if (process_barrier_) process_barrier_->arrive_and_wait(rank_, collective_timeout_ms());
+  else all_gather_bytes(&rank_, sizeof rank_);  // one rank per process: no device of ours is shared
+}
 
 void Communicator::barrier(cudaStream_t stream) {
   if (!scratch_) all_gather_bytes(&rank_, sizeof rank_);  // allocates scratch

@@ -273,11 +273,12 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
 }
 
 // cuBLASLt loads its kernel libraries on a kernel's first use (cuLibraryLoadData, whatever
-// CUDA_MODULE_LOADING says), and a load waits on the device. Inside run() the device may be holding a
-// stream at a signal wait that only a peer can release, while the peer waits on us: seen on 2xH200 as
-// one rank stuck in cuLibraryLoadData under cublasLtMatmul and the other in cudaDeviceSynchronize.
-// So every GEMM runs once here, on an idle device. It reads and writes the plan's own buffers: outputs
-// and scratch are rewritten by every run, and validation forbids writes to inputs.
+// CUDA_MODULE_LOADING says), and in a process driving several GPUs that load waits for the other
+// devices too. Seen on 2xH200 (scripts/hang_probe.sh): one rank in cuLibraryLoadData under
+// cublasLtMatmul, the other's device running a collective or a signal wait that needed the first
+// rank's host to move on. So every GEMM runs once here, and no rank leaves before all have loaded,
+// through a barrier that puts no work on any device. The warm-up reads and writes the plan's own
+// buffers: outputs and scratch are rewritten by every run, and validation forbids writes to inputs.
 void CudaExecutor::load_gemm_kernels() {
   Impl& im = *impl_;
   cudaStream_t warm;
@@ -289,9 +290,9 @@ void CudaExecutor::load_gemm_kernels() {
   WEFT_CUDA_CHECK(cudaStreamSynchronize(warm));
   WEFT_CUDA_CHECK(cudaStreamDestroy(warm));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  // A peer's warm-up may store into our buffers; nobody starts (e.g. writes inputs or poisons
-  // outputs) before every warm-up has landed.
-  if (im.plan_touches_peers) comm_.host_barrier();
+  // Also: a peer's warm-up may store into our buffers, so nobody writes inputs or poisons outputs
+  // before every warm-up has landed.
+  comm_.host_barrier();
 }
 
 CudaExecutor::~CudaExecutor() {

@@ -48,7 +48,10 @@ class Communicator {
   // Gathers `bytes` bytes from every rank (rank order) through NCCL; collective, synchronous, and
   // bounded: throws when the peers do not join within WEFT_COLLECTIVE_TIMEOUT_S (120 s unless set).
   std::vector<uint8_t> all_gather_bytes(const void* data, size_t bytes);
-  // Returns once every rank has called it (bounded as above).
+  // Returns once every rank has called it (bounded as above). Ranks of one process (local_group) meet
+  // on the host alone, with no device work: a rank may be inside a driver call that waits for every
+  // device of the process to go idle (cuBLASLt loading its kernels), and a collective kernel waiting
+  // on that rank would never let it.
   void host_barrier();
   // A device-side barrier on `stream`: a one-element all-reduce.
   void barrier(cudaStream_t stream);
@@ -68,6 +71,8 @@ class Communicator {
   std::vector<PeerInfo> peers_;
   void* scratch_ = nullptr;  // device memory for all_gather_bytes and barrier
   cudaStream_t host_stream_ = nullptr;  // the host-side collectives' own stream, so they can be bounded
+  struct ProcessBarrier;
+  std::shared_ptr<ProcessBarrier> process_barrier_;  // shared by the ranks of one local_group
   size_t scratch_bytes_ = 0;
 };
 
