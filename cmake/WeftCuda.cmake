@@ -56,5 +56,7 @@ if(NOT WEFT_CUTLASS_DIR OR NOT EXISTS "${WEFT_CUTLASS_DIR}/include/cutlass/versi
 endif()
 add_library(weft_cutlass INTERFACE)
 target_include_directories(weft_cutlass SYSTEM INTERFACE "${WEFT_CUTLASS_DIR}/include")
+# CuTe calls constexpr host functions from device code; CUTLASS's own builds pass the same flag.
+target_compile_options(weft_cutlass INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
 message(STATUS "weft: CUDA ${CUDAToolkit_VERSION}, archs ${CMAKE_CUDA_ARCHITECTURES}, CUTLASS ${WEFT_CUTLASS_DIR}")
 set(WEFT_HAVE_CUDA ON)

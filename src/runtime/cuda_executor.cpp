@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "overlap_gemm_lowering.hpp"
 #include "weft/core/plan_validation.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/signal_set.hpp"
@@ -60,6 +61,9 @@ struct CudaExecutor::Impl {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   std::vector<LoweredGemm> gemms;
+  std::vector<std::unique_ptr<LoweredOverlapGemm>> overlap_gemms;
+  uint64_t* raised_per_call_device = nullptr;  // for the overlap GEMM's tile waits
+  OverlapGemmError* gemm_error = nullptr;      // where its bounded waits report
   std::vector<int64_t*> device_row_lists;
   std::vector<Lowered> steps;
   // Some rank of the plan reads or writes another rank's memory or signals. Decided from the whole
@@ -112,6 +116,10 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     }
 
   im.plan_touches_peers = reaches_across_ranks(plan_);
+  WEFT_CUDA_CHECK(cudaMalloc(&im.raised_per_call_device, std::max<size_t>(signal_count, 1) * sizeof(uint64_t)));
+  WEFT_CUDA_CHECK(cudaMemcpy(im.raised_per_call_device, im.raised_per_call.data(), signal_count * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  WEFT_CUDA_CHECK(cudaMalloc(&im.gemm_error, sizeof(OverlapGemmError)));
+  WEFT_CUDA_CHECK(cudaMemset(im.gemm_error, 0, sizeof(OverlapGemmError)));
 
   for (int s = 0; s < mine.stream_count; ++s) {
     cudaStream_t stream;
@@ -136,16 +144,21 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
           using T = std::decay_t<decltype(b)>;
           if constexpr (std::is_same_v<T, GemmStep>) {
             if (b.tiles.empty()) return;
+            if (!is_plain_tile_table(b)) {
+              im.overlap_gemms.push_back(std::make_unique<LoweredOverlapGemm>(lower_overlap_gemm(b, step.label, overlap_context())));
+              LoweredOverlapGemm* lowered = im.overlap_gemms.back().get();
+              const uint64_t* calls = &im.calls;
+              body = [lowered, calls](cudaStream_t stream) {
+                lowered->launch.epoch = *calls;
+                launch_overlap_gemm(lowered->launch, lowered->config, stream);
+              };
+              return;
+            }
             // A plain table covers the output once, tile (i, j) landing at c + (i, j), with no waits
             // or notifies: exactly what one library GEMM computes.
             const GemmTile& first = b.tiles.front();
             Region c = first.store;
             c.box = {first.store.box.row - first.tile.row, first.store.box.col - first.tile.col, b.a.box.rows, b.b.box.rows};
-            for (const GemmTile& t : b.tiles)
-              if (t.wait || t.notify || t.store.rank != c.rank || t.store.buffer != c.buffer ||
-                  t.store.box.row != c.box.row + t.tile.row || t.store.box.col != c.box.col + t.tile.col)
-                throw std::invalid_argument("CudaExecutor: GEMM step '" + step.label +
-                                            "' has per-tile waits, notifies or remapped stores; it needs the overlap GEMM");
             const DeviceRegion ra = region(b.a), rb = region(b.b), rc = region(c);
             LoweredGemm g;
             g.a = ra.data;
@@ -331,6 +344,9 @@ CudaExecutor::~CudaExecutor() {
   cudaDeviceSynchronize();
   for (auto& g : im.gemms) g.destroy();
   for (auto* rows : im.device_row_lists) cudaFree(rows);
+  for (auto& g : im.overlap_gemms) cudaFree(g->device_table);
+  cudaFree(im.raised_per_call_device);
+  cudaFree(im.gemm_error);
   for (size_t b = 0; b < im.local_memory.size(); ++b)
     if (!im.symmetric[b]) cudaFree(im.local_memory[b]);
   for (auto s : im.streams) cudaStreamDestroy(s);
@@ -338,6 +354,22 @@ CudaExecutor::~CudaExecutor() {
   if (im.fork) cudaEventDestroy(im.fork);
   if (im.workspace) cudaFree(im.workspace);
   if (im.lt) cublasLtDestroy(im.lt);
+}
+
+OverlapGemmPlanContext CudaExecutor::overlap_context() const {
+  OverlapGemmPlanContext context;
+  context.rank = comm_.rank();
+  context.world_size = comm_.world_size();
+  context.region = [this](const Region& r) { return region(r); };
+  context.whole = [this](int rank, int buffer) {
+    const BufferDecl& decl = plan_.ranks.at(static_cast<size_t>(rank)).buffers.at(static_cast<size_t>(buffer));
+    return region(Region{rank, buffer, Rect{0, 0, decl.rows, decl.cols}});
+  };
+  context.own_signals = impl_->signals->local();
+  context.signals_of = [this](int rank) { return impl_->signals->on(rank); };
+  context.raised_per_call = impl_->raised_per_call_device;
+  context.error = impl_->gemm_error;
+  return context;
 }
 
 void* CudaExecutor::buffer(std::string_view name) const {
@@ -383,6 +415,22 @@ void CudaExecutor::run(cudaStream_t stream) {
   ++im.calls;
 }
 
+std::string CudaExecutor::overlap_gemm_error() const {
+  if (impl_->overlap_gemms.empty()) return "";
+  OverlapGemmError error;
+  cudaStream_t reader;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(&error, impl_->gemm_error, sizeof error, cudaMemcpyDeviceToHost, reader));
+  const bool read = synchronize_with_timeout(reader, 2000);
+  cudaStreamDestroy(reader);
+  if (!read) return "rank " + std::to_string(comm_.rank()) + ": could not read the overlap GEMM's error record\n";
+  if (!error.failed) return "";
+  return "rank " + std::to_string(comm_.rank()) + ": an overlap GEMM tile (table entry " + std::to_string(error.tile) +
+         ") gave up waiting for signal '" + rank_plan().signals.at(static_cast<size_t>(error.signal)) + "' (#" +
+         std::to_string(error.signal) + ") >= " + std::to_string(error.expected) + "; it was " + std::to_string(error.observed) +
+         "\n";
+}
+
 std::string CudaExecutor::diagnose() const {
   const Impl& im = *impl_;
   const auto values = im.signals->read_values();
@@ -399,6 +447,7 @@ std::string CudaExecutor::diagnose() const {
           << values[static_cast<size_t>(signal)] << "\n";
     }
   if (unmet == 0) out << "rank " << comm_.rank() << ": every signal wait is met\n";
+  out << overlap_gemm_error();
   return out.str();
 }
 

@@ -5,8 +5,8 @@
 //   exec.run(stream);                       // enqueue one call; may be repeated or graph-captured
 //   if (!synchronize_with_timeout(stream, 10000)) throw ... exec.diagnose();
 //
-// Lowering, step by step: GEMM -> cuBLASLt (plain tile tables only; tables with waits, notifies or
-// remapped stores need the overlap GEMM), copy -> cudaMemcpy2DAsync (copy engine; peers through
+// Lowering, step by step: GEMM -> cuBLASLt for plain tile tables, the overlap GEMM (weft's
+// table-driven kernel) for tables with waits, notifies or remapped stores; copy -> cudaMemcpy2DAsync (copy engine; peers through
 // symmetric memory), reduce and row permutation -> small kernels, collectives -> NCCL, step waits ->
 // cuStreamWaitValue64, notifies -> a one-thread release increment. Each plan stream is a CUDA stream
 // that forks from and joins back into the caller's stream.
@@ -24,6 +24,8 @@
 #include "weft/runtime/communicator.hpp"
 
 namespace weft {
+
+struct OverlapGemmPlanContext;
 
 struct ExecutorOptions {
   // Off only for plans that time one part of another plan (its GEMMs alone, its collectives alone),
@@ -46,11 +48,15 @@ class CudaExecutor {
   DeviceRegion output() const { return region(rank_plan().output); }
 
   void run(cudaStream_t stream);
-  // Which waits of the last call are not met yet, with the signals' current values.
+  // Which waits of the last call are not met yet, with the signals' current values, and any
+  // overlap GEMM tile that gave up waiting.
   std::string diagnose() const;
+  // Empty while no overlap GEMM tile has timed out in a wait; else which tile, signal and value.
+  std::string overlap_gemm_error() const;
 
  private:
   struct Impl;
+  OverlapGemmPlanContext overlap_context() const;
   void load_gemm_kernels();
   Communicator& comm_;
   Plan plan_;

@@ -1,0 +1,104 @@
+// The table-driven overlap GEMM (ARCHITECTURE.md, "The table-driven overlap GEMM"): a persistent,
+// warp-specialized Hopper GEMM, C = A * B^T with A [M, K] and B [N, K] row-major bf16, fp32
+// accumulation, bf16 output, whose main loop is CUTLASS's TMA + WGMMA collective, untouched, and
+// whose tile order, prologue and epilogue follow a per-tile table:
+//   - tiles run in table order (CTA c takes entries c, c + grid, c + 2 grid, ...);
+//   - an entry may wait, before its A/B loads, until a 64-bit signal reaches a value (acquire);
+//   - it stores its tile at any row/column of any of up to kMaxStoreTargets targets (local C, a
+//     peer's buffer, a remapped position);
+//   - it may add to a signal, local or a peer's, once its stores are visible there (release).
+// Waits are bounded: on timeout the kernel records which tile, signal and value it waited for in an
+// OverlapGemmError and goes on (wrong numbers, no hang); the caller checks the record.
+//
+//   OverlapGemmLaunch launch{...};                   // pointers, shapes, device tile table
+//   require_launchable(launch, config);             // alignment and shape checks, clear errors
+//   launch_overlap_gemm(launch, config, stream);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+constexpr int kMaxStoreTargets = 8;
+constexpr int kMaxSignalRanks = 8;
+
+// One row of the device tile table. Plain data, 64 bytes, copied to the GPU once per plan.
+struct OverlapGemmTile {
+  int32_t tile_m = 0;          // tile coordinates in the GEMM's own output space, in tiles
+  int32_t tile_n = 0;
+  int32_t rows = 0;            // valid extent of this tile (ragged edges)
+  int32_t cols = 0;
+  int64_t store_row = 0;       // where the tile's first element lands in its target
+  int64_t store_col = 0;
+  int32_t store_target = 0;    // index into OverlapGemmLaunch::targets
+  int32_t wait_signal = -1;    // index into this rank's signal array, -1: no wait
+  uint64_t wait_value = 0;     // within one call; see OverlapGemmLaunch::epoch
+  int32_t notify_rank = -1;    // rank whose signal array is notified, -1: no notify
+  int32_t notify_signal = 0;
+  uint64_t notify_increment = 0;
+};
+static_assert(sizeof(OverlapGemmTile) == 64, "the device table layout is part of the kernel's contract");
+
+struct OverlapGemmTarget {
+  void* data = nullptr;  // bf16
+  int64_t stride = 0;    // elements between row starts
+  int64_t rows = 0;      // bounds, checked on the host when the table is built
+  int64_t cols = 0;
+};
+
+// Where a bounded wait gave up. `failed` is 0 while all is well.
+struct OverlapGemmError {
+  uint32_t failed = 0;
+  int32_t tile = -1;
+  int32_t signal = -1;
+  uint32_t pad = 0;
+  uint64_t expected = 0;
+  uint64_t observed = 0;
+};
+
+struct OverlapGemmLaunch {
+  const void* a = nullptr;  // [m, k] bf16, row stride lda
+  int64_t lda = 0;
+  const void* b = nullptr;  // [n, k] bf16, row stride ldb
+  int64_t ldb = 0;
+  int64_t m = 0, n = 0, k = 0;
+  OverlapGemmTarget targets[kMaxStoreTargets];
+  int target_count = 0;
+  const OverlapGemmTile* tiles = nullptr;  // device memory, tile_count entries
+  int tile_count = 0;
+  const uint64_t* wait_signals = nullptr;             // this rank's signal array (device)
+  // Counters only grow (signal_set.hpp): an entry waits for wait_value + epoch * raised_per_call[signal].
+  uint64_t epoch = 0;
+  const uint64_t* raised_per_call = nullptr;          // device, one per signal; null: epoch ignored
+  uint64_t* notify_signals[kMaxSignalRanks] = {};     // every rank's signal array, as this GPU sees it
+  OverlapGemmError* error = nullptr;                  // device or mapped memory; may be null
+  uint64_t wait_timeout_ns = 10'000'000'000ull;
+  int max_ctas = 0;                                   // 0: one per SM
+};
+
+// Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
+enum class OverlapGemmConfig { tile_128x128, tile_128x256 };
+
+struct OverlapGemmShape {
+  int tile_m, tile_n, tile_k;
+};
+OverlapGemmShape shape_of(OverlapGemmConfig config);
+std::string to_string(OverlapGemmConfig config);
+std::vector<OverlapGemmConfig> overlap_gemm_configs();
+// The rule until the tuner exists: the wide tile when N and M are large enough to fill every SM
+// with wide tiles, else 128x128.
+OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count);
+
+// Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
+// row strides, K a multiple of 8, and every table entry inside the tile grid and its target.
+void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config);
+// Host-side check of a table before it is copied to the device.
+void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table);
+
+void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream);
+
+}  // namespace weft

@@ -1,0 +1,100 @@
+#include "overlap_gemm_lowering.hpp"
+
+#include <map>
+#include <stdexcept>
+
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft {
+
+bool is_plain_tile_table(const GemmStep& gemm) {
+  if (gemm.tiles.empty()) return true;
+  const GemmTile& first = gemm.tiles.front();
+  const int64_t row0 = first.store.box.row - first.tile.row, col0 = first.store.box.col - first.tile.col;
+  for (const GemmTile& t : gemm.tiles)
+    if (t.wait || t.notify || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
+        t.store.box.row != row0 + t.tile.row || t.store.box.col != col0 + t.tile.col)
+      return false;
+  return true;
+}
+
+LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const OverlapGemmPlanContext& context) {
+  auto reject = [&](const std::string& why) -> void {
+    throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why);
+  };
+  LoweredOverlapGemm lowered;
+  bool found = false;
+  for (OverlapGemmConfig config : overlap_gemm_configs()) {
+    const OverlapGemmShape s = shape_of(config);
+    if (s.tile_m == gemm.tile_m && s.tile_n == gemm.tile_n) {
+      lowered.config = config;
+      found = true;
+    }
+  }
+  if (!found) {
+    std::string compiled;
+    for (OverlapGemmConfig config : overlap_gemm_configs()) compiled += " " + to_string(config);
+    reject("the plan's tile " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
+           " is not a compiled tile shape (compiled:" + compiled + ")");
+  }
+  if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
+  const OverlapGemmShape shape = shape_of(lowered.config);
+
+  OverlapGemmLaunch& launch = lowered.launch;
+  const DeviceRegion a = context.region(gemm.a), b = context.region(gemm.b);
+  launch.a = a.data;
+  launch.lda = a.stride;
+  launch.b = b.data;
+  launch.ldb = b.stride;
+  launch.m = a.rows;
+  launch.n = b.rows;
+  launch.k = a.cols;
+  launch.wait_signals = context.own_signals;
+  launch.raised_per_call = context.raised_per_call;
+  launch.error = context.error;
+  for (int r = 0; r < context.world_size && r < kMaxSignalRanks; ++r) launch.notify_signals[r] = context.signals_of(r);
+
+  std::map<std::pair<int, int>, int> target_of;  // (rank, buffer) -> target index
+  std::vector<OverlapGemmTile> table;
+  table.reserve(gemm.tiles.size());
+  for (const GemmTile& t : gemm.tiles) {
+    if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
+      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " +
+             to_string(lowered.config) + " grid");
+    const auto key = std::make_pair(t.store.rank, t.store.buffer);
+    auto it = target_of.find(key);
+    if (it == target_of.end()) {
+      if (launch.target_count == kMaxStoreTargets) reject("more than " + std::to_string(kMaxStoreTargets) + " store targets");
+      const DeviceRegion whole = context.whole(t.store.rank, t.store.buffer);
+      launch.targets[launch.target_count] = OverlapGemmTarget{whole.data, whole.stride, whole.rows, whole.cols};
+      it = target_of.emplace(key, launch.target_count++).first;
+    }
+    OverlapGemmTile e;
+    e.tile_m = static_cast<int32_t>(t.tile.row / shape.tile_m);
+    e.tile_n = static_cast<int32_t>(t.tile.col / shape.tile_n);
+    e.rows = static_cast<int32_t>(t.store.box.rows);
+    e.cols = static_cast<int32_t>(t.store.box.cols);
+    e.store_row = t.store.box.row;
+    e.store_col = t.store.box.col;
+    e.store_target = it->second;
+    if (t.wait) {
+      if (t.wait->signal.rank != context.rank) reject("a tile waits on another rank's signal");
+      e.wait_signal = t.wait->signal.id;
+      e.wait_value = t.wait->value;
+    }
+    if (t.notify) {
+      e.notify_rank = t.notify->signal.rank;
+      e.notify_signal = t.notify->signal.id;
+      e.notify_increment = t.notify->increment;
+    }
+    table.push_back(e);
+  }
+  launch.tile_count = static_cast<int>(table.size());
+  require_valid_table(launch, lowered.config, table);
+  WEFT_CUDA_CHECK(cudaMalloc(&lowered.device_table, std::max<size_t>(table.size(), 1) * sizeof(OverlapGemmTile)));
+  WEFT_CUDA_CHECK(cudaMemcpy(lowered.device_table, table.data(), table.size() * sizeof(OverlapGemmTile), cudaMemcpyHostToDevice));
+  launch.tiles = lowered.device_table;
+  return lowered;
+}
+
+}  // namespace weft
