@@ -144,7 +144,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
           using T = std::decay_t<decltype(b)>;
           if constexpr (std::is_same_v<T, GemmStep>) {
             if (b.tiles.empty()) return;
-            if (!is_plain_tile_table(b)) {
+            if (!is_plain_tile_table(b) || options.plain_gemm == ExecutorOptions::PlainGemm::overlap) {
               im.overlap_gemms.push_back(std::make_unique<LoweredOverlapGemm>(lower_overlap_gemm(b, step.label, overlap_context())));
               LoweredOverlapGemm* lowered = im.overlap_gemms.back().get();
               const uint64_t* calls = &im.calls;

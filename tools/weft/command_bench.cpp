@@ -6,6 +6,7 @@
 #include "commands.hpp"
 #include "weft/core/bench_suite.hpp"
 #ifdef WEFT_HAVE_CUDA
+#include "gemm_bench.hpp"
 #include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
 #endif
@@ -20,6 +21,34 @@ std::string suite_path(const std::string& name) {
 }
 
 }  // namespace
+
+int command_bench_gemm(const Arguments& args) {
+  std::vector<BenchSuite> suites;
+  for (const auto& name : args.list("suite", {"default", "tilelink_mlp", "flux_gpt3", "flashoverlap_ar"}))
+    suites.push_back(load_suite(suite_path(name)));
+  GemmBenchOptions o;
+  o.world = static_cast<int>(args.integer("world", 4));
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 20));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+  o.csv_path = args.text("csv", "");
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const auto& d = scan.devices.front();
+    std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d\n\n", d.name.c_str(), d.compute_major,
+                d.compute_minor, d.sm_count, o.world);
+    const int failed = run_gemm_bench(suites, o);
+    if (failed) std::printf("\n%d shape(s) did not match cuBLASLt\n", failed);
+    return failed ? 1 : 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  std::printf("weft bench gemm: no GPU found (%s); nothing to time.\n", why.c_str());
+  return 0;
+}
 
 int command_bench(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);

@@ -19,6 +19,10 @@ void print_help() {
       "  bench   time strategies on the local GPUs; without a GPU, run the plan checks on the CPU\n"
       "          --suite NAME|FILE (bench/NAME.json; default: default) --world LIST --op LIST\n"
       "          --strategy LIST --warmup N --iterations N --json FILE --csv FILE --seed S\n"
+      "  bench gemm  the overlap GEMM (empty table; notify on every tile + remapped stores) against\n"
+      "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
+      "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
+      "          --warmup N --iterations N --csv FILE --seed S\n"
       "  check   prove plans on the CPU: validate, run the reference executor, compare with the op\n"
       "          --op LIST --strategy LIST --world LIST --seed S\n"
       "  plan    print one plan and its validation report\n"
@@ -41,11 +45,13 @@ int main(int argc, char** argv) {
     print_help();
     return argc < 2 ? 2 : 0;
   }
-  const std::string command = argv[1];
+  const bool gemm_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "gemm");
+  const std::string command = gemm_bench ? "bench gemm" : argv[1];
   try {
-    const weft::cli::Arguments args(argc, argv, 2);
+    const weft::cli::Arguments args(argc, argv, gemm_bench ? 3 : 2);
     int code = 2;
-    if (command == "bench") code = weft::cli::command_bench(args);
+    if (gemm_bench) code = weft::cli::command_bench_gemm(args);
+    else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "plan") code = weft::cli::command_plan(args);
     else {

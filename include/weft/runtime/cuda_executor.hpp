@@ -31,6 +31,10 @@ struct ExecutorOptions {
   // Off only for plans that time one part of another plan (its GEMMs alone, its collectives alone),
   // whose results are not meant to be correct.
   bool validate = true;
+  // Which GEMM runs plain tile tables: cuBLASLt, or the overlap GEMM with an empty table (how
+  // `weft bench gemm` compares the two). Tables with waits, notifies or remapped stores always
+  // run on the overlap GEMM.
+  enum class PlainGemm { library, overlap } plain_gemm = PlainGemm::library;
 };
 
 class CudaExecutor {

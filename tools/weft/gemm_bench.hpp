@@ -1,0 +1,23 @@
+// `weft bench gemm` on one GPU: the overlap GEMM (empty table; notify + remapped stores) against
+// cuBLASLt over the GEMM shapes of the suites' rows at a world size.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/bench_suite.hpp"
+
+namespace weft::cli {
+
+struct GemmBenchOptions {
+  int world = 4;  // the suites' rows are cut for this many ranks; the GEMM of one rank is timed
+  int warmup = 5;
+  int iterations = 20;
+  uint64_t seed = 1;
+  std::string csv_path;
+};
+
+// Returns the number of shapes whose results did not match cuBLASLt.
+int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions& options);
+
+}  // namespace weft::cli
