@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds weft with the GPU tests on a GPU machine, runs them, then the benchmark. Used through the
-# device tool:  bash scripts/gpu_check.sh [tests|bench|all] [extra weft bench options...]
+# device tool:  bash scripts/gpu_check.sh [tests|bench|gemm|all] [extra weft bench options...]
+#   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 # Logs and results go to $OUT (or ./out). CUTLASS headers come from .deps (carried; no network there).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,5 +20,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   ./build-device/weft bench --json "$out/bench.json" --csv "$out/bench.csv" "$@" 2> "$out/bench.err" | tee "$out/bench.txt" || status=1
   tail -5 "$out/bench.err"
+fi
+if [ "$what" = gemm ]; then
+  ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1
+  tail -5 "$out/gemm.err"
 fi
 exit $status

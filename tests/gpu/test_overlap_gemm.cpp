@@ -1,0 +1,302 @@
+// The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
+// shapes for every compiled tile, remapped stores into several targets, notifies and epochs, waits
+// released by another stream, a wait that times out and is reported, host-side checks, and (on 2+
+// GPUs) peer stores with peer notifies through the executor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "../support/ring_push_plan.hpp"
+#include "gpu_test_support.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/overlap_gemm.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/rank_threads.hpp"
+
+namespace weft {
+namespace {
+
+using testing_support::download;
+
+struct DeviceMatrix {
+  void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  DeviceMatrix(int64_t r, int64_t c) : rows(r), cols(c) { WEFT_CUDA_CHECK(cudaMalloc(&data, static_cast<size_t>(r * c) * 2)); }
+  ~DeviceMatrix() { cudaFree(data); }
+  DeviceMatrix(const DeviceMatrix&) = delete;
+  DeviceMatrix& operator=(const DeviceMatrix&) = delete;
+  DeviceRegion region() const { return DeviceRegion{data, rows, cols, cols}; }
+};
+
+HostMatrix host_gemm(const HostMatrix& a, const HostMatrix& b) {
+  HostMatrix c(a.rows, b.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < a.cols; ++p) sum += static_cast<double>(a.at(i, p)) * b.at(j, p);
+      c.at(i, j) = static_cast<float>(sum);
+    }
+  return c;
+}
+
+// A, B random; C poisoned; every tile of the grid in row-major order, stored in place.
+struct Fixture {
+  OverlapGemmConfig config;
+  OverlapGemmShape tile;
+  DeviceMatrix a, b, c;
+  HostMatrix want;
+  std::vector<OverlapGemmTile> table;
+  OverlapGemmTile* device_table = nullptr;
+  uint64_t* signals = nullptr;  // 4 counters
+  OverlapGemmError* error = nullptr;
+  cudaStream_t stream{};
+
+  Fixture(OverlapGemmConfig cfg, int64_t m, int64_t n, int64_t k, uint64_t seed)
+      : config(cfg), tile(shape_of(cfg)), a(m, k), b(n, k), c(m, n) {
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    fill_random_bf16(a.data, m * k, seed, stream);
+    fill_random_bf16(b.data, n * k, seed + 1, stream);
+    fill_u16(c.data, m * n, kBf16Nan, stream);
+    want = host_gemm(download(a.region(), stream), download(b.region(), stream));
+    for (int64_t i = 0; i * tile.tile_m < m; ++i)
+      for (int64_t j = 0; j * tile.tile_n < n; ++j) {
+        OverlapGemmTile e;
+        e.tile_m = static_cast<int32_t>(i);
+        e.tile_n = static_cast<int32_t>(j);
+        e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
+        e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
+        e.store_row = i * tile.tile_m;
+        e.store_col = j * tile.tile_n;
+        table.push_back(e);
+      }
+    WEFT_CUDA_CHECK(cudaMalloc(&signals, 4 * sizeof(uint64_t)));
+    WEFT_CUDA_CHECK(cudaMemset(signals, 0, 4 * sizeof(uint64_t)));
+    WEFT_CUDA_CHECK(cudaMalloc(&error, sizeof(OverlapGemmError)));
+    WEFT_CUDA_CHECK(cudaMemset(error, 0, sizeof(OverlapGemmError)));
+  }
+  ~Fixture() {
+    cudaStreamSynchronize(stream);
+    cudaFree(device_table);
+    cudaFree(signals);
+    cudaFree(error);
+    cudaStreamDestroy(stream);
+  }
+
+  OverlapGemmLaunch launch() {
+    OverlapGemmLaunch l;
+    l.a = a.data;
+    l.lda = a.cols;
+    l.b = b.data;
+    l.ldb = b.cols;
+    l.m = a.rows;
+    l.n = b.rows;
+    l.k = a.cols;
+    l.targets[0] = OverlapGemmTarget{c.data, c.cols, c.rows, c.cols};
+    l.target_count = 1;
+    l.wait_signals = signals;
+    l.notify_signals[0] = signals;
+    l.error = error;
+    return l;
+  }
+  // Uploads `table` and launches on `on` (the fixture's stream unless given).
+  void run(OverlapGemmLaunch l, cudaStream_t on = nullptr) {
+    cudaFree(device_table);
+    WEFT_CUDA_CHECK(cudaMalloc(&device_table, table.size() * sizeof(OverlapGemmTile)));
+    WEFT_CUDA_CHECK(cudaMemcpy(device_table, table.data(), table.size() * sizeof(OverlapGemmTile), cudaMemcpyHostToDevice));
+    l.tiles = device_table;
+    l.tile_count = static_cast<int>(table.size());
+    require_valid_table(l, config, table);
+    launch_overlap_gemm(l, config, on ? on : stream);
+  }
+  OverlapGemmError read_error() {
+    OverlapGemmError e;
+    WEFT_CUDA_CHECK(cudaMemcpy(&e, error, sizeof e, cudaMemcpyDeviceToHost));
+    return e;
+  }
+  std::vector<uint64_t> read_signals() {
+    std::vector<uint64_t> v(4);
+    WEFT_CUDA_CHECK(cudaMemcpy(v.data(), signals, 4 * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+class OverlapGemmConfigs : public testing::TestWithParam<OverlapGemmConfig> {};
+
+TEST_P(OverlapGemmConfigs, EmptyTableMatchesTheHostGemmOnRaggedShapes) {
+  for (auto [m, n, k] : {std::tuple{256, 512, 128}, {200, 136, 72}, {8, 24, 16}, {300, 700, 264}, {1024, 1024, 1024}}) {
+    Fixture f(GetParam(), m, n, k, static_cast<uint64_t>(m * 7 + n));
+    f.run(f.launch());
+    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+    EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2) << m << "x" << n << "x" << k << " " << to_string(GetParam());
+  }
+}
+
+TEST_P(OverlapGemmConfigs, RemappedStoresLandWhereTheTableSays) {
+  // Every tile into a pool of tile-sized slots, in table order, alternating between two pools
+  // (FlashOverlap's reordered layout); then put back on the host and compared.
+  Fixture f(GetParam(), 300, 520, 136, 11);
+  const int64_t slots = static_cast<int64_t>(f.table.size());
+  DeviceMatrix pool0(slots * f.tile.tile_m, f.tile.tile_n), pool1(slots * f.tile.tile_m, f.tile.tile_n);
+  fill_u16(pool0.data, pool0.rows * pool0.cols, kBf16Nan, f.stream);
+  fill_u16(pool1.data, pool1.rows * pool1.cols, kBf16Nan, f.stream);
+  OverlapGemmLaunch l = f.launch();
+  l.targets[0] = OverlapGemmTarget{pool0.data, pool0.cols, pool0.rows, pool0.cols};
+  l.targets[1] = OverlapGemmTarget{pool1.data, pool1.cols, pool1.rows, pool1.cols};
+  l.target_count = 2;
+  for (size_t i = 0; i < f.table.size(); ++i) {
+    f.table[i].store_target = static_cast<int32_t>(i % 2);
+    f.table[i].store_row = static_cast<int64_t>(i) * f.tile.tile_m;
+    f.table[i].store_col = 0;
+  }
+  f.run(l);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  const HostMatrix p0 = download(pool0.region(), f.stream), p1 = download(pool1.region(), f.stream);
+  HostMatrix got(f.c.rows, f.c.cols, NAN);
+  for (size_t i = 0; i < f.table.size(); ++i) {
+    const OverlapGemmTile& e = f.table[i];
+    const HostMatrix& pool = i % 2 ? p1 : p0;
+    for (int r = 0; r < e.rows; ++r)
+      for (int c = 0; c < e.cols; ++c)
+        got.at(e.tile_m * f.tile.tile_m + r, e.tile_n * f.tile.tile_n + c) = pool.at(e.store_row + r, c);
+  }
+  EXPECT_LT(relative_error(got, f.want), 1e-2);
+}
+
+TEST_P(OverlapGemmConfigs, NotifiesCountEveryTileAndEpochsShiftWaits) {
+  Fixture f(GetParam(), 384, 384, 64, 5);
+  for (auto& e : f.table) {
+    e.notify_rank = 0;
+    e.notify_signal = 1;
+    e.notify_increment = 2;
+  }
+  f.run(f.launch());
+  f.run(f.launch());
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_EQ(f.read_signals()[1], 4 * f.table.size());
+  // Second phase: every tile waits for signal 1 >= 2 * tiles within a call; with epoch 1 and
+  // 2 * tiles raised per call, the wait is for 4 * tiles, already there: no timeout.
+  uint64_t* raised = nullptr;
+  const uint64_t per_call[4] = {0, 2 * f.table.size(), 0, 0};
+  WEFT_CUDA_CHECK(cudaMalloc(&raised, sizeof per_call));
+  WEFT_CUDA_CHECK(cudaMemcpy(raised, per_call, sizeof per_call, cudaMemcpyHostToDevice));
+  for (auto& e : f.table) {
+    e.notify_rank = -1;
+    e.wait_signal = 1;
+    e.wait_value = 2 * f.table.size();
+  }
+  OverlapGemmLaunch l = f.launch();
+  l.epoch = 1;
+  l.raised_per_call = raised;
+  l.wait_timeout_ns = 2'000'000'000ull;
+  f.run(l);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_EQ(f.read_error().failed, 0u);
+  EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
+  cudaFree(raised);
+}
+
+TEST_P(OverlapGemmConfigs, WaitsAreReleasedByAnotherStream) {
+  Fixture f(GetParam(), 512, 768, 256, 9);
+  for (size_t i = 0; i < f.table.size(); ++i) {
+    f.table[i].wait_signal = static_cast<int32_t>(i % 2);  // half the tiles on each of two signals
+    f.table[i].wait_value = 1;
+  }
+  cudaStream_t other;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  f.run(f.launch());
+  // Keep the other stream busy for a while first, so the GEMM really waits.
+  DeviceMatrix busy(1 << 14, 1 << 12);
+  for (int i = 0; i < 8; ++i) fill_random_bf16(busy.data, busy.rows * busy.cols, static_cast<uint64_t>(i), other);
+  signal_add(f.signals + 0, 1, other);
+  signal_add(f.signals + 1, 1, other);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_EQ(f.read_error().failed, 0u);
+  EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
+  cudaStreamSynchronize(other);
+  cudaStreamDestroy(other);
+}
+
+TEST_P(OverlapGemmConfigs, AnUnmetWaitTimesOutAndNamesItsSignal) {
+  Fixture f(GetParam(), 256, 256, 64, 3);
+  f.table.back().wait_signal = 2;
+  f.table.back().wait_value = 5;
+  OverlapGemmLaunch l = f.launch();
+  l.wait_timeout_ns = 20'000'000;  // 20 ms
+  f.run(l);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << "the kernel must give up, not hang";
+  const OverlapGemmError e = f.read_error();
+  EXPECT_EQ(e.failed, 1u);
+  EXPECT_EQ(e.tile, static_cast<int>(f.table.size()) - 1);
+  EXPECT_EQ(e.signal, 2);
+  EXPECT_EQ(e.expected, 5u);
+  EXPECT_EQ(e.observed, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_gemm_configs()),
+                         [](const auto& info) { return "tile_" + to_string(info.param); });
+
+TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
+  Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 64, 1);
+  OverlapGemmLaunch l = f.launch();
+  l.tiles = reinterpret_cast<const OverlapGemmTile*>(f.signals);
+  l.tile_count = 1;
+  OverlapGemmLaunch odd_k = l;
+  odd_k.k = 60;
+  EXPECT_THROW(require_launchable(odd_k, f.config), std::invalid_argument);
+  OverlapGemmLaunch shifted = l;
+  shifted.a = static_cast<const uint16_t*>(f.a.data) + 1;
+  EXPECT_THROW(require_launchable(shifted, f.config), std::invalid_argument);
+  std::vector<OverlapGemmTile> outside = {f.table.front()};
+  outside[0].tile_m = 2;
+  EXPECT_THROW(require_valid_table(l, f.config, outside), std::invalid_argument);
+  std::vector<OverlapGemmTile> spills = {f.table.front()};
+  spills[0].store_row = 200;
+  EXPECT_THROW(require_valid_table(l, f.config, spills), std::invalid_argument);
+}
+
+// Through the executor: every rank's tiles go to the next rank's memory, remapped, with a notify
+// per tile; the next rank waits for them (tests/support/ring_push_plan.hpp).
+TEST(OverlapGemm, PeerStoresAndNotifiesThroughTheExecutor) {
+  static auto group = [] {
+    int visible = 0;
+    WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
+    std::vector<int> devices;
+    for (int d = 0; d < std::min(visible, 4); ++d) devices.push_back(d);
+    return Communicator::local_group(devices);
+  }();
+  const int world = static_cast<int>(group.size());
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const Plan plan = testing_support::ring_push_plan(world, 384, 264, 136);
+  std::vector<double> errors(static_cast<size_t>(world), 1.0);
+  std::vector<std::string> device_errors(static_cast<size_t>(world));
+  for_each_rank(group, [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CudaExecutor exec(comm, plan);
+    const RankTensors mine = testing_support::fill_inputs(exec, comm.rank(), 21, stream);
+    comm.host_barrier();  // every output poisoned before anyone pushes into it
+    for (int call = 0; call < 3; ++call) exec.run(stream);  // epochs: later calls wait for later values
+    if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("ring push did not finish:\n" + exec.diagnose());
+    const HostMatrix got = download(exec.output(), stream);
+    std::vector<RankTensors> all(static_cast<size_t>(world));
+    for (const char* name : {"A", "B"}) {
+      const HostMatrix& local = mine.at(name);
+      const auto gathered = comm.all_gather_bytes(local.data.data(), local.data.size() * sizeof(float));
+      for (int r = 0; r < world; ++r) {
+        HostMatrix m(local.rows, local.cols);
+        std::memcpy(m.data.data(), gathered.data() + static_cast<size_t>(r) * local.data.size() * sizeof(float), local.data.size() * sizeof(float));
+        all[static_cast<size_t>(r)][name] = std::move(m);
+      }
+    }
+    errors[static_cast<size_t>(comm.rank())] = relative_error(got, testing_support::ring_push_expected(all, comm.rank()));
+    device_errors[static_cast<size_t>(comm.rank())] = exec.overlap_gemm_error();
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << "rank " << r;
+    EXPECT_EQ(device_errors[static_cast<size_t>(r)], "") << "rank " << r;
+  }
+}
+
+}  // namespace
+}  // namespace weft
