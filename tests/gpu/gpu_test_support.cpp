@@ -52,15 +52,7 @@ RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_
   return inputs;
 }
 
-double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed) {
-  cudaStream_t stream;
-  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CudaExecutor exec(comm, plan);
-  RankTensors mine = fill_inputs(exec, comm.rank(), seed, stream);
-  exec.run(stream);
-  if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("plan did not finish:\n" + exec.diagnose());
-  const HostMatrix got = download(exec.output(), stream);
-  // Every rank's A and B, for the host reference.
+std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mine) {
   std::vector<RankTensors> all(static_cast<size_t>(comm.world_size()));
   for (const char* name : {"A", "B"}) {
     const HostMatrix& local = mine.at(name);
@@ -72,6 +64,18 @@ double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed) {
       all[static_cast<size_t>(r)][name] = std::move(m);
     }
   }
+  return all;
+}
+
+double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed) {
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaExecutor exec(comm, plan);
+  RankTensors mine = fill_inputs(exec, comm.rank(), seed, stream);
+  exec.run(stream);
+  if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("plan did not finish:\n" + exec.diagnose());
+  const HostMatrix got = download(exec.output(), stream);
+  const std::vector<RankTensors> all = gather_inputs(comm, mine);
   const auto expected = expected_outputs(plan.problem, all);
   cudaStreamDestroy(stream);
   return relative_error(got, expected[static_cast<size_t>(comm.rank())]);

@@ -14,6 +14,9 @@ namespace weft::testing_support {
 RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);
 HostMatrix download(const DeviceRegion& region, cudaStream_t stream);
 
+// Every rank's A and B (same shapes on every rank), gathered through the communicator; collective.
+std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mine);
+
 // Runs `plan` once on every rank's thread of `comm` (collective) and returns this rank's relative
 // error against the host reference; the host reference needs every rank's inputs, so they are
 // gathered through the communicator.

@@ -4,8 +4,6 @@
 // GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "../support/ring_push_plan.hpp"
 #include "gpu_test_support.hpp"
 #include "weft/kernels/elementwise.hpp"
@@ -278,16 +276,7 @@ TEST(OverlapGemm, PeerStoresAndNotifiesThroughTheExecutor) {
     for (int call = 0; call < 3; ++call) exec.run(stream);  // epochs: later calls wait for later values
     if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("ring push did not finish:\n" + exec.diagnose());
     const HostMatrix got = download(exec.output(), stream);
-    std::vector<RankTensors> all(static_cast<size_t>(world));
-    for (const char* name : {"A", "B"}) {
-      const HostMatrix& local = mine.at(name);
-      const auto gathered = comm.all_gather_bytes(local.data.data(), local.data.size() * sizeof(float));
-      for (int r = 0; r < world; ++r) {
-        HostMatrix m(local.rows, local.cols);
-        std::memcpy(m.data.data(), gathered.data() + static_cast<size_t>(r) * local.data.size() * sizeof(float), local.data.size() * sizeof(float));
-        all[static_cast<size_t>(r)][name] = std::move(m);
-      }
-    }
+    const std::vector<RankTensors> all = testing_support::gather_inputs(comm, mine);
     errors[static_cast<size_t>(comm.rank())] = relative_error(got, testing_support::ring_push_expected(all, comm.rank()));
     device_errors[static_cast<size_t>(comm.rank())] = exec.overlap_gemm_error();
     cudaStreamDestroy(stream);
