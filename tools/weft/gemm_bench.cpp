@@ -13,6 +13,7 @@
 #include <set>
 #include <tuple>
 
+#include "bench_support.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
@@ -33,10 +34,7 @@ Plan gemm_plan(const GemmShape& s, int tile_n) {
   PlanOptions options;
   options.tile_m = 128;
   options.tile_n = tile_n;
-  Plan plan = plan_sequential(Problem{OpKind::gemm_ar, s.m, s.n, s.k, 1, DType::bf16, DType::bf16, {}}, options);
-  plan.strategy = "gemm";
-  for (auto& rp : plan.ranks) std::erase_if(rp.steps, [](const Step& step) { return !std::holds_alternative<GemmStep>(step.body); });
-  return plan;
+  return keep_steps(plan_sequential(Problem{OpKind::gemm_ar, s.m, s.n, s.k, 1, DType::bf16, DType::bf16, {}}, options), true);
 }
 
 // Row block b of full blocks lands at block (full - 1 - b); the ragged last block stays.
@@ -58,11 +56,6 @@ Plan notify_and_remap(Plan plan) {
   return plan;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 double time_ms(CudaExecutor& exec, cudaStream_t stream, int warmup, int iterations) {
   cudaEvent_t start, stop;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
@@ -72,7 +65,7 @@ double time_ms(CudaExecutor& exec, cudaStream_t stream, int warmup, int iteratio
     WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
     exec.run(stream);
     WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("GEMM did not finish:\n" + exec.diagnose());
+    finish_or_explain(exec, stream, exec.plan().strategy);
     float ms = 0;
     WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     if (i >= warmup) times.push_back(ms);
@@ -80,22 +73,6 @@ double time_ms(CudaExecutor& exec, cudaStream_t stream, int warmup, int iteratio
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return median(times);
-}
-
-// Relative difference of `got` rows [got_row, +rows) against `want` rows [want_row, +rows), summed
-// into sums on the device.
-void add_difference(const DeviceRegion& got, int64_t got_row, const DeviceRegion& want, int64_t want_row, int64_t rows,
-                    double* sums, cudaStream_t stream) {
-  accumulate_difference_bf16(static_cast<const uint16_t*>(got.data) + got_row * got.stride,
-                             static_cast<const uint16_t*>(want.data) + want_row * want.stride, rows * got.cols, sums, stream);
-}
-
-double relative_error(double* sums, cudaStream_t stream) {
-  double host[3];
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host[2] > 0) return INFINITY;
-  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
 }
 
 }  // namespace
@@ -142,25 +119,22 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     CudaExecutor library(comm, plain, ExecutorOptions{true, ExecutorOptions::PlainGemm::library});
     CudaExecutor empty(comm, plain, ExecutorOptions{true, ExecutorOptions::PlainGemm::overlap});
     CudaExecutor notify(comm, remapped, ExecutorOptions{false, ExecutorOptions::PlainGemm::overlap});
-    for (CudaExecutor* e : {&library, &empty, &notify})
-      for (const BufferDecl& decl : e->rank_plan().buffers) {
-        void* data = e->buffer(decl.name);
-        if (decl.role == BufferRole::input) fill_random_bf16(data, decl.rows * decl.cols, o.seed + std::hash<std::string>{}(decl.name), stream);
-        else fill_u16(data, decl.rows * decl.cols, kBf16Nan, stream);
-      }
-    for (CudaExecutor* e : {&library, &empty, &notify}) e->run(stream);
-    if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("GEMM did not finish");
+    for (CudaExecutor* e : {&library, &empty, &notify}) {
+      fill_buffers(*e, 0, o.seed, stream);
+      e->run(stream);
+      finish_or_explain(*e, stream, e->plan().strategy);
+    }
+    // Outputs are whole [m, n] buffers: row blocks are contiguous runs.
     const DeviceRegion want = library.output(), got_empty = empty.output(), got_notify = notify.output();
-    WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
-    add_difference(got_empty, 0, want, 0, s.m, sums, stream);
-    const double error_empty = relative_error(sums, stream);
-    WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+    auto rows_at = [](const DeviceRegion& r, int64_t row) { return static_cast<const uint16_t*>(r.data) + row * r.stride; };
+    const double error_empty = relative_difference(got_empty.data, want.data, s.m * s.n, sums, stream);
+    std::vector<DifferenceRun> blocks;
     const int64_t full_blocks = s.m / tile.tile_m;
     for (int64_t block = 0; block * tile.tile_m < s.m; ++block) {
       const int64_t rows = std::min<int64_t>(tile.tile_m, s.m - block * tile.tile_m);
-      add_difference(got_notify, remapped_block(block, full_blocks) * tile.tile_m, want, block * tile.tile_m, rows, sums, stream);
+      blocks.push_back({rows_at(got_notify, remapped_block(block, full_blocks) * tile.tile_m), rows_at(want, block * tile.tile_m), rows * s.n});
     }
-    const double error_notify = relative_error(sums, stream);
+    const double error_notify = relative_difference(blocks, sums, stream);
     const std::string notify_error = notify.overlap_gemm_error();
 
     const double t_library = time_ms(library, stream, o.warmup, o.iterations);

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "bench_support.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/core/plan_validation.hpp"
 #include "weft/kernels/elementwise.hpp"
@@ -21,7 +22,6 @@ namespace weft::cli {
 
 namespace {
 
-constexpr int64_t kHangTimeoutMs = 30000;
 constexpr double kTolerance = 2e-2;  // bf16 outputs summed in different orders
 
 struct Measured {
@@ -32,44 +32,6 @@ struct Measured {
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
   bool verified = false;
 };
-
-// The sequential plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
-Plan keep_steps(Plan plan, bool keep_gemms) {
-  plan.strategy += keep_gemms ? "/gemm-only" : "/communication-only";
-  for (auto& rp : plan.ranks)
-    std::erase_if(rp.steps, [&](const Step& s) {
-      return keep_gemms ? !std::holds_alternative<GemmStep>(s.body) : !std::holds_alternative<CollectiveStep>(s.body);
-    });
-  return plan;
-}
-
-uint64_t buffer_seed(uint64_t seed, int rank, const std::string& name) {
-  return seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + std::hash<std::string>{}(name);
-}
-
-// Inputs get the same random values in every executor of a rank (so results are comparable); scratch
-// gets random values too, so nothing is ever timed on zeros; outputs are poisoned.
-void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
-  for (const BufferDecl& decl : exec.rank_plan().buffers) {
-    void* data = exec.buffer(decl.name);
-    const int64_t count = decl.rows * decl.cols;
-    if (decl.role == BufferRole::output) fill_u16(data, count, kBf16Nan, stream);
-    else fill_random_bf16(data, count, buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name), stream);
-  }
-}
-
-void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what) {
-  if (synchronize_with_timeout(stream, kHangTimeoutMs)) return;
-  std::fprintf(stderr, "weft bench: %s did not finish within %lld ms; unmet waits:\n%s", what.c_str(),
-               static_cast<long long>(kHangTimeoutMs), exec.diagnose().c_str());
-  std::fflush(stderr);
-  std::_Exit(3);  // device work is stuck: unwinding would block in CUDA teardown
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
 
 void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, const std::string& suite) {
   if (!o.json_path.empty()) {
@@ -172,13 +134,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
           fill_u16(got.data, got.rows * got.stride, kBf16Nan, stream);
           execs[p]->run(stream);
           finish_or_explain(*execs[p], stream, plans[p].strategy);
-          WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
           // Outputs are whole-width row blocks, so each is one contiguous run.
-          accumulate_difference_bf16(got.data, want.data, got.rows * got.cols, sums, stream);
-          double host[3];
-          WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
-          WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
-          errors[p][static_cast<size_t>(rank)] = host[2] > 0 ? INFINITY : (host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]));
+          errors[p][static_cast<size_t>(rank)] = relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
         }
         // Timing: barrier, events around one call, median over iterations.
         cudaEvent_t start, stop;

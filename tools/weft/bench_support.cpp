@@ -1,0 +1,68 @@
+#include "bench_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft::cli {
+
+namespace {
+
+constexpr int64_t kHangTimeoutMs = 30000;
+
+uint64_t buffer_seed(uint64_t seed, int rank, const std::string& name) {
+  return seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + std::hash<std::string>{}(name);
+}
+
+}  // namespace
+
+void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
+  for (const BufferDecl& decl : exec.rank_plan().buffers) {
+    void* data = exec.buffer(decl.name);
+    const int64_t count = decl.rows * decl.cols;
+    if (decl.role == BufferRole::output) fill_u16(data, count, kBf16Nan, stream);
+    else fill_random_bf16(data, count, buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name), stream);
+  }
+}
+
+void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what) {
+  if (synchronize_with_timeout(stream, kHangTimeoutMs)) return;
+  std::fprintf(stderr, "weft bench: %s did not finish within %lld ms; unmet waits:\n%s", what.c_str(),
+               static_cast<long long>(kHangTimeoutMs), exec.diagnose().c_str());
+  std::fflush(stderr);
+  std::_Exit(3);
+}
+
+Plan keep_steps(Plan plan, bool keep_gemms) {
+  plan.strategy += keep_gemms ? "/gemm-only" : "/communication-only";
+  for (auto& rp : plan.ranks)
+    std::erase_if(rp.steps, [&](const Step& s) {
+      return keep_gemms ? !std::holds_alternative<GemmStep>(s.body) : !std::holds_alternative<CollectiveStep>(s.body);
+    });
+  return plan;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+double relative_difference(const std::vector<DifferenceRun>& runs, double* sums, cudaStream_t stream) {
+  WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+  for (const DifferenceRun& run : runs) accumulate_difference_bf16(run.a, run.b, run.count, sums, stream);
+  double host[3];
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host[2] > 0) return INFINITY;
+  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+}
+
+double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {
+  return relative_difference({DifferenceRun{a, b, count}}, sums, stream);
+}
+
+}  // namespace weft::cli

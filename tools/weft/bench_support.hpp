@@ -1,0 +1,34 @@
+// What `weft bench` and `weft bench gemm` share: filling an executor's buffers, waiting for a run
+// with a diagnosis instead of a hang, a plan cut down to its GEMMs or its collectives, the median,
+// and the relative difference of two results computed on the device.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/core/plan.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+
+namespace weft::cli {
+
+// Inputs get the same random values in every executor of a rank (so results are comparable); scratch
+// gets random values too, so nothing is ever timed on zeros; outputs are poisoned.
+void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);
+// Returns once `stream` is done; after 30 s prints the executor's diagnosis and ends the process
+// (device work is stuck: unwinding would block in CUDA teardown).
+void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what);
+// The plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
+Plan keep_steps(Plan plan, bool keep_gemms);
+double median(std::vector<double> values);
+// sqrt(sum (a-b)^2 / sum b^2) over `count` contiguous bf16 elements, infinite when `a` holds a NaN.
+// `sums` is 3 doubles of device memory; the stream is synchronized.
+double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);
+// The same, accumulated over several (a, b, count) runs.
+struct DifferenceRun {
+  const void* a;
+  const void* b;
+  int64_t count;
+};
+double relative_difference(const std::vector<DifferenceRun>& runs, double* sums, cudaStream_t stream);
+
+}  // namespace weft::cli
