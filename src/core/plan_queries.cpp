@@ -33,4 +33,15 @@ bool reaches_across_ranks(const Plan& plan) {
   return false;
 }
 
+bool is_plain_tile_table(const GemmStep& gemm) {
+  if (gemm.tiles.empty()) return true;
+  const GemmTile& first = gemm.tiles.front();
+  const int64_t row0 = first.store.box.row - first.tile.row, col0 = first.store.box.col - first.tile.col;
+  for (const GemmTile& t : gemm.tiles)
+    if (t.wait || t.notify || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
+        t.store.box.row != row0 + t.tile.row || t.store.box.col != col0 + t.tile.col)
+      return false;
+  return true;
+}
+
 }  // namespace weft

@@ -7,17 +7,6 @@
 
 namespace weft {
 
-bool is_plain_tile_table(const GemmStep& gemm) {
-  if (gemm.tiles.empty()) return true;
-  const GemmTile& first = gemm.tiles.front();
-  const int64_t row0 = first.store.box.row - first.tile.row, col0 = first.store.box.col - first.tile.col;
-  for (const GemmTile& t : gemm.tiles)
-    if (t.wait || t.notify || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
-        t.store.box.row != row0 + t.tile.row || t.store.box.col != col0 + t.tile.col)
-      return false;
-  return true;
-}
-
 LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const OverlapGemmPlanContext& context) {
   auto reject = [&](const std::string& why) -> void {
     throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why);

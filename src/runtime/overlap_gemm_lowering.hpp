@@ -29,10 +29,6 @@ struct LoweredOverlapGemm {
   OverlapGemmTile* device_table = nullptr;  // owned by the caller once returned (cudaFree)
 };
 
-// True when the table is what one library GEMM computes: each tile at its own place in one output
-// box, no waits, no notifies.
-bool is_plain_tile_table(const GemmStep& gemm);
-
 // Builds and uploads the table; throws std::invalid_argument naming the step when the plan's tile
 // shape is not a compiled one or a feature is unsupported (accumulating tables).
 LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const OverlapGemmPlanContext& context);

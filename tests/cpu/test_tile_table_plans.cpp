@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../support/ring_push_plan.hpp"
+#include "weft/core/plan_builders.hpp"
 #include "weft/core/plan_validation.hpp"
 #include "weft/core/reference_executor.hpp"
 
@@ -26,6 +27,25 @@ TEST(TileTablePlans, RingPushWithoutTheWaitIsARace) {
   Plan plan = testing_support::ring_push_plan(2, 128, 128, 64);
   for (RankPlan& rp : plan.ranks) rp.steps.pop_back();  // nobody waits for the pushed tiles
   EXPECT_FALSE(validate_plan(plan).ok());
+}
+
+TEST(TileTablePlans, PlainTablesAreThoseOneLibraryGemmComputes) {
+  auto gemms_of = [](const Plan& plan) {
+    std::vector<GemmStep> gemms;
+    for (const Step& step : plan.ranks.at(0).steps)
+      if (const auto* g = std::get_if<GemmStep>(&step.body)) gemms.push_back(*g);
+    return gemms;
+  };
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}) {
+    const Problem p{op, 512, 384, 256, 2, DType::bf16, DType::bf16, {}};
+    for (const Plan& plan : {plan_sequential(p, {}), plan_decomposed(p, {})})
+      for (const GemmStep& g : gemms_of(plan)) EXPECT_TRUE(is_plain_tile_table(g)) << plan.strategy << " " << to_string(op);
+  }
+  for (const GemmStep& g : gemms_of(testing_support::ring_push_plan(2, 256, 256, 64))) EXPECT_FALSE(is_plain_tile_table(g));
+  GemmStep one_notify = gemms_of(plan_sequential(Problem{OpKind::gemm_ar, 512, 384, 256, 1, DType::bf16, DType::bf16, {}}, {})).at(0);
+  ASSERT_GT(one_notify.tiles.size(), 1u);
+  one_notify.tiles.back().notify = Notify{SignalRef{0, 0}, 1};
+  EXPECT_FALSE(is_plain_tile_table(one_notify));
 }
 
 }  // namespace

@@ -203,6 +203,11 @@ std::string describe_signal(const Plan& plan, const SignalRef& ref);
 // the whole plan, so every rank agrees on it.
 bool reaches_across_ranks(const Plan& plan);
 
+// Whether a GEMM's tile table is what one library GEMM computes: every tile at its own place in one
+// output box, no waits, no notifies. Executors run such tables on a library GEMM, others on the
+// overlap GEMM.
+bool is_plain_tile_table(const GemmStep& gemm);
+
 // Looks a buffer up by name on a rank; throws std::out_of_range naming it when absent.
 BufferId find_buffer(const RankPlan& rank_plan, std::string_view name);
 
