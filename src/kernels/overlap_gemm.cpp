@@ -96,12 +96,28 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
   }
 }
 
-void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream) {
+namespace {
+
+std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   switch (config) {
-    case OverlapGemmConfig::tile_128x128: overlap_gemm_detail::launch_128x128(launch, stream); return;
-    case OverlapGemmConfig::tile_128x256: overlap_gemm_detail::launch_128x256(launch, stream); return;
+    case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
+    case OverlapGemmConfig::tile_128x256: return overlap_gemm_detail::prepare_128x256(launch);
   }
   reject("unknown configuration");
+}
+
+}  // namespace
+
+OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config)
+    : config_(config), prepared_(prepare(launch, config)) {}
+OverlapGemm::~OverlapGemm() = default;
+OverlapGemm::OverlapGemm(OverlapGemm&&) noexcept = default;
+OverlapGemm& OverlapGemm::operator=(OverlapGemm&&) noexcept = default;
+
+void OverlapGemm::launch(cudaStream_t stream, uint64_t epoch) { prepared_->launch(stream, epoch); }
+
+void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream) {
+  OverlapGemm(launch, config).launch(stream, launch.epoch);
 }
 
 }  // namespace weft

@@ -4,6 +4,8 @@
 
 namespace weft::overlap_gemm_detail {
 
-void launch_128x128(const OverlapGemmLaunch& launch, cudaStream_t stream) { launch_with_tile<128, 128, 64>(launch, stream); }
+std::unique_ptr<OverlapGemm::Prepared> prepare_128x128(const OverlapGemmLaunch& launch) {
+  return std::make_unique<PreparedWithTile<128, 128, 64>>(launch);
+}
 
 }  // namespace weft::overlap_gemm_detail

@@ -4,6 +4,8 @@
 
 namespace weft::overlap_gemm_detail {
 
-void launch_128x256(const OverlapGemmLaunch& launch, cudaStream_t stream) { launch_with_tile<128, 256, 64>(launch, stream); }
+std::unique_ptr<OverlapGemm::Prepared> prepare_128x256(const OverlapGemmLaunch& launch) {
+  return std::make_unique<PreparedWithTile<128, 256, 64>>(launch);
+}
 
 }  // namespace weft::overlap_gemm_detail

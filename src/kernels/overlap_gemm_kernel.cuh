@@ -12,6 +12,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -218,19 +220,31 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
   Kernel{}(params, shared_memory);
 }
 
+// Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
+// shared-memory attribute and the grid size. A call only sets the epoch and enqueues.
 template <int TileM, int TileN, int TileK>
-void launch_with_tile(const OverlapGemmLaunch& launch, cudaStream_t stream) {
+class PreparedWithTile final : public OverlapGemm::Prepared {
+ public:
   using Kernel = OverlapGemmKernel<TileM, TileN, TileK>;
-  if (launch.tile_count == 0) return;
-  int device = 0, sm_count = 0;
-  WEFT_CUDA_CHECK(cudaGetDevice(&device));
-  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  auto* kernel = &overlap_gemm_entry<Kernel>;
-  WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
-  const int ctas = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
-  const typename Kernel::Params params = Kernel::make_params(launch);
-  kernel<<<ctas, Kernel::kThreads, Kernel::kSharedBytes, stream>>>(params);
-  WEFT_CUDA_CHECK(cudaGetLastError());
-}
+
+  explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
+    int device = 0, sm_count = 0;
+    WEFT_CUDA_CHECK(cudaGetDevice(&device));
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(&overlap_gemm_entry<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
+    ctas_ = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
+  }
+
+  void launch(cudaStream_t stream, uint64_t epoch) override {
+    if (params_.launch.tile_count == 0) return;
+    params_.launch.epoch = epoch;
+    overlap_gemm_entry<Kernel><<<ctas_, Kernel::kThreads, Kernel::kSharedBytes, stream>>>(params_);
+    WEFT_CUDA_CHECK(cudaGetLastError());
+  }
+
+ private:
+  typename Kernel::Params params_;
+  int ctas_ = 0;
+};
 
 }  // namespace weft::overlap_gemm_detail

@@ -148,10 +148,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
               im.overlap_gemms.push_back(std::make_unique<LoweredOverlapGemm>(lower_overlap_gemm(b, step.label, overlap_context())));
               LoweredOverlapGemm* lowered = im.overlap_gemms.back().get();
               const uint64_t* calls = &im.calls;
-              body = [lowered, calls](cudaStream_t stream) {
-                lowered->launch.epoch = *calls;
-                launch_overlap_gemm(lowered->launch, lowered->config, stream);
-              };
+              body = [lowered, calls](cudaStream_t stream) { lowered->gemm->launch(stream, *calls); };
               return;
             }
             // A plain table covers the output once, tile (i, j) landing at c + (i, j), with no waits
@@ -300,9 +297,8 @@ void CudaExecutor::load_gemm_kernels() {
   for (const LoweredGemm& g : im.gemms)
     WEFT_CUBLAS_CHECK(cublasLtMatmul(im.lt, g.desc, &one, g.b, g.weight, g.a, g.activation, &zero, g.c, g.out, g.c, g.out, &g.algo,
                                      im.workspace, kGemmWorkspaceBytes, warm));
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(warm));
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());  // the warm-up and every upload of the constructor
   WEFT_CUDA_CHECK(cudaStreamDestroy(warm));
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   // Also: a peer's warm-up may store into our buffers, so nobody writes inputs or poisons outputs
   // before every warm-up has landed.
   comm_.host_barrier();

@@ -11,25 +11,25 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   auto reject = [&](const std::string& why) -> void {
     throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why);
   };
-  LoweredOverlapGemm lowered;
+  OverlapGemmConfig config{};
   bool found = false;
-  for (OverlapGemmConfig config : overlap_gemm_configs()) {
-    const OverlapGemmShape s = shape_of(config);
+  for (OverlapGemmConfig candidate : overlap_gemm_configs()) {
+    const OverlapGemmShape s = shape_of(candidate);
     if (s.tile_m == gemm.tile_m && s.tile_n == gemm.tile_n) {
-      lowered.config = config;
+      config = candidate;
       found = true;
     }
   }
   if (!found) {
     std::string compiled;
-    for (OverlapGemmConfig config : overlap_gemm_configs()) compiled += " " + to_string(config);
+    for (OverlapGemmConfig candidate : overlap_gemm_configs()) compiled += " " + to_string(candidate);
     reject("the plan's tile " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
            " is not a compiled tile shape (compiled:" + compiled + ")");
   }
   if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
-  const OverlapGemmShape shape = shape_of(lowered.config);
+  const OverlapGemmShape shape = shape_of(config);
 
-  OverlapGemmLaunch& launch = lowered.launch;
+  OverlapGemmLaunch launch;
   const DeviceRegion a = context.region(gemm.a), b = context.region(gemm.b);
   launch.a = a.data;
   launch.lda = a.stride;
@@ -49,7 +49,7 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   for (const GemmTile& t : gemm.tiles) {
     if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
       reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " +
-             to_string(lowered.config) + " grid");
+             to_string(config) + " grid");
     const auto key = std::make_pair(t.store.rank, t.store.buffer);
     auto it = target_of.find(key);
     if (it == target_of.end()) {
@@ -79,10 +79,12 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
     table.push_back(e);
   }
   launch.tile_count = static_cast<int>(table.size());
-  require_valid_table(launch, lowered.config, table);
+  require_valid_table(launch, config, table);
+  LoweredOverlapGemm lowered;
   WEFT_CUDA_CHECK(cudaMalloc(&lowered.device_table, std::max<size_t>(table.size(), 1) * sizeof(OverlapGemmTile)));
   WEFT_CUDA_CHECK(cudaMemcpy(lowered.device_table, table.data(), table.size() * sizeof(OverlapGemmTile), cudaMemcpyHostToDevice));
   launch.tiles = lowered.device_table;
+  lowered.gemm = std::make_unique<OverlapGemm>(launch, config);
   return lowered;
 }
 

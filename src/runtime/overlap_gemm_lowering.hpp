@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "weft/core/plan.hpp"
@@ -24,8 +25,7 @@ struct OverlapGemmPlanContext {
 };
 
 struct LoweredOverlapGemm {
-  OverlapGemmLaunch launch;
-  OverlapGemmConfig config = OverlapGemmConfig::tile_128x128;
+  std::unique_ptr<OverlapGemm> gemm;        // prepared once; a call is gemm->launch(stream, epoch)
   OverlapGemmTile* device_table = nullptr;  // owned by the caller once returned (cudaFree)
 };
 

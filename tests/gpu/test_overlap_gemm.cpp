@@ -231,7 +231,7 @@ TEST_P(OverlapGemmConfigs, AnUnmetWaitTimesOutAndNamesItsSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_gemm_configs()),
-                         [](const auto& info) { return "tile_" + to_string(info.param); });
+                         [](const auto& param_info) { return "tile_" + to_string(param_info.param); });
 
 TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 64, 1);

@@ -11,13 +11,15 @@
 // OverlapGemmError and goes on (wrong numbers, no hang); the caller checks the record.
 //
 //   OverlapGemmLaunch launch{...};                   // pointers, shapes, device tile table
-//   require_launchable(launch, config);             // alignment and shape checks, clear errors
-//   launch_overlap_gemm(launch, config, stream);
+//   require_valid_table(launch, config, table);     // alignment, shape and table checks, clear errors
+//   OverlapGemm gemm(launch, config);               // once per plan: TMA descriptors, kernel attributes
+//   gemm.launch(stream, epoch);                     // per call
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,31 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
 // Host-side check of a table before it is copied to the device.
 void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table);
 
+// A launch prepared once: the TMA descriptors are encoded, the kernel's shared-memory attribute set
+// and the grid sized on the current device, so a call only enqueues the kernel.
+class OverlapGemm {
+ public:
+  OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config);
+  ~OverlapGemm();
+  OverlapGemm(OverlapGemm&&) noexcept;
+  OverlapGemm& operator=(OverlapGemm&&) noexcept;
+
+  OverlapGemmConfig config() const { return config_; }
+  // Enqueues one run; waits are for wait_value + epoch * raised_per_call[signal].
+  void launch(cudaStream_t stream, uint64_t epoch);
+
+  // One per compiled tile shape (src/kernels/overlap_gemm_<tile>.cu).
+  struct Prepared {
+    virtual ~Prepared() = default;
+    virtual void launch(cudaStream_t stream, uint64_t epoch) = 0;
+  };
+
+ private:
+  OverlapGemmConfig config_;
+  std::unique_ptr<Prepared> prepared_;
+};
+
+// Prepares and launches once (tests, one-off runs): OverlapGemm(launch, config).launch(stream, launch.epoch).
 void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream);
 
 }  // namespace weft
