@@ -34,10 +34,19 @@ std::string to_string(OverlapGemmConfig config) {
 std::vector<OverlapGemmConfig> overlap_gemm_configs() { return {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256}; }
 
 OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t /*k*/, int sm_count) {
-  // Wide tiles halve the B traffic per output element, but only pay when they still give every SM
-  // at least one tile; otherwise the last wave leaves SMs idle.
-  const int64_t wide_tiles = ceil_div(m, 128) * ceil_div(n, 256);
-  return wide_tiles >= sm_count ? OverlapGemmConfig::tile_128x256 : OverlapGemmConfig::tile_128x128;
+  // A persistent kernel's time is about (waves) x (time of one tile); a 128x128 tile computes half
+  // of a 128x256 one at a lower rate (it loads more bytes per FLOP into shared memory). The rate
+  // ratio is an estimate until the tuner measures it per machine; `weft bench gemm` reports how
+  // often this rule picks the faster tile.
+  constexpr double kNarrowTileRate = 0.88;
+  auto cost = [&](OverlapGemmConfig config) {
+    const OverlapGemmShape s = shape_of(config);
+    const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
+    const double rate = config == OverlapGemmConfig::tile_128x128 ? kNarrowTileRate : 1.0;
+    return static_cast<double>(waves) * s.tile_m * s.tile_n / rate;
+  };
+  return cost(OverlapGemmConfig::tile_128x256) <= cost(OverlapGemmConfig::tile_128x128) ? OverlapGemmConfig::tile_128x256
+                                                                                         : OverlapGemmConfig::tile_128x128;
 }
 
 void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {

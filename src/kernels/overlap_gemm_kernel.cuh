@@ -1,13 +1,16 @@
 // weft's own kernel layer around CUTLASS's Hopper TMA + WGMMA main loop (the collective is used
 // as is; this file replaces CUTLASS's kernel and epilogue). One producer warp group loads A/B
 // tiles with TMA, two consumer warp groups run the WGMMA main loop cooperatively on one 128-row
-// tile, then store it straight from registers to wherever the table says and notify.
+// tile, then store it to wherever the table says and notify.
 //
-// Why stores from registers rather than a TMA-store epilogue: the store target changes per tile
-// (a peer's buffer, a remapped position) and a generic-proxy st.global followed by a release
+// The store goes through shared memory: the accumulators of a 128-column strip are written to a
+// padded staging buffer, then every consumer thread copies whole 16-byte runs of a row to global
+// memory. WGMMA's register layout gives each thread 4-byte column pairs spread over 8 rows; stored
+// straight from registers every warp store touches 8 half-used sectors, which measured 8-14%
+// slower than cuBLASLt on the suites' large shapes. Why not a TMA store: the target changes per
+// tile (a peer's buffer, a remapped position), and a generic-proxy st.global followed by a release
 // add is visible to a peer in the plain memory model; a TMA store would need a tensor map per
-// target and an async-proxy fence before every notify. Measured cost is the open question of
-// issue 4; this is the simple correct baseline to measure against cuBLASLt.
+// target and an async-proxy fence before every notify.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -79,10 +82,19 @@ struct OverlapGemmKernel {
   using Element = cutlass::bfloat16_t;
   static constexpr int kAlignment = 8;  // elements: TMA wants 16-byte rows
 
+  // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
+  // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
+  // carved out of what the main loop's pipeline stages may use.
+  static constexpr int kStripCols = 128;
+  static constexpr int kStagingStride = kStripCols + 8;
+  static_assert(TileN % kStripCols == 0, "tile width must be a whole number of staging strips");
+  static constexpr int kStagingBytes = TileM * kStagingStride * 2;
+
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignment, Element,
       cutlass::layout::ColumnMajor, kAlignment, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<0>, cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
   using PipelineState = typename CollectiveMainloop::PipelineState;
   using TiledMma = typename CollectiveMainloop::TiledMma;
@@ -94,12 +106,17 @@ struct OverlapGemmKernel {
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
   static constexpr uint32_t kNotifyBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
+  static constexpr uint32_t kStagingBarrier = kNotifyBarrier + 1;
 
   struct SharedStorage {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
+    alignas(128) Element staging[TileM * kStagingStride];
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
+  static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
+  // Fewer than 4 stages of 64-deep K cannot hide TMA latency behind the WGMMAs.
+  static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 4, "the staging buffer left too few pipeline stages");
 
   struct Params {
     typename CollectiveMainloop::Params mainloop;
@@ -116,33 +133,57 @@ struct OverlapGemmKernel {
     return Params{CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr), launch};
   }
 
+  // Called by all kMmaThreads consumer threads together (it synchronises them).
   template <class Accumulators>
   CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, const OverlapGemmTile& entry,
-                                        const OverlapGemmLaunch& launch) {
+                                        const OverlapGemmLaunch& launch, Element* staging) {
     using namespace cute;
+    // The cooperative WGMMA fragment: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
+    using FragmentShape = decltype(shape(accumulators.layout()));
+    static_assert(is_static_v<FragmentShape>, "fragment shape must be static");
+    static_assert(size<1>(FragmentShape{}) == 1 && size<2>(FragmentShape{}) == 1, "one WGMMA per warp group per tile expected");
+    static_assert(size<0, 0>(FragmentShape{}) == 2 && size<0, 1>(FragmentShape{}) == 2 &&
+                      size<0, 2>(FragmentShape{}) == TileN / 8,
+                  "unexpected WGMMA accumulator layout");
+    constexpr int kGroupsPerStrip = kStripCols / 8;
     const OverlapGemmTarget& target = launch.targets[entry.store_target];
     Element* origin = static_cast<Element*>(target.data) + entry.store_row * target.stride + entry.store_col;
-    Tensor tile = make_tensor(make_gmem_ptr(origin), make_layout(make_shape(Int<TileM>{}, Int<TileN>{}), make_stride(target.stride, Int<1>{})));
+    const bool vector_ok = reinterpret_cast<uintptr_t>(origin) % 16 == 0 && target.stride % 8 == 0;
     Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
     TiledMma tiled_mma;
-    auto thread_mma = tiled_mma.get_thread_slice(mma_thread_idx);
-    Tensor stores = thread_mma.partition_C(tile);
-    Tensor where = thread_mma.partition_C(coordinates);
-    static_assert(decltype(size(accumulators))::value % 2 == 0, "WGMMA fragments hold column pairs");
+    Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(accumulators); i += 2) {
-      const int row = get<0>(where(i)), col = get<1>(where(i));
-      const int row_next = get<0>(where(i + 1)), col_next = get<1>(where(i + 1));
-      Element* first = &stores(i);
-      // WGMMA's accumulator layout keeps values (i, i+1) in adjacent columns of one row: one
-      // 4-byte store when both are inside the tile and the address allows it.
-      if (row_next == row && col_next == col + 1 && row < entry.rows && col_next < entry.cols &&
-          reinterpret_cast<uintptr_t>(first) % 4 == 0) {
-        *reinterpret_cast<__nv_bfloat162*>(first) = __floats2bfloat162_rn(accumulators(i), accumulators(i + 1));
-        continue;
+    for (int strip = 0; strip < TileN / kStripCols; ++strip) {
+      // The previous strip (or tile) has been copied out by every thread before it is overwritten.
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
+      CUTLASS_PRAGMA_UNROLL
+      for (int group = 0; group < kGroupsPerStrip; ++group)
+        CUTLASS_PRAGMA_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const auto first = make_coord(make_coord(0, half, strip * kGroupsPerStrip + group), 0, 0);
+          const auto second = make_coord(make_coord(1, half, strip * kGroupsPerStrip + group), 0, 0);
+          const int row = get<0>(where(first)), col = get<1>(where(first)) - strip * kStripCols;
+          *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
+              __floats2bfloat162_rn(accumulators(first), accumulators(second));
+        }
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
+      // Whole 16-byte runs of a row per thread; consecutive threads take consecutive runs.
+      constexpr int kRunsPerRow = kStripCols / 8;
+      const int strip_col = strip * kStripCols;
+      CUTLASS_PRAGMA_UNROLL
+      for (int pass = 0; pass < TileM * kRunsPerRow / kMmaThreads; ++pass) {
+        const int run = pass * kMmaThreads + mma_thread_idx;
+        const int row = run / kRunsPerRow, col = (run % kRunsPerRow) * 8;
+        if (row >= entry.rows) continue;
+        const Element* from = staging + row * kStagingStride + col;
+        Element* to = origin + row * target.stride + strip_col + col;
+        const int valid = entry.cols - (strip_col + col);
+        if (vector_ok && valid >= 8) {
+          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+        } else {
+          for (int e = 0; e < 8 && e < valid; ++e) to[e] = from[e];
+        }
       }
-      if (row < entry.rows && col < entry.cols) stores(i) = Element(accumulators(i));
-      if (row_next < entry.rows && col_next < entry.cols) stores(i + 1) = Element(accumulators(i + 1));
     }
   }
 
@@ -199,7 +240,7 @@ struct OverlapGemmKernel {
       mainloop.mma(pipeline, read_state, accumulators, k_tiles, mma_thread_idx, shared.tensors, params.mainloop);
       mainloop.mma_tail(pipeline, read_state, k_tiles);
       read_state.advance(k_tiles);
-      store_tile(accumulators, mma_thread_idx, entry, launch);
+      store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
         // Every consumer thread's stores happen-before the release below (bar.sync orders them
         // within the CTA; the release at system scope is cumulative over them).

@@ -79,6 +79,7 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
     table.push_back(e);
   }
   launch.tile_count = static_cast<int>(table.size());
+  launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
   require_valid_table(launch, config, table);
   LoweredOverlapGemm lowered;
   WEFT_CUDA_CHECK(cudaMalloc(&lowered.device_table, std::max<size_t>(table.size(), 1) * sizeof(OverlapGemmTile)));

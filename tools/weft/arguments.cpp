@@ -97,8 +97,8 @@ PlanOptions plan_options_from(const Arguments& args) {
   o.tile_m = std::stoi(tile.substr(0, x));
   o.tile_n = std::stoi(tile.substr(x + 1));
   if (o.tile_m < 1 || o.tile_n < 1) throw std::invalid_argument("--tile sizes must be positive, got '" + tile + "'");
-  o.raster = parse_raster(args.text("raster", "along_m"));
-  o.swizzle = static_cast<int>(args.integer("swizzle", 1));
+  o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
+  o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   return o;
 }
 

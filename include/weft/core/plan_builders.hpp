@@ -21,7 +21,10 @@ struct PlanOptions {
   int tile_m = 128;
   int tile_n = 128;
   Raster raster = Raster::along_m;
-  int swizzle = 1;
+  // Strips of 8 tile columns: a wave of ~132 tiles then covers ~16 row blocks x 8 column blocks,
+  // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down
+  // whole columns and re-reads all of A every wave.
+  int swizzle = 8;
 };
 
 struct Strategy {

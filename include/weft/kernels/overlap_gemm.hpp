@@ -91,8 +91,8 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
-// The rule until the tuner exists: the wide tile when N and M are large enough to fill every SM
-// with wide tiles, else 128x128.
+// The rule until the tuner exists: the tile with the smaller (waves x tile work / tile rate), so
+// that wave quantisation (e.g. 5.3 waves of wide tiles vs 10.7 of narrow ones) is weighed.
 OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count);
 
 // Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
