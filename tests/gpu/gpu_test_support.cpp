@@ -1,5 +1,6 @@
 #include "gpu_test_support.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -14,6 +15,9 @@ namespace {
 
 // Runs before main, so before the tests' first CUDA call.
 const bool cuda_configured = (configure_cuda_for_waits(), true);
+// ctest kills a test that outlives its timeout; a failure message still in a full stdout buffer
+// would die with it, and a hang would leave no trace (seen at world 4).
+const bool stdout_line_buffered = (std::setvbuf(stdout, nullptr, _IOLBF, 0), true);
 
 float bf16_to_float(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;

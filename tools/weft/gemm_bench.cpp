@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <tuple>
 
@@ -57,23 +58,29 @@ Plan notify_and_remap(Plan plan) {
   return plan;
 }
 
-double time_ms(CudaExecutor& exec, cudaStream_t stream, int warmup, int iterations) {
+// Median time of each executor's run. Iterations visit the executors in turn, so that clock and
+// power drift over a long measurement reaches all of them alike instead of whichever runs last.
+std::vector<double> time_interleaved_ms(const std::vector<CudaExecutor*>& executors, cudaStream_t stream, int warmup,
+                                        int iterations) {
   cudaEvent_t start, stop;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> times;
-  for (int i = 0; i < warmup + iterations; ++i) {
-    WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
-    exec.run(stream);
-    WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    finish_or_explain(exec, stream, exec.plan().strategy);
-    float ms = 0;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (i >= warmup) times.push_back(ms);
-  }
+  std::vector<std::vector<double>> times(executors.size());
+  for (int i = 0; i < warmup + iterations; ++i)
+    for (size_t e = 0; e < executors.size(); ++e) {
+      WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+      executors[e]->run(stream);
+      WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+      finish_or_explain(*executors[e], stream, executors[e]->plan().strategy);
+      float ms = 0;
+      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i >= warmup) times[e].push_back(ms);
+    }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return median(times);
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
 }
 
 }  // namespace
@@ -127,20 +134,18 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     library.run(stream);
     finish_or_explain(library, stream, "library");
     const DeviceRegion want = library.output();
-    const double t_library = time_ms(library, stream, o.warmup, o.iterations);
 
-    // Every compiled tile with an empty table: checked against cuBLASLt, then timed.
-    double error_empty = 0, t_chosen = 0, t_best = INFINITY;
-    std::vector<double> t_configs;
+    // Every compiled tile with an empty table, checked against cuBLASLt.
+    double error_empty = 0;
+    std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (OverlapGemmConfig c : configs) {
-      CudaExecutor empty(comm, gemm_plan(s, shape_of(c).tile_n), ExecutorOptions{true, ExecutorOptions::PlainGemm::overlap});
+      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, shape_of(c).tile_n),
+                                                       ExecutorOptions{true, ExecutorOptions::PlainGemm::overlap}));
+      CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
       finish_or_explain(empty, stream, "overlap " + to_string(c));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
-      t_configs.push_back(time_ms(empty, stream, o.warmup, o.iterations));
-      t_best = std::min(t_best, t_configs.back());
-      if (c == chosen) t_chosen = t_configs.back();
     }
 
     // The chosen tile with a notify per tile and remapped row blocks.
@@ -161,7 +166,17 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     }
     const double error_notify = relative_difference(blocks, sums, stream);
     const std::string notify_error = notify.overlap_gemm_error();
-    const double t_notify = time_ms(notify, stream, o.warmup, o.iterations);
+
+    std::vector<CudaExecutor*> timed{&library, &notify};
+    for (auto& e : empties) timed.push_back(e.get());
+    const std::vector<double> medians = time_interleaved_ms(timed, stream, o.warmup, o.iterations);
+    const double t_library = medians[0], t_notify = medians[1];
+    const std::vector<double> t_configs(medians.begin() + 2, medians.end());
+    double t_chosen = 0, t_best = INFINITY;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      t_best = std::min(t_best, t_configs[c]);
+      if (configs[c] == chosen) t_chosen = t_configs[c];
+    }
 
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     const bool ok = error_empty <= 1e-2 && error_notify <= 1e-2 && notify_error.empty();
