@@ -45,7 +45,7 @@ int64_t collective_timeout_ms() {
 // A reusable barrier for the threads of one process, with a deadline: once one rank gives up, the
 // others fail at once instead of waiting out their own deadline.
 struct Communicator::ProcessBarrier {
-  explicit ProcessBarrier(int parties) : parties(parties) {}
+  explicit ProcessBarrier(int count) : parties(count) {}
   void arrive_and_wait(int rank, int64_t timeout_ms) {
     std::unique_lock lock(mutex);
     if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
@@ -65,7 +65,34 @@ struct Communicator::ProcessBarrier {
     }
     if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
   }
+  // All-gather on the host: every rank's bytes in rank order. Two barrier phases, so that no rank
+  // overwrites its slot for the next exchange while another is still reading this one.
+  std::vector<uint8_t> exchange(int rank, const void* data, size_t bytes, int64_t timeout_ms) {
+    {
+      std::lock_guard lock(mutex);
+      slots.resize(static_cast<size_t>(parties));
+      const auto* first = static_cast<const uint8_t*>(data);
+      slots[static_cast<size_t>(rank)].assign(first, first + bytes);
+    }
+    arrive_and_wait(rank, timeout_ms);
+    std::vector<uint8_t> all;
+    std::string mismatch;
+    {
+      std::lock_guard lock(mutex);
+      for (int r = 0; r < parties; ++r) {
+        const auto& slot = slots[static_cast<size_t>(r)];
+        if (slot.size() != bytes && mismatch.empty())
+          mismatch = "rank " + std::to_string(r) + " gave " + std::to_string(slot.size()) + " bytes, rank " + std::to_string(rank) +
+                     " gave " + std::to_string(bytes);
+        all.insert(all.end(), slot.begin(), slot.end());
+      }
+    }
+    arrive_and_wait(rank, timeout_ms);
+    if (!mismatch.empty()) throw std::runtime_error("Communicator: ranks made different host all-gathers: " + mismatch);
+    return all;
+  }
   const int parties;
+  std::vector<std::vector<uint8_t>> slots;
   std::mutex mutex;
   std::condition_variable changed;
   int arrived = 0;
@@ -146,6 +173,10 @@ void Communicator::learn_peers() {
 }
 
 std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t bytes) {
+  // Ranks of one process exchange through host memory: no kernel of one rank then waits on another
+  // rank whose host thread may sit in a driver call that waits for every device of the process
+  // (cudaFree of peer-mapped memory, a library load). Seen as an intermittent hang at world 4.
+  if (process_barrier_) return process_barrier_->exchange(rank_, data, bytes, collective_timeout_ms());
   const size_t needed = bytes * static_cast<size_t>(world_ + 1);
   WEFT_CUDA_CHECK(cudaSetDevice(device_));
   if (!host_stream_) WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking));
@@ -176,7 +207,12 @@ void Communicator::host_barrier() {
 }
 
 void Communicator::barrier(cudaStream_t stream) {
-  if (!scratch_) all_gather_bytes(&rank_, sizeof rank_);  // allocates scratch
+  if (!scratch_) {
+    WEFT_CUDA_CHECK(cudaSetDevice(device_));
+    scratch_bytes_ = 4096;
+    WEFT_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+    WEFT_CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes_));
+  }
   WEFT_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream));
 }
 

@@ -318,24 +318,18 @@ CudaExecutor::~CudaExecutor() {
     }
   // Peers may still be pulling from or pushing into this rank's buffers and signals: nobody frees
   // until every rank has finished its own streams (each enters the barrier only after that).
+  // The barrier puts no work on a device (host_barrier): a peer that is already freeing waits in
+  // cudaFree for every device of the process to go idle, and a collective kernel here that waited
+  // for that peer would never finish.
   if (im.plan_touches_peers) {
-    cudaStream_t last;
-    bool done = cudaStreamCreateWithFlags(&last, cudaStreamNonBlocking) == cudaSuccess;
-    if (done) {
-      try {
-        comm_.barrier(last);
-        done = synchronize_with_timeout(last, 10000);
-      } catch (const std::exception&) {
-        done = false;
-      }
-    }
-    if (!done) {
-      std::fprintf(stderr, "weft: rank %d: peers did not reach the executor's final barrier; leaving its buffers allocated\n",
-                   comm_.rank());
+    try {
+      comm_.host_barrier();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "weft: rank %d: peers did not reach the executor's final barrier (%s); leaving its buffers allocated\n",
+                   comm_.rank(), e.what());
       (void)impl_.release();
       return;
     }
-    cudaStreamDestroy(last);
   }
   cudaDeviceSynchronize();
   for (auto& g : im.gemms) g.destroy();

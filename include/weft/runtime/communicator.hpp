@@ -45,8 +45,9 @@ class Communicator {
   const PeerInfo& peer(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
   bool peer_in_this_process(int rank) const { return peers_.at(static_cast<size_t>(rank)).process == peers_[rank_].process; }
 
-  // Gathers `bytes` bytes from every rank (rank order) through NCCL; collective, synchronous, and
-  // bounded: throws when the peers do not join within WEFT_COLLECTIVE_TIMEOUT_S (120 s unless set).
+  // Gathers `bytes` bytes from every rank (rank order); collective, synchronous, and bounded: throws
+  // when the peers do not join within WEFT_COLLECTIVE_TIMEOUT_S (120 s unless set). Ranks of one
+  // process (local_group) exchange on the host; one rank per process goes through NCCL.
   std::vector<uint8_t> all_gather_bytes(const void* data, size_t bytes);
   // Returns once every rank has called it (bounded as above). Ranks of one process (local_group) meet
   // on the host alone, with no device work: a rank may be inside a driver call that waits for every
