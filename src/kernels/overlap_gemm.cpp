@@ -2,9 +2,13 @@
 // that turn a bad launch into an error message instead of a fault, and the dispatch.
 #include "weft/kernels/overlap_gemm.hpp"
 
-#include <cstdint>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <stdexcept>
+#include <utility>
+
+#include "weft/runtime/cuda_check.hpp"
 
 #include "overlap_gemm_launchers.hpp"
 
@@ -33,20 +37,85 @@ std::string to_string(OverlapGemmConfig config) {
 
 std::vector<OverlapGemmConfig> overlap_gemm_configs() { return {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256}; }
 
-OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t /*k*/, int sm_count) {
-  // A persistent kernel's time is about (waves) x (time of one tile); a 128x128 tile computes half
-  // of a 128x256 one at a lower rate (it loads more bytes per FLOP into shared memory). The rate
-  // ratio is an estimate until the tuner measures it per machine; `weft bench gemm` reports how
-  // often this rule picks the faster tile.
+namespace {
+
+// Relative time of `count` entries of `config` split `splits` ways over `k` (see the header).
+double estimated_time(int64_t count, int64_t k, OverlapGemmConfig config, int splits, int sm_count) {
+  // A 128x128 tile computes half of a 128x256 one at a lower rate (more shared-memory bytes per
+  // FLOP); the ratio is an estimate until the tuner measures it per machine.
   constexpr double kNarrowTileRate = 0.88;
-  auto cost = [&](OverlapGemmConfig config) {
+  constexpr double kFixupKTiles = 2.0;  // writing and reading back one partial tile, in K-tiles of work
+  const OverlapGemmShape s = shape_of(config);
+  const double k_tiles = static_cast<double>(ceil_div(k, s.tile_k));
+  const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
+  const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
+  const double rate = config == OverlapGemmConfig::tile_128x128 ? kNarrowTileRate : 1.0;
+  return static_cast<double>(waves) * per_entry * s.tile_m * s.tile_n / rate;
+}
+
+constexpr int kMaxKSplits = 8;
+constexpr int kMinKTilesPerSplit = 4;
+
+}  // namespace
+
+int choose_k_splits(int64_t tile_count, int64_t k, OverlapGemmConfig config, int sm_count) {
+  const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
+  int best = 1;
+  double best_time = estimated_time(tile_count, k, config, 1, sm_count);
+  const double unsplit = best_time;
+  for (int splits = 2; splits <= kMaxKSplits && k_tiles / splits >= kMinKTilesPerSplit; ++splits) {
+    const double t = estimated_time(tile_count, k, config, splits, sm_count);
+    if (t < best_time) {
+      best = splits;
+      best_time = t;
+    }
+  }
+  return best_time < 0.95 * unsplit ? best : 1;
+}
+
+OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+  OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
+  double best_time = INFINITY;
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128}) {
     const OverlapGemmShape s = shape_of(config);
-    const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
-    const double rate = config == OverlapGemmConfig::tile_128x128 ? kNarrowTileRate : 1.0;
-    return static_cast<double>(waves) * s.tile_m * s.tile_n / rate;
-  };
-  return cost(OverlapGemmConfig::tile_128x256) <= cost(OverlapGemmConfig::tile_128x128) ? OverlapGemmConfig::tile_128x256
-                                                                                         : OverlapGemmConfig::tile_128x128;
+    const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
+    const int splits = choose_k_splits(tiles, k, config, sm_count);
+    const double t = estimated_time(tiles, k, config, splits, sm_count);
+    if (t < best_time) {
+      best = {config, splits};
+      best_time = t;
+    }
+  }
+  return best;
+}
+
+OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count) {
+  return choose_overlap_gemm_tiling(m, n, k, sm_count).config;
+}
+
+std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
+                                           OverlapGemmConfig config) {
+  const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
+  if (splits < 1 || splits > k_tiles)
+    reject("cannot split " + std::to_string(k_tiles) + " K-tiles " + std::to_string(splits) + " ways");
+  std::vector<OverlapGemmTile> split;
+  split.reserve(table.size() * static_cast<size_t>(splits));
+  for (const OverlapGemmTile& entry : table) {
+    if (entry.splits != 1) reject("split_along_k: the table is split already");
+    for (int part = 0; part < splits; ++part) {
+      OverlapGemmTile e = entry;
+      e.k_begin = static_cast<int32_t>(k_tiles * part / splits);
+      e.k_tiles = static_cast<int32_t>(k_tiles * (part + 1) / splits) - e.k_begin;
+      e.split = part;
+      e.splits = splits;
+      if (part + 1 < splits) {
+        e.notify_rank = -1;
+        e.notify_increment = 0;
+      }
+      split.push_back(e);
+    }
+  }
+  return split;
 }
 
 void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
@@ -102,6 +171,24 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     if (e.notify_rank >= 0 && (e.notify_rank >= kMaxSignalRanks || !launch.notify_signals[e.notify_rank]))
       reject(where + "notifies rank " + std::to_string(e.notify_rank) + " whose signal array was not given");
     if (e.notify_rank >= 0 && e.notify_increment == 0) reject(where + "notifies with increment 0");
+    const int64_t k_tiles = ceil_div(launch.k, s.tile_k);
+    if (e.k_begin < 0 || e.k_tiles < 0 || e.k_begin + e.k_tiles > k_tiles || (e.k_tiles == 0 && e.k_begin != 0))
+      reject(where + "covers K-tiles [" + std::to_string(e.k_begin) + ", " + std::to_string(e.k_begin + e.k_tiles) + ") of " +
+             std::to_string(k_tiles));
+    if (e.splits < 1 || e.split < 0 || e.split >= e.splits || e.splits > launch.k_splits)
+      reject(where + "is split " + std::to_string(e.split) + " of " + std::to_string(e.splits) + " (launch.k_splits is " +
+             std::to_string(launch.k_splits) + ")");
+    if (e.splits > 1) {
+      // Split s waits for split s - 1 of the same tile: it must come earlier in the table, or a
+      // CTA could wait for an entry that only it would run later.
+      const bool follows = e.split == 0 || (i > 0 && table[i - 1].tile_m == e.tile_m && table[i - 1].tile_n == e.tile_n &&
+                                             table[i - 1].split == e.split - 1 && table[i - 1].splits == e.splits &&
+                                             table[i - 1].k_begin + table[i - 1].k_tiles == e.k_begin);
+      if (!follows) reject(where + "is split " + std::to_string(e.split) + " but does not follow split " + std::to_string(e.split - 1) + " of its tile");
+      if (e.k_tiles == 0 || (e.split + 1 == e.splits && e.k_begin + e.k_tiles != k_tiles) || (e.split == 0 && e.k_begin != 0))
+        reject(where + "splits of a tile must cover K exactly once, in order");
+      if (e.split + 1 < e.splits && e.notify_rank >= 0) reject(where + "notifies before its last split");
+    }
   }
 }
 
@@ -117,11 +204,37 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
 
 }  // namespace
 
-OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config)
-    : config_(config), prepared_(prepare(launch, config)) {}
-OverlapGemm::~OverlapGemm() = default;
-OverlapGemm::OverlapGemm(OverlapGemm&&) noexcept = default;
-OverlapGemm& OverlapGemm::operator=(OverlapGemm&&) noexcept = default;
+OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config) : config_(config) {
+  OverlapGemmLaunch prepared = launch;
+  if (launch.k_splits > 1) {
+    // One partial-sum tile and one counter per output tile; the counters start at zero and the
+    // last split of each tile puts its counter back to zero.
+    const OverlapGemmShape s = shape_of(config);
+    const size_t tiles = static_cast<size_t>(ceil_div(launch.m, s.tile_m) * ceil_div(launch.n, s.tile_n));
+    const size_t partial_bytes = tiles * static_cast<size_t>(s.tile_m * s.tile_n) * sizeof(float);
+    WEFT_CUDA_CHECK(cudaMalloc(&split_memory_, partial_bytes + tiles * sizeof(uint32_t)));
+    WEFT_CUDA_CHECK(cudaMemset(static_cast<char*>(split_memory_) + partial_bytes, 0, tiles * sizeof(uint32_t)));
+    prepared.split_workspace = static_cast<float*>(split_memory_);
+    prepared.split_counters = reinterpret_cast<uint32_t*>(static_cast<char*>(split_memory_) + partial_bytes);
+  }
+  prepared_ = prepare(prepared, config);
+}
+// Frees only when the launch split K (launch_overlap_gemm of a table without splits frees nothing,
+// so it never waits for a kernel that waits for the caller).
+OverlapGemm::~OverlapGemm() {
+  if (split_memory_) cudaFree(split_memory_);
+}
+OverlapGemm::OverlapGemm(OverlapGemm&& other) noexcept
+    : config_(other.config_), prepared_(std::move(other.prepared_)), split_memory_(std::exchange(other.split_memory_, nullptr)) {}
+OverlapGemm& OverlapGemm::operator=(OverlapGemm&& other) noexcept {
+  if (this != &other) {
+    if (split_memory_) cudaFree(split_memory_);
+    config_ = other.config_;
+    prepared_ = std::move(other.prepared_);
+    split_memory_ = std::exchange(other.split_memory_, nullptr);
+  }
+  return *this;
+}
 
 void OverlapGemm::launch(cudaStream_t stream, uint64_t epoch) { prepared_->launch(stream, epoch); }
 

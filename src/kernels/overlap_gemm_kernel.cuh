@@ -39,10 +39,33 @@ CUTLASS_DEVICE void add_release_system(uint64_t* address, uint64_t increment) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(address), "l"(increment) : "memory");
 }
 
+CUTLASS_DEVICE uint32_t load_acquire_gpu(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+CUTLASS_DEVICE void store_release_gpu(uint32_t* address, uint32_t value) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+
 CUTLASS_DEVICE uint64_t global_timer_ns() {
   uint64_t now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   return now;
+}
+
+// Records the first timed-out wait of a launch; the others keep what came first.
+CUTLASS_DEVICE void record_timeout(const OverlapGemmLaunch& launch, int tile_index, int32_t signal, uint64_t expected,
+                                   uint64_t observed) {
+  OverlapGemmError* error = launch.error;
+  if (error && atomicCAS(&error->failed, 0u, 1u) == 0u) {
+    error->tile = tile_index;
+    error->signal = signal;
+    error->expected = expected;
+    error->observed = observed;
+    __threadfence_system();
+  }
 }
 
 // Called by the whole producer warp. Lane 0 spins (bounded); the warp then orders its later TMA
@@ -57,14 +80,7 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
       const uint64_t start = global_timer_ns();
       while ((value = load_acquire_system(flag)) < expected) {
         if (global_timer_ns() - start > launch.wait_timeout_ns) {
-          OverlapGemmError* error = launch.error;
-          if (error && atomicCAS(&error->failed, 0u, 1u) == 0u) {
-            error->tile = tile_index;
-            error->signal = entry.wait_signal;
-            error->expected = expected;
-            error->observed = value;
-            __threadfence_system();
-          }
+          record_timeout(launch, tile_index, entry.wait_signal, expected, value);
           break;  // go on with whatever is there: wrong numbers, reported, rather than a hang
         }
         __nanosleep(128);
@@ -107,6 +123,7 @@ struct OverlapGemmKernel {
   static constexpr int kConsumerRegisters = 232;
   static constexpr uint32_t kNotifyBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
   static constexpr uint32_t kStagingBarrier = kNotifyBarrier + 1;
+  static constexpr uint32_t kSplitBarrier = kNotifyBarrier + 2;
 
   struct SharedStorage {
     typename CollectiveMainloop::TensorStorage tensors;
@@ -187,6 +204,59 @@ struct OverlapGemmKernel {
     }
   }
 
+  // Split K, called by all consumer threads: adds the previous split's partial sums (waiting for
+  // them), then either hands the sum to the next split (returns false: nothing to store) or, for
+  // the last split, returns true with the whole sum in `accumulators`. Each thread writes and
+  // reads back its own fragment, as float4 runs interleaved across threads so that a warp's
+  // accesses are contiguous.
+  template <class Accumulators>
+  CUTLASS_DEVICE static bool combine_splits(Accumulators& accumulators, int mma_thread_idx, int tile_index,
+                                            const OverlapGemmTile& entry, const OverlapGemmLaunch& launch) {
+    using namespace cute;
+    constexpr int kValues = decltype(size(accumulators))::value;
+    static_assert(kValues % 4 == 0, "fragments are read and written as float4");
+    const int64_t tiles_n = (launch.n + TileN - 1) / TileN;
+    const int64_t slot = int64_t{entry.tile_m} * tiles_n + entry.tile_n;
+    float4* partial = reinterpret_cast<float4*>(launch.split_workspace + slot * (TileM * TileN));
+    uint32_t* counter = launch.split_counters + slot;
+    if (entry.split > 0) {
+      if (mma_thread_idx == 0) {
+        uint32_t seen = load_acquire_gpu(counter);
+        const uint64_t start = global_timer_ns();
+        while (seen != static_cast<uint32_t>(entry.split)) {
+          if (global_timer_ns() - start > launch.wait_timeout_ns) {
+            record_timeout(launch, tile_index, kSplitFixupSignal, static_cast<uint64_t>(entry.split), seen);
+            break;
+          }
+          __nanosleep(64);
+          seen = load_acquire_gpu(counter);
+        }
+      }
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kValues / 4; ++i) {
+        const float4 v = __ldcg(partial + i * kMmaThreads + mma_thread_idx);  // L2, not a stale L1 line
+        accumulators(4 * i) += v.x;
+        accumulators(4 * i + 1) += v.y;
+        accumulators(4 * i + 2) += v.z;
+        accumulators(4 * i + 3) += v.w;
+      }
+    }
+    if (entry.split + 1 < entry.splits) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kValues / 4; ++i)
+        __stcg(partial + i * kMmaThreads + mma_thread_idx,
+               make_float4(accumulators(4 * i), accumulators(4 * i + 1), accumulators(4 * i + 2), accumulators(4 * i + 3)));
+      // Every thread's partial sums happen-before the release (bar.sync, then a cumulative release).
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier);
+      if (mma_thread_idx == 0) store_release_gpu(counter, static_cast<uint32_t>(entry.split + 1));
+      return false;
+    }
+    // The last split: nobody reads the counter again this call; the next call starts from zero.
+    if (mma_thread_idx == 0) *counter = 0;
+    return true;
+  }
+
   CUTLASS_DEVICE void operator()(const Params& params, char* shared_memory) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace cute;
@@ -222,9 +292,10 @@ struct OverlapGemmKernel {
         const OverlapGemmTile entry = launch.tiles[t];
         if (entry.wait_signal >= 0) wait_for_signal(launch, t, entry);
         const auto block = make_coord(entry.tile_m, entry.tile_n, _, 0);
-        auto k_iterator = cute::make_coord_iterator(idx2crd(0, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
-        mainloop.load(params.mainloop, pipeline, write_state, load_inputs, block, k_iterator, k_tiles, lane, 0u, shared.tensors);
-        write_state.advance(k_tiles);
+        const int first = entry.k_tiles > 0 ? entry.k_begin : 0, count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
+        auto k_iterator = cute::make_coord_iterator(idx2crd(first, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
+        mainloop.load(params.mainloop, pipeline, write_state, load_inputs, block, k_iterator, count, lane, 0u, shared.tensors);
+        write_state.advance(count);
       }
       mainloop.load_tail(pipeline, write_state);
       return;
@@ -237,9 +308,11 @@ struct OverlapGemmKernel {
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-      mainloop.mma(pipeline, read_state, accumulators, k_tiles, mma_thread_idx, shared.tensors, params.mainloop);
-      mainloop.mma_tail(pipeline, read_state, k_tiles);
-      read_state.advance(k_tiles);
+      const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
+      mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);
+      mainloop.mma_tail(pipeline, read_state, count);
+      read_state.advance(count);
+      if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
       store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
         // Every consumer thread's stores happen-before the release below (bar.sync orders them

@@ -415,6 +415,9 @@ std::string CudaExecutor::overlap_gemm_error() const {
   cudaStreamDestroy(reader);
   if (!read) return "rank " + std::to_string(comm_.rank()) + ": could not read the overlap GEMM's error record\n";
   if (!error.failed) return "";
+  if (error.signal == kSplitFixupSignal)
+    return "rank " + std::to_string(comm_.rank()) + ": an overlap GEMM tile (table entry " + std::to_string(error.tile) +
+           ") gave up waiting for the partial sums of K split " + std::to_string(error.expected - 1) + " of its tile\n";
   return "rank " + std::to_string(comm_.rank()) + ": an overlap GEMM tile (table entry " + std::to_string(error.tile) +
          ") gave up waiting for signal '" + rank_plan().signals.at(static_cast<size_t>(error.signal)) + "' (#" +
          std::to_string(error.signal) + ") >= " + std::to_string(error.expected) + "; it was " + std::to_string(error.observed) +

@@ -22,6 +22,7 @@ struct OverlapGemmPlanContext {
   std::function<uint64_t*(int rank)> signals_of;
   const uint64_t* raised_per_call = nullptr;  // device
   OverlapGemmError* error = nullptr;          // device
+  bool allow_k_splits = true;                 // false: one entry per tile, whatever the shape
 };
 
 struct LoweredOverlapGemm {

@@ -96,14 +96,18 @@ struct Fixture {
     l.error = error;
     return l;
   }
-  // Uploads `table` and launches on `on` (the fixture's stream unless given).
-  void run(OverlapGemmLaunch l, cudaStream_t on = nullptr) {
+  // Uploads `table`, points `l` at it and checks it.
+  void upload(OverlapGemmLaunch& l) {
     cudaFree(device_table);
     WEFT_CUDA_CHECK(cudaMalloc(&device_table, table.size() * sizeof(OverlapGemmTile)));
     WEFT_CUDA_CHECK(cudaMemcpy(device_table, table.data(), table.size() * sizeof(OverlapGemmTile), cudaMemcpyHostToDevice));
     l.tiles = device_table;
     l.tile_count = static_cast<int>(table.size());
     require_valid_table(l, config, table);
+  }
+  // Uploads `table` and launches on `on` (the fixture's stream unless given).
+  void run(OverlapGemmLaunch l, cudaStream_t on = nullptr) {
+    upload(l);
     launch_overlap_gemm(l, config, on ? on : stream);
   }
   OverlapGemmError read_error() {
@@ -230,6 +234,35 @@ TEST_P(OverlapGemmConfigs, AnUnmetWaitTimesOutAndNamesItsSignal) {
   EXPECT_EQ(e.observed, 0u);
 }
 
+TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
+  // Ragged M, N and K; 2, 3 and 8 splits; a notify per tile that must fire once, after the last
+  // split; two calls of one prepared launch, so the split counters must be back at zero.
+  for (auto [m, n, k, splits] : {std::tuple{200, 136, 520, 3}, {300, 700, 264, 2}, {64, 512, 2048, 8}}) {
+    Fixture f(GetParam(), m, n, k, static_cast<uint64_t>(m + n + k));
+    const size_t tiles = f.table.size();
+    for (auto& e : f.table) {
+      e.notify_rank = 0;
+      e.notify_signal = 1;
+      e.notify_increment = 1;
+    }
+    f.table = split_along_k(f.table, splits, k, f.config);
+    ASSERT_EQ(f.table.size(), tiles * static_cast<size_t>(splits));
+    OverlapGemmLaunch l = f.launch();
+    l.k_splits = splits;
+    l.wait_timeout_ns = 2'000'000'000ull;
+    f.upload(l);
+    OverlapGemm gemm(l, f.config);
+    for (int call = 0; call < 2; ++call) {
+      fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
+      gemm.launch(f.stream, static_cast<uint64_t>(call));
+      ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+      EXPECT_EQ(f.read_error().failed, 0u) << "a split gave up waiting";
+      EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2) << m << "x" << n << "x" << k << " / " << splits;
+      EXPECT_EQ(f.read_signals()[1], static_cast<uint64_t>(call + 1) * tiles) << "one notify per tile, after its last split";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_gemm_configs()),
                          [](const auto& param_info) { return "tile_" + to_string(param_info.param); });
 
@@ -250,6 +283,25 @@ TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   std::vector<OverlapGemmTile> spills = {f.table.front()};
   spills[0].store_row = 200;
   EXPECT_THROW(require_valid_table(l, f.config, spills), std::invalid_argument);
+  // Split K: more splits than the launch allows; the last split before the first; a gap in K.
+  std::vector<OverlapGemmTile> split = split_along_k({f.table.front()}, 2, l.k, f.config);
+  EXPECT_THROW(require_valid_table(l, f.config, split), std::invalid_argument);
+  l.k_splits = 2;
+  EXPECT_NO_THROW(require_valid_table(l, f.config, split));
+  EXPECT_THROW(require_valid_table(l, f.config, {split[1], split[0]}), std::invalid_argument);
+  std::vector<OverlapGemmTile> gap = split;
+  gap[1].k_begin += 1;
+  gap[1].k_tiles -= 1;
+  EXPECT_THROW(require_valid_table(l, f.config, gap), std::invalid_argument);
+  EXPECT_THROW(split_along_k({f.table.front()}, 5, l.k, f.config), std::invalid_argument) << "64 deep K has 1 K-tile";
+}
+
+TEST(OverlapGemm, TheTilingRuleSplitsKOnlyWhereTilesCannotFillTheGpu) {
+  // H100/H200: 132 SMs. Large GEMMs: no split; one skinny M with long K (Flux GPT-3, m = 64): split.
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
+  EXPECT_GT(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_k_splits(1000, 64, OverlapGemmConfig::tile_128x256, 132), 1) << "one K-tile cannot be split";
 }
 
 // Through the executor: every rank's tiles go to the next rank's memory, remapped, with a notify

@@ -122,11 +122,13 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   }
   std::printf("%-30s %6s %6s %6s %8s", "row (first with this shape)", "m", "n", "k", "lib ms");
   for (OverlapGemmConfig c : configs) std::printf(" %10s", to_string(c).c_str());
-  std::printf(" %-10s %9s %8s %8s %8s %7s %8s %s\n", "chosen", "notify ms", "lib TF/s", "chosen/lib", "best/lib", "notify+", "err", "check");
+  std::printf(" %-13s %9s %8s %8s %8s %7s %8s %s\n", "chosen", "notify ms", "lib TF/s", "chosen/lib", "best/lib", "notify+", "err", "check");
   std::vector<double> chosen_ratios, best_ratios, overheads;
   int failures = 0, chose_best = 0;
   for (const auto& [name, s] : shapes) {
-    const OverlapGemmConfig chosen = choose_overlap_gemm_config(s.m, s.n, s.k, sm_count);
+    const OverlapGemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count);
+    const OverlapGemmConfig chosen = tiling.config;
+    const std::string chosen_name = to_string(chosen) + (tiling.k_splits > 1 ? "/k" + std::to_string(tiling.k_splits) : "");
     const OverlapGemmShape chosen_tile = shape_of(chosen);
     const Plan chosen_plain = gemm_plan(s, chosen_tile.tile_n);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{true, ExecutorOptions::PlainGemm::library});
@@ -189,7 +191,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     std::printf("%-30s %6lld %6lld %6lld %8.3f", name.substr(0, 30).c_str(), static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), t_library);
     for (double t : t_configs) std::printf(" %10.3f", t);
-    std::printf(" %-10s %9.3f %8.1f %8.3f %8.3f %6.1f%% %8.1e %s\n", to_string(chosen).c_str(), t_notify, flops / t_library * 1e-9,
+    std::printf(" %-13s %9.3f %8.1f %8.3f %8.3f %6.1f%% %8.1e %s\n", chosen_name.c_str(), t_notify, flops / t_library * 1e-9,
                 ratio, best_ratio, overhead * 100, std::max(error_empty, error_notify), ok ? "ok" : "MISMATCH");
     if (!notify_error.empty()) std::fprintf(stderr, "  %s\n", notify_error.c_str());
     std::fflush(stdout);
@@ -197,7 +199,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       std::fprintf(csv, "%s,%lld,%lld,%lld,%.5f", name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
                    static_cast<long long>(s.k), t_library);
       for (double t : t_configs) std::fprintf(csv, ",%.5f", t);
-      std::fprintf(csv, ",%s,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.3e,%.3e\n", to_string(chosen).c_str(), t_chosen, t_notify,
+      std::fprintf(csv, ",%s,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.3e,%.3e\n", chosen_name.c_str(), t_chosen, t_notify,
                    flops / t_library * 1e-9, flops / t_chosen * 1e-9, ratio, best_ratio, overhead, error_empty, error_notify);
     }
   }

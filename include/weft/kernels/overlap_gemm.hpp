@@ -28,7 +28,12 @@ namespace weft {
 constexpr int kMaxStoreTargets = 8;
 constexpr int kMaxSignalRanks = 8;
 
-// One row of the device tile table. Plain data, 64 bytes, copied to the GPU once per plan.
+// One row of the device tile table. Plain data, 80 bytes, copied to the GPU once per plan.
+//
+// Split K: a tile may be computed by `splits` entries, each over k_tiles K-tiles from k_begin,
+// listed in split order (split s before split s + 1; split_along_k builds them). Split s > 0
+// waits for split s - 1's partial sums in the launch's workspace, adds them, and passes the sum
+// on; only the last split stores the tile and notifies. The order makes the sum deterministic.
 struct OverlapGemmTile {
   int32_t tile_m = 0;          // tile coordinates in the GEMM's own output space, in tiles
   int32_t tile_n = 0;
@@ -42,8 +47,12 @@ struct OverlapGemmTile {
   int32_t notify_rank = -1;    // rank whose signal array is notified, -1: no notify
   int32_t notify_signal = 0;
   uint64_t notify_increment = 0;
+  int32_t k_begin = 0;         // first K-tile (of tile_k elements) of this entry
+  int32_t k_tiles = 0;         // K-tiles of this entry; 0: all of K
+  int32_t split = 0;           // 0 .. splits - 1
+  int32_t splits = 1;
 };
-static_assert(sizeof(OverlapGemmTile) == 64, "the device table layout is part of the kernel's contract");
+static_assert(sizeof(OverlapGemmTile) == 80, "the device table layout is part of the kernel's contract");
 
 struct OverlapGemmTarget {
   void* data = nullptr;  // bf16
@@ -51,6 +60,10 @@ struct OverlapGemmTarget {
   int64_t rows = 0;      // bounds, checked on the host when the table is built
   int64_t cols = 0;
 };
+
+// OverlapGemmError::signal when the wait that gave up was a split waiting for the previous split
+// of its tile (expected: that split's index).
+constexpr int32_t kSplitFixupSignal = -2;
 
 // Where a bounded wait gave up. `failed` is 0 while all is well.
 struct OverlapGemmError {
@@ -80,6 +93,9 @@ struct OverlapGemmLaunch {
   OverlapGemmError* error = nullptr;                  // device or mapped memory; may be null
   uint64_t wait_timeout_ns = 10'000'000'000ull;
   int max_ctas = 0;                                   // 0: one per SM
+  int k_splits = 1;                                   // the most splits of any entry; OverlapGemm sizes the workspace
+  float* split_workspace = nullptr;                   // set by OverlapGemm: tile_m x tile_n floats per output tile
+  uint32_t* split_counters = nullptr;                 // set by OverlapGemm: one per output tile, zero between calls
 };
 
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
@@ -91,9 +107,22 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
-// The rule until the tuner exists: the tile with the smaller (waves x tile work / tile rate), so
-// that wave quantisation (e.g. 5.3 waves of wide tiles vs 10.7 of narrow ones) is weighed.
+// The rule until the tuner exists: the tile and K split with the smallest estimated time,
+// (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
+// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 64: 48 wide
+// tiles on 132 SMs) are weighed. A split is only taken when it is estimated 5% faster.
+struct OverlapGemmTiling {
+  OverlapGemmConfig config;
+  int k_splits = 1;
+};
+OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
 OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count);
+// The K split for `tile_count` entries of one config (a table may hold fewer tiles than the grid).
+int choose_k_splits(int64_t tile_count, int64_t k, OverlapGemmConfig config, int sm_count);
+// Each entry becomes `splits` consecutive entries over K; waits stay on every split (each loads A
+// and B), stores and notifies stay on the last.
+std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
+                                           OverlapGemmConfig config);
 
 // Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
 // row strides, K a multiple of 8, and every table entry inside the tile grid and its target.
@@ -123,6 +152,7 @@ class OverlapGemm {
  private:
   OverlapGemmConfig config_;
   std::unique_ptr<Prepared> prepared_;
+  void* split_memory_ = nullptr;  // partial sums and counters when the launch splits K
 };
 
 // Prepares and launches once (tests, one-off runs): OverlapGemm(launch, config).launch(stream, launch.epoch).
