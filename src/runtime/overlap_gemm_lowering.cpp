@@ -83,7 +83,7 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   int device = 0, sm_count = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  launch.k_splits = context.allow_k_splits ? choose_k_splits(static_cast<int64_t>(table.size()), launch.k, config, sm_count) : 1;
+  launch.k_splits = context.allow_k_splits ? choose_k_splits(static_cast<int64_t>(table.size()), launch.m, launch.n, launch.k, config, sm_count) : 1;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
   launch.tile_count = static_cast<int>(table.size());
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below

@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_ge
                          [](const auto& param_info) { return "tile_" + to_string(param_info.param); });
 
 TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
-  Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 64, 1);
+  Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 128, 1);
   OverlapGemmLaunch l = f.launch();
   l.tiles = reinterpret_cast<const OverlapGemmTile*>(f.signals);
   l.tile_count = 1;
@@ -293,15 +293,17 @@ TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   gap[1].k_begin += 1;
   gap[1].k_tiles -= 1;
   EXPECT_THROW(require_valid_table(l, f.config, gap), std::invalid_argument);
-  EXPECT_THROW(split_along_k({f.table.front()}, 5, l.k, f.config), std::invalid_argument) << "64 deep K has 1 K-tile";
+  EXPECT_THROW(split_along_k({f.table.front()}, 3, l.k, f.config), std::invalid_argument) << "K = 128 has 2 K-tiles";
 }
 
 TEST(OverlapGemm, TheTilingRuleSplitsKOnlyWhereTilesCannotFillTheGpu) {
-  // H100/H200: 132 SMs. Large GEMMs: no split; one skinny M with long K (Flux GPT-3, m = 64): split.
+  // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 wide tiles, 1.45 waves,
+  // compute-bound): split. m = 64 is memory-bound: no split.
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
-  EXPECT_GT(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
-  EXPECT_EQ(choose_k_splits(1000, 64, OverlapGemmConfig::tile_128x256, 132), 1) << "one K-tile cannot be split";
+  EXPECT_GT(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, OverlapGemmConfig::tile_128x256, 132), 1) << "one K-tile cannot be split";
 }
 
 // Through the executor: every rank's tiles go to the next rank's memory, remapped, with a notify

@@ -109,7 +109,7 @@ std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // The rule until the tuner exists: the tile and K split with the smallest estimated time,
 // (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
-// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 64: 48 wide
+// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 wide
 // tiles on 132 SMs) are weighed. A split is only taken when it is estimated 5% faster.
 struct OverlapGemmTiling {
   OverlapGemmConfig config;
@@ -117,8 +117,9 @@ struct OverlapGemmTiling {
 };
 OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
 OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count);
-// The K split for `tile_count` entries of one config (a table may hold fewer tiles than the grid).
-int choose_k_splits(int64_t tile_count, int64_t k, OverlapGemmConfig config, int sm_count);
+// The K split for `tile_count` entries of one config (a table may hold fewer tiles than the grid)
+// of an m x n x k GEMM; 1 for memory-bound shapes.
+int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, OverlapGemmConfig config, int sm_count);
 // Each entry becomes `splits` consecutive entries over K; waits stay on every split (each loads A
 // and B), stores and notifies stay on the last.
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
