@@ -24,6 +24,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 OverlapGemmShape shape_of(OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_128x96: return {128, 96, 64};
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};
     case OverlapGemmConfig::tile_128x256: return {128, 256, 64};
   }
@@ -35,38 +36,49 @@ std::string to_string(OverlapGemmConfig config) {
   return std::to_string(s.tile_m) + "x" + std::to_string(s.tile_n) + "x" + std::to_string(s.tile_k);
 }
 
-std::vector<OverlapGemmConfig> overlap_gemm_configs() { return {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256}; }
+std::vector<OverlapGemmConfig> overlap_gemm_configs() {
+  return {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256};
+}
 
 namespace {
 
 // Relative time of `count` entries of `config` split `splits` ways over `k` (see the header).
 double estimated_time(int64_t count, int64_t k, OverlapGemmConfig config, int splits, int sm_count) {
-  // A 128x128 tile computes half of a 128x256 one at a lower rate (more shared-memory bytes per
-  // FLOP); the ratio is an estimate until the tuner measures it per machine.
-  constexpr double kNarrowTileRate = 0.88;
+  // Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
+  // estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256).
+  auto rate_of = [](OverlapGemmConfig c) {
+    switch (c) {
+      case OverlapGemmConfig::tile_128x96: return 0.75;
+      case OverlapGemmConfig::tile_128x128: return 0.88;
+      case OverlapGemmConfig::tile_128x256: return 1.0;
+    }
+    return 1.0;
+  };
   constexpr double kFixupKTiles = 2.0;  // writing and reading back one partial tile, in K-tiles of work
   const OverlapGemmShape s = shape_of(config);
   const double k_tiles = static_cast<double>(ceil_div(k, s.tile_k));
   const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
   const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
-  const double rate = config == OverlapGemmConfig::tile_128x128 ? kNarrowTileRate : 1.0;
-  return static_cast<double>(waves) * per_entry * s.tile_m * s.tile_n / rate;
+  return static_cast<double>(waves) * per_entry * s.tile_m * s.tile_n / rate_of(config);
 }
 
 constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
 
+// A GEMM that cannot keep the tensor cores busy from HBM: FLOP per byte of A, B and C below
+// Hopper's ~300 (989 TFLOP/s over 3.35 TB/s), with margin.
+bool memory_bound(int64_t m, int64_t n, int64_t k) {
+  constexpr double kComputeBoundFlopsPerByte = 250.0;
+  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
+  return 2.0 * dm * dn * dk / (2.0 * (dm * dk + dn * dk + dm * dn)) < kComputeBoundFlopsPerByte;
+}
+
 }  // namespace
 
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, OverlapGemmConfig config, int sm_count) {
-  // A GEMM that cannot keep the tensor cores busy from HBM (FLOP per byte of A, B and C below
-  // Hopper's ~300) gains nothing from more CTAs in flight, and each split adds a partial tile's
-  // traffic. Measured on H100, m=64 n=k=12288: 8 splits 0.179 ms, none 0.135 ms.
-  constexpr double kComputeBoundFlopsPerByte = 250.0;
-  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
-  const double flops = 2.0 * dm * dn * dk;
-  const double bytes = 2.0 * (dm * dk + dn * dk + dm * dn);
-  if (flops / bytes < kComputeBoundFlopsPerByte) return 1;
+  // A memory-bound GEMM gains nothing from more CTAs in flight, and each split adds a partial
+  // tile's traffic. Measured on H100, m=64 n=k=12288: 8 splits 0.179 ms, none 0.135 ms.
+  if (memory_bound(m, n, k)) return 1;
   const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
   int best = 1;
   double best_time = estimated_time(tile_count, k, config, 1, sm_count);
@@ -82,9 +94,26 @@ int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, Overlap
 }
 
 OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+  if (memory_bound(m, n, k)) {
+    // Time follows the bytes the busiest SM streams: (waves) x (A rows + B rows of a tile). More,
+    // narrower tiles put more SMs to pulling from HBM (m = 64, n = 12288 on 132 SMs: 128 tiles
+    // of 96 columns rather than 96 of 128).
+    OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
+    double best_bytes = INFINITY;
+    for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96}) {
+      const OverlapGemmShape s = shape_of(config);
+      const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
+      const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
+      if (bytes < best_bytes * 0.97) {  // a narrower tile only for a clear gain
+        best = {config, 1};
+        best_bytes = bytes;
+      }
+    }
+    return best;
+  }
   OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
   double best_time = INFINITY;
-  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128}) {
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96}) {
     const OverlapGemmShape s = shape_of(config);
     const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
     const int splits = choose_k_splits(tiles, m, n, k, config, sm_count);
@@ -204,6 +233,7 @@ namespace {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_128x96: return overlap_gemm_detail::prepare_128x96(launch);
     case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
     case OverlapGemmConfig::tile_128x256: return overlap_gemm_detail::prepare_128x256(launch);
   }

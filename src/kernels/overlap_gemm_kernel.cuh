@@ -101,7 +101,7 @@ struct OverlapGemmKernel {
   // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
   // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
   // carved out of what the main loop's pipeline stages may use.
-  static constexpr int kStripCols = 128;
+  static constexpr int kStripCols = TileN < 128 ? TileN : 128;
   static constexpr int kStagingStride = kStripCols + 8;
   static_assert(TileN % kStripCols == 0, "tile width must be a whole number of staging strips");
   static constexpr int kStagingBytes = TileM * kStagingStride * 2;
@@ -186,6 +186,7 @@ struct OverlapGemmKernel {
       cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
       // Whole 16-byte runs of a row per thread; consecutive threads take consecutive runs.
       constexpr int kRunsPerRow = kStripCols / 8;
+      static_assert(TileM * kRunsPerRow % kMmaThreads == 0, "every thread copies the same number of runs");
       const int strip_col = strip * kStripCols;
       CUTLASS_PRAGMA_UNROLL
       for (int pass = 0; pass < TileM * kRunsPerRow / kMmaThreads; ++pass) {

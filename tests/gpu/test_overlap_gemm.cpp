@@ -303,6 +303,8 @@ TEST(OverlapGemm, TheTilingRuleSplitsKOnlyWhereTilesCannotFillTheGpu) {
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
   EXPECT_GT(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).config, OverlapGemmConfig::tile_128x96)
+      << "128 narrow tiles keep more SMs streaming B than 96 or 48 wider ones";
   EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, OverlapGemmConfig::tile_128x256, 132), 1) << "one K-tile cannot be split";
 }
 

@@ -99,7 +99,7 @@ struct OverlapGemmLaunch {
 };
 
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
-enum class OverlapGemmConfig { tile_128x128, tile_128x256 };
+enum class OverlapGemmConfig { tile_128x96, tile_128x128, tile_128x256 };
 
 struct OverlapGemmShape {
   int tile_m, tile_n, tile_k;
@@ -110,7 +110,9 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // The rule until the tuner exists: the tile and K split with the smallest estimated time,
 // (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
 // waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 wide
-// tiles on 132 SMs) are weighed. A split is only taken when it is estimated 5% faster.
+// tiles on 132 SMs) are weighed. A split is only taken when it is estimated 5% faster. Memory-
+// bound GEMMs (FLOP per byte below Hopper's ridge) are never split and take the tile that puts
+// the most SMs to streaming A and B (m = 64, n = 12288: 128x96).
 struct OverlapGemmTiling {
   OverlapGemmConfig config;
   int k_splits = 1;
