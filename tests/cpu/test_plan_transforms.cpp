@@ -1,0 +1,60 @@
+// Plan transforms for characterisation: GEMMs split by rows or by K must validate and compute what
+// the original plan computes.
+#include <gtest/gtest.h>
+
+#include "weft/core/cpu_proof.hpp"
+#include "weft/core/plan_builders.hpp"
+#include "weft/core/plan_transforms.hpp"
+
+namespace weft {
+namespace {
+
+size_t gemm_steps(const Plan& plan) {
+  size_t count = 0;
+  for (const Step& s : plan.ranks.at(0).steps) count += std::holds_alternative<GemmStep>(s.body);
+  return count;
+}
+
+std::vector<Problem> problems(int world) {
+  // Ragged against 128-row tiles and 64-deep K cuts.
+  return {Problem{OpKind::ag_gemm, 72, 136, 200, world, DType::bf16, DType::bf16, {}},
+          Problem{OpKind::gemm_rs, 40 * world, 96, 200, world, DType::bf16, DType::bf16, {}},
+          Problem{OpKind::gemm_ar, 130, 72, 264, world, DType::bf16, DType::bf16, {}}};
+}
+
+TEST(PlanTransforms, SplitGemmsComputeTheSameResultByRowsAndByK) {
+  for (int world : {1, 2, 4})
+    for (const Problem& p : problems(world))
+      for (GemmSplitAxis axis : {GemmSplitAxis::rows, GemmSplitAxis::k})
+        for (int parts : {2, 3, 4}) {
+          const Plan plan = plan_sequential(p, PlanOptions{});
+          const Plan split = split_gemms(plan, axis, parts);
+          // K = 200 has 4 slices of 64 (the last ragged), so every part count here is honoured.
+          EXPECT_EQ(gemm_steps(split), gemm_steps(plan) * static_cast<size_t>(parts)) << describe(p);
+          const CpuProof proof = prove_on_cpu(split, 7);
+          EXPECT_TRUE(proof.passed()) << describe(p) << " parts " << parts << "\n" << proof.explain();
+        }
+}
+
+TEST(PlanTransforms, KCutsStayOnMultiplesOf64AndNeverExceedTheSlices) {
+  const Problem p{OpKind::gemm_ar, 64, 64, 136, 1, DType::bf16, DType::bf16, {}};  // 3 slices of 64
+  const Plan split = split_gemms(plan_sequential(p, PlanOptions{}), GemmSplitAxis::k, 8);
+  std::vector<int64_t> starts;
+  for (const Step& s : split.ranks[0].steps)
+    if (const auto* g = std::get_if<GemmStep>(&s.body)) starts.push_back(g->a.box.col);
+  EXPECT_EQ(starts, (std::vector<int64_t>{0, 64, 128}));
+  EXPECT_TRUE(prove_on_cpu(split, 3).passed());
+}
+
+TEST(PlanTransforms, SplitRefusesTablesWithNotifies) {
+  Plan plan = plan_sequential(problems(1)[2], PlanOptions{});
+  for (Step& s : plan.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&s.body)) {
+      plan.ranks[0].signals.push_back("tile");
+      g->tiles.front().notify = Notify{SignalRef{0, static_cast<SignalId>(plan.ranks[0].signals.size()) - 1}, 1};
+    }
+  EXPECT_THROW(split_gemms(plan, GemmSplitAxis::rows, 2), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft
