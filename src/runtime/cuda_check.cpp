@@ -41,26 +41,30 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
                   std::to_string(static_cast<int>(status)) + "; hint: " + hint);
 }
 
+bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return true;
+    if (status != cudaErrorNotReady) WEFT_CUDA_CHECK(status);
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {
   cudaEvent_t done;
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    const cudaError_t status = cudaEventQuery(done);
-    if (status == cudaSuccess) break;
-    if (status != cudaErrorNotReady) {
-      cudaEventDestroy(done);
-      WEFT_CUDA_CHECK(status);
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      cudaEventDestroy(done);
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  bool finished = false;
+  try {
+    finished = wait_for_event_with_timeout(done, timeout_ms);
+  } catch (...) {
+    cudaEventDestroy(done);
+    throw;
   }
   WEFT_CUDA_CHECK(cudaEventDestroy(done));
-  return true;
+  return finished;
 }
 
 }  // namespace weft

@@ -70,7 +70,20 @@ struct CudaExecutor::Impl {
   // plan, so that every rank agrees and the barriers it guards are collective.
   bool plan_touches_peers = false;
   uint64_t calls = 0;
+  // Completion of the last kMaxCallsInFlight calls (ring, by call number).
+  std::vector<cudaEvent_t> call_done;
 };
+
+namespace {
+
+// Calls of one executor that may be queued on the device at once. Without a bound, a loop of
+// calls fills the device's command queue and the host blocks inside an enqueue (a kernel launch,
+// an NCCL call) while its device waits for a peer whose host thread is blocked the same way, or
+// behind a lock the first holds: seen at world 4 as a silent hang of 1,000 back-to-back calls.
+constexpr uint64_t kMaxCallsInFlight = 8;
+constexpr int64_t kCallWaitTimeoutMs = 60000;
+
+}  // namespace
 
 CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options) : comm_(comm), plan_(std::move(plan)), impl_(new Impl) {
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
@@ -130,6 +143,8 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     im.joins.push_back(join);
   }
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
+  im.call_done.resize(kMaxCallsInFlight);
+  for (cudaEvent_t& e : im.call_done) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   WEFT_CUBLAS_CHECK(cublasLtCreate(&im.lt));
   WEFT_CUDA_CHECK(cudaMalloc(&im.workspace, kGemmWorkspaceBytes));
   im.gemms.reserve(mine.steps.size());
@@ -342,6 +357,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto s : im.streams) cudaStreamDestroy(s);
   for (auto e : im.joins) cudaEventDestroy(e);
   if (im.fork) cudaEventDestroy(im.fork);
+  for (cudaEvent_t e : im.call_done) cudaEventDestroy(e);
   if (im.workspace) cudaFree(im.workspace);
   if (im.lt) cublasLtDestroy(im.lt);
 }
@@ -387,6 +403,11 @@ DeviceRegion CudaExecutor::region(const Region& r) const {
 void CudaExecutor::run(cudaStream_t stream) {
   Impl& im = *impl_;
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  cudaEvent_t& done = im.call_done[im.calls % kMaxCallsInFlight];
+  if (im.calls >= kMaxCallsInFlight && !wait_for_event_with_timeout(done, kCallWaitTimeoutMs))
+    throw CudaError("CudaExecutor::run on rank " + std::to_string(comm_.rank()) + ": call " +
+                    std::to_string(im.calls - kMaxCallsInFlight) + " has not finished after " +
+                    std::to_string(kCallWaitTimeoutMs / 1000) + " s; unmet waits:\n" + diagnose());
   // A peer may still be reading buffers we are about to overwrite in its previous call.
   if (im.plan_touches_peers) comm_.barrier(stream);
   WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
@@ -402,6 +423,7 @@ void CudaExecutor::run(cudaStream_t stream) {
     WEFT_CUDA_CHECK(cudaEventRecord(im.joins[i], im.streams[i]));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.joins[i], 0));
   }
+  WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
   ++im.calls;
 }
 

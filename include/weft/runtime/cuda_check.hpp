@@ -27,6 +27,8 @@ class CudaError : public std::runtime_error {
 // queued). Every host-side wait on work that depends on another rank goes through this, so a missing
 // peer becomes an error instead of a hang.
 bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
+// The same for one recorded event: true once it has completed, false after `timeout_ms`.
+bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms);
 
 }  // namespace weft
 
