@@ -46,6 +46,28 @@ Plan keep_steps(Plan plan, bool keep_gemms) {
   return plan;
 }
 
+double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
+                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish) {
+  cudaEvent_t start, stop;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int it = 0; it < warmup + iterations; ++it) {
+    ranks_meet();
+    comm.barrier(stream);
+    WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+    enqueue(stream);
+    WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    finish();
+    float ms = 0;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (it >= warmup) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(times);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));

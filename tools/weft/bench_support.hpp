@@ -3,6 +3,7 @@
 // and the relative difference of two results computed on the device.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::strin
 // The plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
 Plan keep_steps(Plan plan, bool keep_gemms);
 double median(std::vector<double> values);
+// One rank's timing of a call, as DEVELOPERS.md says: per iteration the rank threads meet
+// (`ranks_meet`), a device barrier on `stream`, CUDA events around `enqueue(stream)`, then
+// `finish()`; the median of `iterations` after `warmup`. Every rank calls it together.
+double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
+                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
 // sqrt(sum (a-b)^2 / sum b^2) over `count` contiguous bf16 elements, infinite when `a` holds a NaN.
 // `sums` is 3 doubles of device memory; the stream is synchronized.
 double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);

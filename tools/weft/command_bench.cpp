@@ -1,12 +1,14 @@
 // `weft bench`: on GPUs, times strategies against the sequential baseline over a suite. Where no GPU
 // is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
+// Also `weft bench gemm` and `weft characterize`, which say so and exit 0 without a GPU.
 #include <cstdio>
 #include <iostream>
 
+#include "characterize.hpp"
 #include "commands.hpp"
+#include "gemm_bench.hpp"
 #include "weft/core/bench_suite.hpp"
 #ifdef WEFT_HAVE_CUDA
-#include "gemm_bench.hpp"
 #include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
 #endif
@@ -47,6 +49,36 @@ int command_bench_gemm(const Arguments& args) {
   const std::string why = "weft was built without CUDA";
 #endif
   std::printf("weft bench gemm: no GPU found (%s); nothing to time.\n", why.c_str());
+  return 0;
+}
+
+int command_characterize(const Arguments& args) {
+  const BenchSuite suite = load_suite(suite_path(args.text("suite", "tilelink_mlp")));
+  CharacterizeOptions o;
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 20));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+  o.csv_path = args.text("csv", "");
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const int visible = static_cast<int>(scan.devices.size());
+    for (const auto& w : args.list("world", {std::to_string(visible)})) {
+      const int world = std::stoi(w);
+      if (world < 1 || world > visible)
+        throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
+      o.world_sizes.push_back(world);
+    }
+    std::printf("suite '%s', AllGather+GEMM rows; %s\n\n", suite.name.c_str(), scan.devices.front().name.c_str());
+    run_characterize(suite, o);
+    return 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  args.text("world", "");
+  std::printf("weft characterize: no GPU found (%s); nothing to measure.\n", why.c_str());
   return 0;
 }
 

@@ -155,27 +155,10 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
           // Outputs are whole-width row blocks, so each is one contiguous run.
           errors[p][static_cast<size_t>(rank)] = relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
         }
-        // Timing: barrier, events around one call, median over iterations.
-        cudaEvent_t start, stop;
-        WEFT_CUDA_CHECK(cudaEventCreate(&start));
-        WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-        for (size_t p = 0; p < count; ++p) {
-          std::vector<double> times;
-          for (int it = 0; it < o.warmup + o.iterations; ++it) {
-            sync.arrive_and_wait();
-            comm.barrier(stream);
-            WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
-            execs[p]->run(stream);
-            WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-            finish_or_explain(*execs[p], stream, plans[p].strategy);
-            float ms = 0;
-            WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-            if (it >= o.warmup) times.push_back(ms);
-          }
-          medians[p][static_cast<size_t>(rank)] = median(times);
-        }
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
+        for (size_t p = 0; p < count; ++p)
+          medians[p][static_cast<size_t>(rank)] = median_call_ms(
+              comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },
+              [&] { finish_or_explain(*execs[p], stream, plans[p].strategy); });
         cudaFree(sums);
         execs.clear();
         cudaStreamDestroy(stream);

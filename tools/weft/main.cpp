@@ -23,6 +23,9 @@ void print_help() {
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
       "          --warmup N --iterations N --csv FILE --seed S\n"
+      "  characterize  FiCCO's decomposition (GEMM cut 1/W, 1/W^2 by rows and K) and contention\n"
+      "          (GEMM with copy-engine or NCCL all-gather) losses for a suite's AllGather+GEMM rows\n"
+      "          --suite NAME|FILE (default: tilelink_mlp) --world LIST --warmup N --iterations N --csv FILE\n"
       "  check   prove plans on the CPU: validate, run the reference executor, compare with the op\n"
       "          --op LIST --strategy LIST --world LIST --seed S\n"
       "  plan    print one plan and its validation report\n"
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
     if (gemm_bench) code = weft::cli::command_bench_gemm(args);
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
+    else if (command == "characterize") code = weft::cli::command_characterize(args);
     else if (command == "plan") code = weft::cli::command_plan(args);
     else {
       std::fprintf(stderr, "weft: unknown command '%s'; see weft --help\n", command.c_str());
