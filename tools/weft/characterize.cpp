@@ -66,16 +66,21 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
         continue;
       }
       std::fprintf(stderr, "weft characterize: world %d, %s\n", world, suite_row.name.c_str());
+      // Each cut of the GEMM is validated within the whole op (gather, then the pieces), then timed
+      // alone, as `weft bench` times T_gemm.
       const Plan sequential = plan_sequential(problem, plan_options);
-      const Plan gemm = keep_steps(sequential, true);
-      std::vector<Plan> plans = {gemm,
-                                 split_gemms(gemm, GemmSplitAxis::rows, world),
-                                 split_gemms(gemm, GemmSplitAxis::rows, world * world),
-                                 split_gemms(gemm, GemmSplitAxis::k, world),
-                                 split_gemms(gemm, GemmSplitAxis::k, world * world),
+      auto cut = [&](GemmSplitAxis axis, int parts) {
+        const Plan whole = split_gemms(sequential, axis, parts);
+        require_valid(whole);
+        return keep_steps(whole, true);
+      };
+      std::vector<Plan> plans = {keep_steps(sequential, true),
+                                 cut(GemmSplitAxis::rows, world),
+                                 cut(GemmSplitAxis::rows, world * world),
+                                 cut(GemmSplitAxis::k, world),
+                                 cut(GemmSplitAxis::k, world * world),
                                  copy_engine_transfers(plan_decomposed(problem, plan_options)),
                                  keep_steps(sequential, false)};
-      for (size_t p = 0; p < 5; ++p) require_valid(plans[p]);
       std::vector<std::vector<double>> medians(plans.size() + 2, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::barrier sync(world);
       for_each_rank(group, [&](Communicator& comm) {
