@@ -30,7 +30,7 @@ const std::vector<Strategy>& strategies() {
       {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
        {OpKind::ag_gemm},
        [](const Problem& p, const PlanOptions& o) {
-         const FiccoSchedule pick = pick_ficco_schedule(p, MachineProfile{}).schedule;
+         const FiccoSchedule pick = pick_ficco_schedule(p, o.machine).schedule;
          Plan plan = plan_ficco(p, o, pick);
          plan.strategy = "ficco=" + std::string(to_string(pick));  // tables show what was picked
          return plan;

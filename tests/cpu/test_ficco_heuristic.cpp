@@ -41,3 +41,36 @@ TEST(FiccoHeuristic, OnlyForAllGatherGemm) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+TEST(MachineProfile, RoundTripsThroughJsonAndRejectsNonsense) {
+  MachineProfile p;
+  p.device = "NVIDIA H200";
+  p.peak_flops = 801.5e12;
+  p.memory_bytes_per_s = 4.1e12;
+  p.source = "test";
+  const MachineProfile back = parse_machine_profile(machine_profile_json(p));
+  EXPECT_EQ(back.device, p.device);
+  EXPECT_DOUBLE_EQ(back.peak_flops, p.peak_flops);
+  EXPECT_DOUBLE_EQ(back.memory_bytes_per_s, p.memory_bytes_per_s);
+  EXPECT_EQ(back.source, "test");
+  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 1e15})"), std::invalid_argument);
+  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 0, "memory_bytes_per_s": 1e12})"), std::invalid_argument);
+  EXPECT_THROW(load_machine_profile("/nonexistent/profile.json"), std::invalid_argument);
+}
+
+TEST(MachineProfile, TheFiccoStrategyPicksByTheGivenMachine) {
+  // A 2048 x 1024 x 512 AG+GEMM at world 2 (M > K): at 1e15 FLOP/s it is far under the 1 ms
+  // threshold (uniform_fused_1d); on a machine a million times slower, far over (hetero_unfused_1d).
+  const Problem p{OpKind::ag_gemm, 1024, 1024, 512, 2, DType::bf16, DType::bf16, {}};
+  PlanOptions fast, slow;
+  fast.machine.peak_flops = 1e15;
+  slow.machine.peak_flops = 1e9;
+  EXPECT_EQ(find_strategy("ficco").build(p, fast).strategy, "ficco=uniform_fused_1d");
+  EXPECT_EQ(find_strategy("ficco").build(p, slow).strategy, "ficco=hetero_unfused_1d");
+}
+
+}  // namespace
+}  // namespace weft

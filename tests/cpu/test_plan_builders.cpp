@@ -169,7 +169,7 @@ TEST(Builders, AllToAllWithEmptyAndOverfullDestinations) {
   for (const auto& s : strategies()) {
     if (!s.supports(p.op)) continue;
     SCOPED_TRACE(s.name);
-    const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1}), 3);
+    const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1, {}}), 3);
     EXPECT_TRUE(proof.passed()) << proof.explain();
   }
 }

@@ -99,6 +99,8 @@ PlanOptions plan_options_from(const Arguments& args) {
   if (o.tile_m < 1 || o.tile_n < 1) throw std::invalid_argument("--tile sizes must be positive, got '" + tile + "'");
   o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
+  const std::string machine = args.text("machine", "");
+  if (!machine.empty()) o.machine = load_machine_profile(machine);
   return o;
 }
 

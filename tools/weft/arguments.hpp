@@ -32,7 +32,7 @@ Problem problem_from(const Arguments& args);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 std::vector<OpKind> ops_from(const Arguments& args);
 std::vector<std::string> strategies_from(const Arguments& args);
-// --tile MxN, --raster along_m|along_n, --swizzle S.
+// --tile MxN, --raster along_m|along_n, --swizzle S, --machine FILE (a machine profile).
 PlanOptions plan_options_from(const Arguments& args);
 
 }  // namespace weft::cli

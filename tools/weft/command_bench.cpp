@@ -2,6 +2,7 @@
 // is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
 // Also `weft bench gemm` and `weft characterize`, which say so and exit 0 without a GPU.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "characterize.hpp"
@@ -9,6 +10,7 @@
 #include "gemm_bench.hpp"
 #include "weft/core/bench_suite.hpp"
 #ifdef WEFT_HAVE_CUDA
+#include "calibrate.hpp"
 #include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
 #endif
@@ -82,6 +84,30 @@ int command_characterize(const Arguments& args) {
   return 0;
 }
 
+int command_tune(const Arguments& args) {
+  if (!args.flag("calibrate")) throw std::invalid_argument("weft tune: only --calibrate exists so far");
+  const std::string out = args.text("out", "machine_profile.json");
+  const int warmup = static_cast<int>(args.integer("warmup", 5));
+  const int iterations = static_cast<int>(args.integer("iterations", 20));
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const MachineProfile p = calibrate_machine(warmup, iterations);
+    std::ofstream file(out);
+    file << machine_profile_json(p);
+    if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
+    std::printf("peak %.0f TFLOP/s, memory %.2f TB/s -> %s (use with --machine %s)\n", p.peak_flops * 1e-12,
+                p.memory_bytes_per_s * 1e-12, out.c_str(), out.c_str());
+    return 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  std::printf("weft tune: no GPU found (%s); nothing to calibrate.\n", why.c_str());
+  return 0;
+}
+
 int command_bench(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
@@ -102,6 +128,10 @@ int command_bench(const Arguments& args) {
     o.iterations = static_cast<int>(args.integer("iterations", 20));
     o.json_path = args.text("json", "");
     o.csv_path = args.text("csv", "");
+    const std::string machine = args.text("machine", "");
+    if (!machine.empty()) o.machine = load_machine_profile(machine);
+    std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
+                o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     const int visible = static_cast<int>(scan.devices.size());
     for (const auto& w : args.list("world", {std::to_string(visible)})) {
       const int world = std::stoi(w);
@@ -123,6 +153,7 @@ int command_bench(const Arguments& args) {
   args.text("iterations", "");
   args.text("json", "");
   args.text("csv", "");
+  args.text("machine", "");
   std::printf("weft bench: no GPU found (%s).\n", why.c_str());
   std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
               suite.name.c_str(), suite.rows.size());

@@ -10,6 +10,7 @@ int command_check(const Arguments& args);  // prove plans on the CPU (validation
 int command_bench(const Arguments& args);       // time strategies on GPUs; plan checks where there are none
 int command_bench_gemm(const Arguments& args);  // the overlap GEMM against cuBLASLt on one GPU
 int command_characterize(const Arguments& args);  // FiCCO's decomposition and contention losses
+int command_tune(const Arguments& args);          // --calibrate: measure and save the machine profile
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
 // Returns the number of plans that failed.

@@ -99,6 +99,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   PlanOptions plan_options;
   plan_options.tile_m = 128;
   plan_options.tile_n = 256;
+  plan_options.machine = o.machine;
   std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {

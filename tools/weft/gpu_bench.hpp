@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "weft/core/bench_suite.hpp"
+#include "weft/core/machine_profile.hpp"
 
 namespace weft::cli {
 
@@ -18,6 +19,7 @@ struct GpuBenchOptions {
   uint64_t seed = 1;
   std::string json_path;
   std::string csv_path;
+  MachineProfile machine;  // for strategies that pick by the machine (ficco)
 };
 
 // Returns the number of rows whose verification failed.

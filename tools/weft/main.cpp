@@ -18,7 +18,7 @@ void print_help() {
       "commands:\n"
       "  bench   time strategies on the local GPUs; without a GPU, run the plan checks on the CPU\n"
       "          --suite NAME|FILE (bench/NAME.json; default: default) --world LIST --op LIST\n"
-      "          --strategy LIST --warmup N --iterations N --json FILE --csv FILE --seed S\n"
+      "          --strategy LIST --warmup N --iterations N --json FILE --csv FILE --seed S --machine FILE\n"
       "  bench gemm  the overlap GEMM (empty table; notify on every tile + remapped stores) against\n"
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
@@ -26,6 +26,8 @@ void print_help() {
       "  characterize  FiCCO's decomposition (GEMM cut 1/W, 1/W^2 by rows and K) and contention\n"
       "          (GEMM with copy-engine or NCCL all-gather) losses for a suite's AllGather+GEMM rows\n"
       "          --suite NAME|FILE (default: tilelink_mlp) --world LIST --warmup N --iterations N --csv FILE\n"
+      "  tune    --calibrate: measure GPU 0's peak GEMM rate and HBM bandwidth, write a machine profile\n"
+      "          --out FILE (machine_profile.json) --warmup N --iterations N; read back with --machine FILE\n"
       "  check   prove plans on the CPU: validate, run the reference executor, compare with the op\n"
       "          --op LIST --strategy LIST --world LIST --seed S\n"
       "  plan    print one plan and its validation report\n"
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "characterize") code = weft::cli::command_characterize(args);
+    else if (command == "tune") code = weft::cli::command_tune(args);
     else if (command == "plan") code = weft::cli::command_plan(args);
     else {
       std::fprintf(stderr, "weft: unknown command '%s'; see weft --help\n", command.c_str());

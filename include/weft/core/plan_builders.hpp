@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/core/machine_profile.hpp"
 #include "weft/core/plan.hpp"
 
 namespace weft {
@@ -25,6 +26,8 @@ struct PlanOptions {
   // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down
   // whole columns and re-reads all of A every wave.
   int swizzle = 8;
+  // For strategies that pick by the machine (ficco's heuristic); --machine FILE in the tool.
+  MachineProfile machine;
 };
 
 struct Strategy {

@@ -1,0 +1,86 @@
+#include "calibrate.hpp"
+
+#include <cstdio>
+
+#include "bench_support.hpp"
+#include "weft/core/plan_builders.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft::cli {
+
+namespace {
+
+double gemm_flops_per_s(Communicator& comm, int64_t m, int64_t n, int64_t k, int warmup, int iterations) {
+  PlanOptions options;
+  options.tile_n = 256;
+  const Plan gemm = keep_steps(plan_sequential(Problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}}, options), true);
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  double ms = 0;
+  {
+    CudaExecutor exec(comm, gemm);
+    fill_buffers(exec, 0, 1, stream);
+    ms = median_call_ms(
+        comm, [] {}, stream, warmup, iterations, [&](cudaStream_t s) { exec.run(s); },
+        [&] { finish_or_explain(exec, stream, "calibration GEMM"); });
+  }
+  cudaStreamDestroy(stream);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  std::printf("  GEMM %lldx%lldx%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(m), static_cast<long long>(n),
+              static_cast<long long>(k), ms, flops / ms * 1e-9);
+  return flops / (ms * 1e-3);
+}
+
+double copy_bytes_per_s(size_t bytes, int warmup, int iterations) {
+  void *from = nullptr, *to = nullptr;
+  WEFT_CUDA_CHECK(cudaMalloc(&from, bytes));
+  WEFT_CUDA_CHECK(cudaMalloc(&to, bytes));
+  WEFT_CUDA_CHECK(cudaMemset(from, 0x3c, bytes));  // timed on data, not on never-touched pages
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int i = 0; i < warmup + iterations; ++i) {
+    WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream));
+    WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    if (!synchronize_with_timeout(stream, 30000)) throw CudaError("calibration copy did not finish within 30 s");
+    float ms = 0;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= warmup) times.push_back(ms);
+  }
+  const double ms = median(times);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  cudaFree(from);
+  cudaFree(to);
+  const double moved = 2.0 * static_cast<double>(bytes);  // read once, written once
+  std::printf("  copy of %.1f GiB: %.3f ms, %.2f TB/s (read + written)\n", static_cast<double>(bytes) / (1u << 30), ms,
+              moved / ms * 1e-9);
+  return moved / (ms * 1e-3);
+}
+
+}  // namespace
+
+MachineProfile calibrate_machine(int warmup, int iterations) {
+  auto group = Communicator::local_group({0});
+  Communicator& comm = *group.front();
+  cudaDeviceProp prop{};
+  WEFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm.device()));
+  MachineProfile p;
+  p.device = prop.name;
+  std::printf("calibrating GPU 0 (%s):\n", prop.name);
+  // The rate the heuristics compare against is what a large library GEMM reaches, not the data
+  // sheet's: the best of a few large square and rectangular shapes.
+  p.peak_flops = 0;
+  for (int64_t size : {int64_t{8192}, int64_t{12288}})
+    p.peak_flops = std::max(p.peak_flops, gemm_flops_per_s(comm, size, size, size, warmup, iterations));
+  p.memory_bytes_per_s = copy_bytes_per_s(size_t{2} << 30, warmup, iterations);
+  p.source = "weft tune --calibrate (" + std::to_string(iterations) + " timed runs, median)";
+  return p;
+}
+
+}  // namespace weft::cli
