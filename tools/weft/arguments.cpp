@@ -89,6 +89,22 @@ std::vector<std::string> strategies_from(const Arguments& args) {
   return names;
 }
 
+std::string suite_path(const std::string& name) {
+  if (name.find('/') != std::string::npos || name.ends_with(".json")) return name;
+  return std::string(WEFT_BENCH_DIR) + "/" + name + ".json";
+}
+
+std::vector<int> world_sizes_from(const Arguments& args, int visible) {
+  std::vector<int> sizes;
+  for (const auto& w : args.list("world", {std::to_string(visible)})) {
+    const int world = std::stoi(w);
+    if (world < 1 || world > visible)
+      throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
+    sizes.push_back(world);
+  }
+  return sizes;
+}
+
 PlanOptions plan_options_from(const Arguments& args) {
   PlanOptions o;
   const std::string tile = args.text("tile", "128x128");

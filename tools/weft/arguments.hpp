@@ -32,6 +32,10 @@ Problem problem_from(const Arguments& args);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 std::vector<OpKind> ops_from(const Arguments& args);
 std::vector<std::string> strategies_from(const Arguments& args);
+// A suite's file: NAME is bench/NAME.json, a path (with '/' or ending in .json) is taken as is.
+std::string suite_path(const std::string& name);
+// --world LIST (default: all `visible` GPUs); each must be 1..visible.
+std::vector<int> world_sizes_from(const Arguments& args, int visible);
 // --tile MxN, --raster along_m|along_n, --swizzle S, --machine FILE (a machine profile).
 PlanOptions plan_options_from(const Arguments& args);
 

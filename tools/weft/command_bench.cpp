@@ -1,30 +1,19 @@
 // `weft bench`: on GPUs, times strategies against the sequential baseline over a suite. Where no GPU
 // is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
-// Also `weft bench gemm` and `weft characterize`, which say so and exit 0 without a GPU.
+// Also `weft bench gemm`, which says so and exits 0 without a GPU.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
-#include "characterize.hpp"
 #include "commands.hpp"
 #include "gemm_bench.hpp"
 #include "weft/core/bench_suite.hpp"
 #ifdef WEFT_HAVE_CUDA
-#include "calibrate.hpp"
 #include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
 #endif
 
 namespace weft::cli {
-
-namespace {
-
-std::string suite_path(const std::string& name) {
-  if (name.find('/') != std::string::npos || name.ends_with(".json")) return name;
-  return std::string(WEFT_BENCH_DIR) + "/" + name + ".json";
-}
-
-}  // namespace
 
 int command_bench_gemm(const Arguments& args) {
   std::vector<BenchSuite> suites;
@@ -54,60 +43,6 @@ int command_bench_gemm(const Arguments& args) {
   return 0;
 }
 
-int command_characterize(const Arguments& args) {
-  const BenchSuite suite = load_suite(suite_path(args.text("suite", "tilelink_mlp")));
-  CharacterizeOptions o;
-  o.warmup = static_cast<int>(args.integer("warmup", 5));
-  o.iterations = static_cast<int>(args.integer("iterations", 20));
-  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
-  o.csv_path = args.text("csv", "");
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
-    const int visible = static_cast<int>(scan.devices.size());
-    for (const auto& w : args.list("world", {std::to_string(visible)})) {
-      const int world = std::stoi(w);
-      if (world < 1 || world > visible)
-        throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
-      o.world_sizes.push_back(world);
-    }
-    std::printf("suite '%s', AllGather+GEMM rows; %s\n\n", suite.name.c_str(), scan.devices.front().name.c_str());
-    run_characterize(suite, o);
-    return 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  args.text("world", "");
-  std::printf("weft characterize: no GPU found (%s); nothing to measure.\n", why.c_str());
-  return 0;
-}
-
-int command_tune(const Arguments& args) {
-  if (!args.flag("calibrate")) throw std::invalid_argument("weft tune: only --calibrate exists so far");
-  const std::string out = args.text("out", "machine_profile.json");
-  const int warmup = static_cast<int>(args.integer("warmup", 5));
-  const int iterations = static_cast<int>(args.integer("iterations", 20));
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
-    const MachineProfile p = calibrate_machine(warmup, iterations);
-    std::ofstream file(out);
-    file << machine_profile_json(p);
-    if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
-    std::printf("peak %.0f TFLOP/s, memory %.2f TB/s -> %s (use with --machine %s)\n", p.peak_flops * 1e-12,
-                p.memory_bytes_per_s * 1e-12, out.c_str(), out.c_str());
-    return 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  std::printf("weft tune: no GPU found (%s); nothing to calibrate.\n", why.c_str());
-  return 0;
-}
-
 int command_bench(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
@@ -132,13 +67,7 @@ int command_bench(const Arguments& args) {
     if (!machine.empty()) o.machine = load_machine_profile(machine);
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                 o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
-    const int visible = static_cast<int>(scan.devices.size());
-    for (const auto& w : args.list("world", {std::to_string(visible)})) {
-      const int world = std::stoi(w);
-      if (world < 1 || world > visible)
-        throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
-      o.world_sizes.push_back(world);
-    }
+    o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
     std::printf("suite '%s': %s\n\n", suite.name.c_str(), suite.description.c_str());
     const int failed = run_gpu_bench(suite, o);
     if (failed) std::printf("\n%d row(s) did not match sequential\n", failed);
