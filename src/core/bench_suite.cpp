@@ -61,9 +61,10 @@ Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
       break;
     case OpKind::gemm_rs:
     case OpKind::gemm_ar: p.k = split(row.k, "k"); break;
-    case OpKind::gemm_a2a: p.m = split(row.m, "m"); break;
+    case OpKind::gemm_a2a:
+    case OpKind::a2a_gemm: p.m = split(row.m, "m"); break;
   }
-  if (row.op == OpKind::gemm_a2a) p.routing = random_routing(world, p.m, seed);
+  if (routes_rows(row.op)) p.routing = random_routing(world, p.m, seed);
   check_problem(p);
   return p;
 }

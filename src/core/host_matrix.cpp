@@ -93,6 +93,22 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
       }
       break;
     }
+    case OpKind::a2a_gemm:
+      for (int d = 0; d < world; ++d) {
+        HostMatrix gathered(output_rows(p, d), p.k);
+        int64_t row = 0;
+        for (int s = 0; s < world; ++s)
+          for (int64_t i = 0; i < p.m; ++i)
+            if (p.routing[static_cast<size_t>(s)][static_cast<size_t>(i)] == d) {
+              for (int64_t c = 0; c < p.k; ++c) gathered.at(row, c) = a_of(s).at(i, c);
+              ++row;
+            }
+        auto product_d = product(gathered, b_of(d));
+        for (int64_t i = 0; i < gathered.rows; ++i)
+          for (int64_t j = 0; j < p.n; ++j)
+            out[static_cast<size_t>(d)].at(i, j) = static_cast<float>(product_d[static_cast<size_t>(i * p.n + j)]);
+      }
+      break;
   }
   return out;
 }

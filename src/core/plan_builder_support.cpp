@@ -62,6 +62,25 @@ GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const Plan
   return gemm;
 }
 
+PermuteRowsStep rows_by_destination(const Problem& p, int rank, const Region& src, const Region& dst) {
+  PermuteRowsStep group;
+  group.src = src;
+  group.dst = dst;
+  const auto& route = p.routing.at(static_cast<size_t>(rank));
+  for (int d = 0; d < p.world_size; ++d)
+    for (int64_t i = 0; i < static_cast<int64_t>(route.size()); ++i)
+      if (route[static_cast<size_t>(i)] == d) group.source_rows.push_back(i);
+  return group;
+}
+
+std::vector<int64_t> destination_offsets(const Problem& p, int rank) {
+  const auto routed = rows_routed(p);
+  std::vector<int64_t> offsets{0};
+  for (int d = 0; d < p.world_size; ++d)
+    offsets.push_back(offsets.back() + routed[static_cast<size_t>(rank)][static_cast<size_t>(d)]);
+  return offsets;
+}
+
 std::vector<int64_t> split_rows(int64_t total, int parts) {
   if (parts < 1) throw std::invalid_argument("split_rows: parts must be >= 1");
   std::vector<int64_t> starts;

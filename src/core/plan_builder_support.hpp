@@ -41,6 +41,12 @@ AllGatherOperands declare_all_gather_operands(const Problem& problem, RankPlanBu
 // (c.row + i, c.col + j) of c's buffer on c's rank; tiles in the options' raster order.
 GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options);
 
+// Rank r's rows of `src` regrouped by destination rank (routing of a routed op), keeping row order
+// within a destination, into `dst`: NCCL's all-to-all and block copies move contiguous blocks.
+PermuteRowsStep rows_by_destination(const Problem& problem, int rank, const Region& src, const Region& dst);
+// First row of each destination's block in rank `rank`'s grouped rows, plus the total at the end.
+std::vector<int64_t> destination_offsets(const Problem& problem, int rank);
+
 // Splits `total` rows into `parts` nearly equal consecutive pieces; returns the first row of each
 // piece plus `total` at the end.
 std::vector<int64_t> split_rows(int64_t total, int parts);

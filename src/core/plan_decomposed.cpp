@@ -7,6 +7,9 @@
 //   gemm_ar : GEMM row chunk c, then an NCCL all-reduce of chunk c (same chunk order on all ranks).
 //   gemm_a2a: group A's rows by destination, GEMM each destination's rows, push them into the
 //             destination's output at this rank's offset.
+//   a2a_gemm: group the tokens by destination, push each destination's block into its gathered
+//             tokens at this rank's offset; every rank GEMMs its own block at once and each peer's
+//             block as it arrives.
 #include "plan_builder_support.hpp"
 
 namespace weft {
@@ -152,6 +155,61 @@ void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   b.set_output(b.rows(c, 0, output_rows(p, r)));
 }
 
+void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const auto routed = rows_routed(p);
+  auto count = [&](int s, int d) { return routed[static_cast<size_t>(s)][static_cast<size_t>(d)]; };
+  // Row offset, in destination d's gathered tokens and result, of the rows that rank s sends to d.
+  auto recv_offset = [&](int s, int d) {
+    int64_t offset = 0;
+    for (int q = 0; q < s; ++q) offset += count(q, d);
+    return offset;
+  };
+  int64_t most_received = 0;
+  for (int d = 0; d < world; ++d) most_received = std::max(most_received, output_rows(p, d));
+  const std::vector<int64_t> send_offset = detail::destination_offsets(p, r);
+
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
+  // Symmetric so that peers can push their tokens into it; as large as the largest rank's share.
+  const BufferId gathered = b.buffer("X", BufferRole::scratch, most_received, p.k, p.input_dtype, /*symmetric=*/true);
+  const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
+  const SignalId grouped = b.signal("tokens_grouped");
+  std::vector<SignalId> received;
+  for (int s = 0; s < world; ++s) received.push_back(b.signal("tokens_from" + std::to_string(s) + "_received"));
+
+  Step& group = b.add("group tokens by destination", kCompute, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
+  bool pushes = false;
+  for (int d = 0; d < world; ++d) pushes = pushes || (d != r && count(r, d) > 0);
+  if (pushes) group.notifies.push_back({b.own(grouped), 1});  // a signal nobody awaits would leak into the next epoch
+  // Own tokens first: no transfer. Then pushes in ring order (rank r + 1 first), so no two ranks
+  // push to the same peer at one step.
+  if (count(r, r) > 0)
+    b.add("gemm own tokens", kCompute, Engine::sm,
+          detail::gemm_into(b.rows(sorted, send_offset[static_cast<size_t>(r)], count(r, r)), b.whole(w),
+                            b.rows(c, recv_offset(r, r), count(r, r)), o));
+  for (int i = 1; i < world; ++i) {
+    const int dst = (r + i) % world;
+    if (count(r, dst) == 0) continue;
+    Step& push = b.add("push tokens to rank " + std::to_string(dst), kComm, Engine::copy_engine,
+                       CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(dst)], count(r, dst)),
+                                b.rows(gathered, recv_offset(r, dst), count(r, dst), dst)});
+    push.waits.push_back({b.own(grouped), 1});
+    push.notifies.push_back({b.signal_on(received[static_cast<size_t>(r)], dst), 1});
+  }
+  // Peers' blocks in the order they are pushed to this rank: rank r - 1 pushes here first.
+  for (int i = 1; i < world; ++i) {
+    const int src = ((r - i) % world + world) % world;
+    if (count(src, r) == 0) continue;
+    const Region tokens = b.rows(gathered, recv_offset(src, r), count(src, r));
+    Step& gemm = b.add("gemm tokens of rank " + std::to_string(src), kCompute, Engine::sm,
+                       detail::gemm_into(tokens, b.whole(w), b.rows(c, recv_offset(src, r), count(src, r)), o));
+    gemm.waits.push_back({b.own(received[static_cast<size_t>(src)]), 1});
+  }
+  b.set_output(b.whole(c));
+}
+
 }  // namespace
 
 Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
@@ -166,6 +224,7 @@ Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
       case OpKind::gemm_rs: build_gemm_rs(p, options, b); break;
       case OpKind::gemm_ar: build_gemm_ar(p, options, b); break;
       case OpKind::gemm_a2a: build_gemm_a2a(p, options, b); break;
+      case OpKind::a2a_gemm: build_a2a_gemm(p, options, b); break;
     }
     plan.ranks.push_back(b.finish());
   }

@@ -21,6 +21,7 @@ std::string_view to_string(OpKind op) {
     case OpKind::gemm_rs: return "gemm_rs";
     case OpKind::gemm_ar: return "gemm_ar";
     case OpKind::gemm_a2a: return "gemm_a2a";
+    case OpKind::a2a_gemm: return "a2a_gemm";
   }
   return "?";
 }
@@ -32,10 +33,10 @@ DType parse_dtype(std::string_view text) {
 }
 
 OpKind parse_op(std::string_view text) {
-  for (OpKind o : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a})
+  for (OpKind o : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
     if (to_string(o) == text) return o;
   throw std::invalid_argument("unknown op '" + std::string(text) +
-                              "' (expected ag_gemm, gemm_rs, gemm_ar or gemm_a2a)");
+                              "' (expected ag_gemm, gemm_rs, gemm_ar, gemm_a2a or a2a_gemm)");
 }
 
 int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
@@ -49,7 +50,7 @@ void check_problem(const Problem& p) {
   if (p.op == OpKind::gemm_rs && p.m % p.world_size != 0)
     fail("gemm_rs needs m (" + std::to_string(p.m) + ") divisible by world_size (" +
          std::to_string(p.world_size) + ") so every rank gets an equal block of rows");
-  if (p.op == OpKind::gemm_a2a) {
+  if (routes_rows(p.op)) {
     if (static_cast<int>(p.routing.size()) != p.world_size)
       fail("routing has " + std::to_string(p.routing.size()) + " rows, expected one per rank");
     for (int r = 0; r < p.world_size; ++r) {
@@ -61,11 +62,13 @@ void check_problem(const Problem& p) {
           fail("routing[" + std::to_string(r) + "] names rank " + std::to_string(d));
     }
   } else if (!p.routing.empty()) {
-    fail("routing is only meaningful for gemm_a2a");
+    fail("routing is only meaningful for gemm_a2a and a2a_gemm");
   }
 }
 
 int64_t a_rows(const Problem& p) { return p.m; }
+
+bool routes_rows(OpKind op) { return op == OpKind::gemm_a2a || op == OpKind::a2a_gemm; }
 
 std::vector<std::vector<int64_t>> rows_routed(const Problem& p) {
   std::vector<std::vector<int64_t>> counts(p.world_size, std::vector<int64_t>(p.world_size, 0));
@@ -79,7 +82,8 @@ int64_t output_rows(const Problem& p, int rank) {
     case OpKind::ag_gemm: return p.m * p.world_size;
     case OpKind::gemm_rs: return p.m / p.world_size;
     case OpKind::gemm_ar: return p.m;
-    case OpKind::gemm_a2a: {
+    case OpKind::gemm_a2a:
+    case OpKind::a2a_gemm: {
       int64_t rows = 0;
       for (const auto& route : p.routing)
         for (int d : route) rows += (d == rank);

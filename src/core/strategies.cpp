@@ -23,10 +23,10 @@ Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const s
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> all = {
       {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a}, plan_sequential},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_sequential},
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a}, plan_decomposed},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed},
       {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
        {OpKind::ag_gemm},
        [](const Problem& p, const PlanOptions& o) {

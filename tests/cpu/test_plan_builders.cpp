@@ -27,7 +27,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a})
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
     for (const auto& s : strategies())
       if (s.supports(op))
         for (int world = 1; world <= 8; ++world) cases.push_back({op, s.name, world});
@@ -42,7 +42,7 @@ Problem random_problem(OpKind op, int world, std::mt19937_64& rng) {
   p.m = op == OpKind::gemm_rs ? world * pick(1, 9) : pick(1, 70);
   p.n = pick(1, 70);
   p.k = pick(1, 33);
-  if (op == OpKind::gemm_a2a) p.routing = random_routing(world, p.m, rng());
+  if (routes_rows(op)) p.routing = random_routing(world, p.m, rng());
   return p;
 }
 
@@ -163,15 +163,22 @@ TEST(Builders, UnknownStrategyListsTheKnownOnes) {
 }
 
 TEST(Builders, AllToAllWithEmptyAndOverfullDestinations) {
-  // Every row goes to rank 2: ranks 0, 1 and 3 receive nothing, rank 2 receives everything.
-  Problem p{OpKind::gemm_a2a, 9, 12, 8, 4, DType::bf16, DType::bf16, {}};
-  p.routing.assign(4, std::vector<int>(9, 2));
-  for (const auto& s : strategies()) {
-    if (!s.supports(p.op)) continue;
-    SCOPED_TRACE(s.name);
-    const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1, {}}), 3);
-    EXPECT_TRUE(proof.passed()) << proof.explain();
-  }
+  // Every row goes to rank 2: ranks 0, 1 and 3 receive nothing, rank 2 receives everything; then
+  // every rank keeps its own rows (no transfer at all). Both directions: GEMM then all-to-all
+  // (MoE combine) and all-to-all then GEMM (MoE dispatch).
+  for (OpKind op : {OpKind::gemm_a2a, OpKind::a2a_gemm})
+    for (bool keep_own : {false, true}) {
+      Problem p{op, 9, 12, 8, 4, DType::bf16, DType::bf16, {}};
+      p.routing.assign(4, std::vector<int>(9, 2));
+      if (keep_own)
+        for (int r = 0; r < 4; ++r) p.routing[static_cast<size_t>(r)].assign(9, r);
+      for (const auto& s : strategies()) {
+        if (!s.supports(p.op)) continue;
+        SCOPED_TRACE(s.name + " " + std::string(to_string(op)) + (keep_own ? " keep own" : " all to rank 2"));
+        const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1, {}}), 3);
+        EXPECT_TRUE(proof.passed()) << proof.explain();
+      }
+    }
 }
 
 TEST(Builders, BuildersRejectInvalidProblems) {

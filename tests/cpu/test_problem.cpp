@@ -26,6 +26,17 @@ TEST(Problem, RejectsRoutingToMissingRank) {
   EXPECT_NO_THROW(check_problem(p));
 }
 
+TEST(Problem, TokenDispatchIsRoutedLikeTheCombine) {
+  Problem p{OpKind::a2a_gemm, 3, 8, 8, 3, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(check_problem(p), std::invalid_argument) << "a2a_gemm needs a routing table";
+  p.routing = {{0, 0, 2}, {2, 2, 2}, {1, 0, 0}};
+  EXPECT_NO_THROW(check_problem(p));
+  EXPECT_EQ(output_rows(p, 0), 4);
+  EXPECT_EQ(output_rows(p, 2), 4);
+  EXPECT_EQ(parse_op("a2a_gemm"), OpKind::a2a_gemm);
+  EXPECT_TRUE(routes_rows(OpKind::a2a_gemm) && routes_rows(OpKind::gemm_a2a) && !routes_rows(OpKind::ag_gemm));
+}
+
 TEST(Problem, RejectsNonPositiveSizes) {
   EXPECT_THROW(check_problem(Problem{OpKind::gemm_ar, 0, 8, 8, 1, DType::bf16, DType::bf16, {}}), std::invalid_argument);
   EXPECT_THROW(check_problem(Problem{OpKind::gemm_ar, 8, 8, 8, 0, DType::bf16, DType::bf16, {}}), std::invalid_argument);

@@ -41,7 +41,7 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
   for (Shape s : {Shape{256, 512, 256}, Shape{200, 136, 72}, Shape{8, 24, 16}}) {
     Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
     if (op == OpKind::gemm_rs) p.m = (s.m / world + 1) * world;
-    if (op == OpKind::gemm_a2a) p.routing = random_routing(world, p.m, static_cast<uint64_t>(s.m));
+    if (routes_rows(op)) p.routing = random_routing(world, p.m, static_cast<uint64_t>(s.m));
     const Plan plan = find_strategy(strategy).build(p, PlanOptions{});
     std::vector<double> errors(static_cast<size_t>(world));
     for_each_rank(group(), [&](Communicator& comm) {
@@ -57,7 +57,7 @@ std::string param_name(const testing::TestParamInfo<std::tuple<OpKind, std::stri
 
 std::vector<std::tuple<OpKind, std::string>> every_op_and_strategy() {
   std::vector<std::tuple<OpKind, std::string>> cases;
-  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a})
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
     for (const auto& s : strategies())
       if (s.supports(op)) cases.emplace_back(op, s.name);
   return cases;

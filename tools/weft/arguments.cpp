@@ -70,7 +70,7 @@ Problem problem_from(const Arguments& args) {
   p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
   p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
-  if (p.op == OpKind::gemm_a2a) p.routing = random_routing(p.world_size, p.m, seed);
+  if (routes_rows(p.op)) p.routing = random_routing(p.world_size, p.m, seed);
   check_problem(p);
   return p;
 }

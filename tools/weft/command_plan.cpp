@@ -44,7 +44,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
         for (const Shape& s : shapes) {
           Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
-          if (op == OpKind::gemm_a2a) p.routing = random_routing(world, p.m, seed + static_cast<uint64_t>(world));
+          if (routes_rows(op)) p.routing = random_routing(world, p.m, seed + static_cast<uint64_t>(world));
           const CpuProof proof = prove_on_cpu(strategy.build(p, options), seed);
           ++checked;
           char shape[64];

@@ -34,7 +34,7 @@ void print_help() {
       "          --op OP --strategy S --m M --n N --k K --world W --tile MxN --raster along_m|along_n\n"
       "          --swizzle S --seed S (gemm_a2a routing)\n\n"
       "ops: ag_gemm (AllGather->GEMM), gemm_rs (GEMM->ReduceScatter), gemm_ar (GEMM->AllReduce),\n"
-      "     gemm_a2a (GEMM->All-to-All of token rows)\n\n"
+      "     gemm_a2a (GEMM->All-to-All of token rows), a2a_gemm (All-to-All of token rows->GEMM)\n\n"
       "strategies:\n");
   for (const auto& s : weft::strategies())
     std::printf("  %-11s (%s) %s\n", s.name.c_str(), s.paper.c_str(), s.description.c_str());

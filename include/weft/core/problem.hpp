@@ -9,6 +9,9 @@
 //   gemm_ar : C = sum_r A_r * B_r^T, [M, N] on every rank.
 //   gemm_a2a: each rank computes P_r = A_r * B_r^T [M, N]; row i of P_r goes to rank routing[r][i].
 //             Rank d's C holds, in order of source rank then row index, every row routed to d.
+//   a2a_gemm: MoE token dispatch then expert GEMM (FiCCO's A2A+GEMM): row i of rank r's tokens
+//             A_r [M, K] goes to rank routing[r][i]; rank d gathers X_d, every row routed to d in
+//             order of source rank then row index, and computes C_d = X_d * B_d^T.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,9 @@
 namespace weft {
 
 enum class DType { bf16, f16, f32 };
-enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a };
+enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm };
+// The ops whose rows travel by a routing table (all-to-all): gemm_a2a and a2a_gemm.
+bool routes_rows(OpKind op);
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(OpKind op);
@@ -35,7 +40,7 @@ struct Problem {
   int world_size = 1;
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::bf16;
-  // gemm_a2a only: routing[r][i] is the destination rank of row i of rank r's product.
+  // gemm_a2a and a2a_gemm only: routing[r][i] is the destination rank of row i of rank r.
   std::vector<std::vector<int>> routing;
 
   bool operator==(const Problem&) const = default;
@@ -48,7 +53,7 @@ void check_problem(const Problem& problem);
 // Rows of A on each rank, rows and columns of each rank's result.
 int64_t a_rows(const Problem& problem);
 int64_t output_rows(const Problem& problem, int rank);
-// For gemm_a2a: rows_routed[s][d] = how many rows rank s sends to rank d.
+// For the routed ops: rows_routed[s][d] = how many rows rank s sends to rank d.
 std::vector<std::vector<int64_t>> rows_routed(const Problem& problem);
 
 std::string describe(const Problem& problem);
