@@ -12,6 +12,10 @@
 //                      in place (no gather, no scatter; smaller GEMMs).
 //   uniform_fused_2d : sub-chunks are K-column slices; step j's GEMM covers all W*m rows over slice j
 //                      and accumulates into C (for M <= K, where row cuts hurt the GEMM most).
+//
+// a2a_gemm (MoE dispatch, FiCCO's A2A+GEMM), hetero_unfused_1d so far: every rank groups its tokens
+// by destination; a rank GEMMs its own tokens at once, and in step j pulls sub-chunk j of every
+// peer's block for it (the block cut W ways by rows), then GEMMs each pulled sub-chunk in place.
 // Received sub-chunks land directly in a step-major staging buffer, so "gather" is only the copy of
 // the local sub-chunk into its slot; the scatter runs on stream 2 so the next GEMM need not wait.
 #include <stdexcept>
@@ -144,6 +148,67 @@ void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   b.set_output(b.whole(c));
 }
 
+void build_a2a_unfused(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const auto routed = rows_routed(p);
+  auto count = [&](int s, int d) { return routed[static_cast<size_t>(s)][static_cast<size_t>(d)]; };
+  auto recv_offset = [&](int s, int d) {
+    int64_t offset = 0;
+    for (int q = 0; q < s; ++q) offset += count(q, d);
+    return offset;
+  };
+  // Every rank's grouped tokens start with its block for rank 0, then rank 1, ...
+  std::vector<std::vector<int64_t>> send_offset;
+  for (int s = 0; s < world; ++s) send_offset.push_back(detail::destination_offsets(p, s));
+
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype, /*symmetric=*/true);
+  const BufferId gathered = b.buffer("X", BufferRole::scratch, output_rows(p, r), p.k, p.input_dtype);
+  const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
+  std::vector<SignalId> grouped, arrived;
+  for (int s = 0; s < world; ++s) grouped.push_back(b.signal("tokens_of" + std::to_string(s) + "_grouped"));
+  for (int j = 0; j < world; ++j) arrived.push_back(b.signal("step" + std::to_string(j) + "_arrived"));
+
+  Step& group = b.add("group tokens by destination", kCompute, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
+  for (int d = 0; d < world; ++d)  // the peers that will pull from this rank's grouped tokens
+    if (d != r && count(r, d) > 0) group.notifies.push_back({b.signal_on(grouped[static_cast<size_t>(r)], d), 1});
+  if (count(r, r) > 0)
+    b.add("gemm own tokens", kCompute, Engine::sm,
+          detail::gemm_into(b.rows(sorted, send_offset[static_cast<size_t>(r)][static_cast<size_t>(r)], count(r, r)), b.whole(w),
+                            b.rows(c, recv_offset(r, r), count(r, r)), o));
+
+  // Sub-chunk j of the block rank s sends here: rows [cut(s, j), cut(s, j + 1)) of that block.
+  auto cut = [&](int s, int j) { return detail::split_rows(count(s, r), world)[static_cast<size_t>(j)]; };
+  std::vector<uint64_t> expected(static_cast<size_t>(world), 0);
+  for (int j = 0; j < world; ++j)
+    for (int i = 1; i < world; ++i) {
+      const int src = (r + i) % world;
+      const int64_t first = cut(src, j), rows = cut(src, j + 1) - first;
+      if (rows == 0) continue;
+      Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), kComm, Engine::copy_engine,
+                         CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(src)][static_cast<size_t>(r)] + first, rows, src),
+                                  b.rows(gathered, recv_offset(src, r) + first, rows)});
+      pull.waits.push_back({b.own(grouped[static_cast<size_t>(src)]), 1});
+      pull.notifies.push_back({b.own(arrived[static_cast<size_t>(j)]), 1});
+      ++expected[static_cast<size_t>(j)];
+    }
+  for (int j = 0; j < world; ++j) {
+    bool first_of_step = true;
+    for (int i = 1; i < world; ++i) {
+      const int src = (r + i) % world;
+      const int64_t first = cut(src, j), rows = cut(src, j + 1) - first;
+      if (rows == 0) continue;
+      const int64_t row = recv_offset(src, r) + first;
+      Step& gemm = b.add("gemm step " + std::to_string(j) + " tokens of rank " + std::to_string(src), kCompute, Engine::sm,
+                         detail::gemm_into(b.rows(gathered, row, rows), b.whole(w), b.rows(c, row, rows), o));
+      if (first_of_step) gemm.waits.push_back({b.own(arrived[static_cast<size_t>(j)]), expected[static_cast<size_t>(j)]});
+      first_of_step = false;
+    }
+  }
+  b.set_output(b.whole(c));
+}
+
 }  // namespace
 
 std::string_view to_string(FiccoSchedule schedule) {
@@ -158,14 +223,18 @@ std::string_view to_string(FiccoSchedule schedule) {
 
 Plan plan_ficco(const Problem& p, const PlanOptions& options, FiccoSchedule schedule) {
   check_problem(p);
-  if (p.op != OpKind::ag_gemm)
-    throw std::invalid_argument("ficco plans are built for ag_gemm so far, not " + std::string(to_string(p.op)));
+  const bool dispatch = p.op == OpKind::a2a_gemm && schedule == FiccoSchedule::hetero_unfused_1d;
+  if (p.op != OpKind::ag_gemm && !dispatch)
+    throw std::invalid_argument("ficco_" + std::string(to_string(schedule)) + " is built for ag_gemm" +
+                                (schedule == FiccoSchedule::hetero_unfused_1d ? " and a2a_gemm" : "") + " so far, not " +
+                                std::string(to_string(p.op)));
   Plan plan;
   plan.strategy = "ficco_" + std::string(to_string(schedule));
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
-    RankPlanBuilder b(r, schedule == FiccoSchedule::uniform_fused_2d ? 2 : 3);
-    if (schedule == FiccoSchedule::uniform_fused_2d) build_2d(p, options, b);
+    RankPlanBuilder b(r, schedule == FiccoSchedule::uniform_fused_2d || dispatch ? 2 : 3);
+    if (dispatch) build_a2a_unfused(p, options, b);
+    else if (schedule == FiccoSchedule::uniform_fused_2d) build_2d(p, options, b);
     else build_1d(p, options, schedule, b);
     plan.ranks.push_back(b.finish());
   }

@@ -14,7 +14,9 @@ bool Strategy::supports(OpKind op) const {
 namespace {
 
 Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const std::string& description) {
-  return {"ficco_" + schedule_name, "FiCCO", description, {OpKind::ag_gemm},
+  std::vector<OpKind> ops{OpKind::ag_gemm};
+  if (schedule == FiccoSchedule::hetero_unfused_1d) ops.push_back(OpKind::a2a_gemm);  // the others: not yet
+  return {"ficco_" + schedule_name, "FiCCO", description, ops,
           [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }};
 }
 
