@@ -13,9 +13,10 @@
 //   uniform_fused_2d : sub-chunks are K-column slices; step j's GEMM covers all W*m rows over slice j
 //                      and accumulates into C (for M <= K, where row cuts hurt the GEMM most).
 //
-// a2a_gemm (MoE dispatch, FiCCO's A2A+GEMM), hetero_unfused_1d so far: every rank groups its tokens
-// by destination; a rank GEMMs its own tokens at once, and in step j pulls sub-chunk j of every
-// peer's block for it (the block cut W ways by rows), then GEMMs each pulled sub-chunk in place.
+// a2a_gemm (MoE dispatch, FiCCO's A2A+GEMM): every rank groups its tokens by destination; a rank's
+// share is one block from every rank (sizes follow the routing). The same four schedules, with the
+// block in the shard's place: step j pulls sub-chunk j (1D, rows) or slice j (2D, K columns) of every
+// peer's block for this rank, once the peer says its tokens are grouped.
 // Received sub-chunks land directly in a step-major staging buffer, so "gather" is only the copy of
 // the local sub-chunk into its slot; the scatter runs on stream 2 so the next GEMM need not wait.
 #include <stdexcept>
@@ -148,62 +149,143 @@ void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   b.set_output(b.whole(c));
 }
 
-void build_a2a_unfused(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+// a2a_gemm: rank r's share is one block of tokens from every rank s (count(s, r) rows, at
+// recv_offset(s) in X and C), grouped on s at send_offset[s][r]. The four schedules cut those blocks
+// like the AllGather ones cut shards: by rows into W sub-chunks (1D) or by K into W slices (2D).
+void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const auto routed = rows_routed(p);
-  auto count = [&](int s, int d) { return routed[static_cast<size_t>(s)][static_cast<size_t>(d)]; };
-  auto recv_offset = [&](int s, int d) {
+  auto count = [&](int s) { return routed[static_cast<size_t>(s)][static_cast<size_t>(r)]; };
+  auto recv_offset = [&](int s) {
     int64_t offset = 0;
-    for (int q = 0; q < s; ++q) offset += count(q, d);
+    for (int q = 0; q < s; ++q) offset += count(q);
     return offset;
   };
-  // Every rank's grouped tokens start with its block for rank 0, then rank 1, ...
-  std::vector<std::vector<int64_t>> send_offset;
-  for (int s = 0; s < world; ++s) send_offset.push_back(detail::destination_offsets(p, s));
+  std::vector<int64_t> send_offset;  // where each rank's block for r starts in its grouped tokens
+  for (int s = 0; s < world; ++s) send_offset.push_back(detail::destination_offsets(p, s)[static_cast<size_t>(r)]);
+  const bool two_d = schedule == FiccoSchedule::uniform_fused_2d;
+  const bool uniform = schedule == FiccoSchedule::uniform_fused_1d || two_d;
+  const bool fused = schedule != FiccoSchedule::hetero_unfused_1d;
+  const int64_t received = output_rows(p, r);
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
   const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId gathered = b.buffer("X", BufferRole::scratch, output_rows(p, r), p.k, p.input_dtype);
-  const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
-  std::vector<SignalId> grouped, arrived;
+  const BufferId gathered = b.buffer("X", BufferRole::scratch, received, p.k, p.input_dtype);
+  const BufferId c = b.buffer("C", BufferRole::output, received, p.n, p.output_dtype);
+  const bool staging = fused && !two_d;
+  const BufferId staged_out = staging ? b.buffer("C_by_step", BufferRole::scratch, received, p.n, p.output_dtype) : -1;
+  std::vector<SignalId> grouped, arrived, computed;
   for (int s = 0; s < world; ++s) grouped.push_back(b.signal("tokens_of" + std::to_string(s) + "_grouped"));
   for (int j = 0; j < world; ++j) arrived.push_back(b.signal("step" + std::to_string(j) + "_arrived"));
 
   Step& group = b.add("group tokens by destination", kCompute, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
   for (int d = 0; d < world; ++d)  // the peers that will pull from this rank's grouped tokens
-    if (d != r && count(r, d) > 0) group.notifies.push_back({b.signal_on(grouped[static_cast<size_t>(r)], d), 1});
-  if (count(r, r) > 0)
-    b.add("gemm own tokens", kCompute, Engine::sm,
-          detail::gemm_into(b.rows(sorted, send_offset[static_cast<size_t>(r)][static_cast<size_t>(r)], count(r, r)), b.whole(w),
-                            b.rows(c, recv_offset(r, r), count(r, r)), o));
+    if (d != r && routed[static_cast<size_t>(r)][static_cast<size_t>(d)] > 0)
+      group.notifies.push_back({b.signal_on(grouped[static_cast<size_t>(r)], d), 1});
+  const Region own_block = b.rows(sorted, send_offset[static_cast<size_t>(r)], count(r));
+  if (!uniform && count(r) > 0)  // hetero: own tokens need nothing from peers, so they go first
+    b.add("gemm own tokens", kCompute, Engine::sm, detail::gemm_into(own_block, b.whole(w), b.rows(c, recv_offset(r), count(r)), o));
 
-  // Sub-chunk j of the block rank s sends here: rows [cut(s, j), cut(s, j + 1)) of that block.
-  auto cut = [&](int s, int j) { return detail::split_rows(count(s, r), world)[static_cast<size_t>(j)]; };
+  // 1D: sub-chunk j of block s is rows [cut(s, j), cut(s, j + 1)). 2D: slice j is columns [k_cut(j), k_cut(j + 1)).
+  auto cut = [&](int s, int j) { return detail::split_rows(count(s), world)[static_cast<size_t>(j)]; };
+  const auto k_cuts = detail::split_rows(p.k, world);
+  auto slice = [&](Region region, int j) {
+    region.box.col = k_cuts[static_cast<size_t>(j)];
+    region.box.cols = k_cuts[static_cast<size_t>(j) + 1] - k_cuts[static_cast<size_t>(j)];
+    return region;
+  };
+  // Fused 1D schedules stage step-major: step j's block holds sub-chunk j of each piece in rank order.
+  std::vector<int64_t> step_start(static_cast<size_t>(world) + 1, 0);
+  auto in_step = [&](int q) { return uniform || q != r; };
+  for (int j = 0; j < world; ++j) {
+    int64_t rows = 0;
+    for (int q = 0; q < world; ++q)
+      if (in_step(q)) rows += cut(q, j + 1) - cut(q, j);
+    step_start[static_cast<size_t>(j) + 1] = step_start[static_cast<size_t>(j)] + rows;
+  }
+  // Row of X where piece q's part of step j lands.
+  auto landing = [&](int q, int j) {
+    if (!staging) return recv_offset(q) + (two_d ? 0 : cut(q, j));
+    int64_t row = step_start[static_cast<size_t>(j)];
+    for (int x = 0; x < q; ++x)
+      if (in_step(x)) row += cut(x, j + 1) - cut(x, j);
+    return row;
+  };
+
   std::vector<uint64_t> expected(static_cast<size_t>(world), 0);
   for (int j = 0; j < world; ++j)
     for (int i = 1; i < world; ++i) {
       const int src = (r + i) % world;
-      const int64_t first = cut(src, j), rows = cut(src, j + 1) - first;
-      if (rows == 0) continue;
+      const int64_t first = two_d ? 0 : cut(src, j), rows = two_d ? count(src) : cut(src, j + 1) - first;
+      if (rows == 0 || (two_d && k_cuts[static_cast<size_t>(j)] == k_cuts[static_cast<size_t>(j) + 1])) continue;
+      Region from = b.rows(sorted, send_offset[static_cast<size_t>(src)] + first, rows, src);
+      Region to = b.rows(gathered, landing(src, j), rows);
+      if (two_d) {
+        from = slice(from, j);
+        to = slice(to, j);
+      }
       Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), kComm, Engine::copy_engine,
-                         CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(src)][static_cast<size_t>(r)] + first, rows, src),
-                                  b.rows(gathered, recv_offset(src, r) + first, rows)});
+                         CopyStep{from, to});
       pull.waits.push_back({b.own(grouped[static_cast<size_t>(src)]), 1});
       pull.notifies.push_back({b.own(arrived[static_cast<size_t>(j)]), 1});
       ++expected[static_cast<size_t>(j)];
     }
+  auto wait_for_step = [&](Step& step, int j) {
+    if (expected[static_cast<size_t>(j)]) step.waits.push_back({b.own(arrived[static_cast<size_t>(j)]), expected[static_cast<size_t>(j)]});
+  };
+
+  if (two_d) {
+    bool first = true;
+    for (int j = 0; j < world; ++j) {
+      if (k_cuts[static_cast<size_t>(j)] == k_cuts[static_cast<size_t>(j) + 1] || received == 0) continue;
+      if (count(r) > 0)
+        b.add("gather own slice " + std::to_string(j), kCompute, Engine::copy_engine,
+              CopyStep{slice(own_block, j), slice(b.rows(gathered, recv_offset(r), count(r)), j)});
+      GemmStep g = detail::gemm_into(slice(b.whole(gathered), j), slice(b.whole(w), j), b.whole(c), o);
+      g.accumulate = !first;  // the first slice defines C, the others add to it
+      Step& gemm = b.add(std::string(first ? "gemm " : "gemm+= ") + "slice " + std::to_string(j), kCompute, Engine::sm, std::move(g));
+      wait_for_step(gemm, j);
+      first = false;
+    }
+    b.set_output(b.whole(c));
+    return;
+  }
   for (int j = 0; j < world; ++j) {
-    bool first_of_step = true;
-    for (int i = 1; i < world; ++i) {
-      const int src = (r + i) % world;
-      const int64_t first = cut(src, j), rows = cut(src, j + 1) - first;
-      if (rows == 0) continue;
-      const int64_t row = recv_offset(src, r) + first;
-      Step& gemm = b.add("gemm step " + std::to_string(j) + " tokens of rank " + std::to_string(src), kCompute, Engine::sm,
-                         detail::gemm_into(b.rows(gathered, row, rows), b.whole(w), b.rows(c, row, rows), o));
-      if (first_of_step) gemm.waits.push_back({b.own(arrived[static_cast<size_t>(j)]), expected[static_cast<size_t>(j)]});
-      first_of_step = false;
+    const std::string step = "step " + std::to_string(j);
+    if (!fused) {
+      bool first_of_step = true;
+      for (int i = 1; i < world; ++i) {
+        const int src = (r + i) % world;
+        const int64_t rows = cut(src, j + 1) - cut(src, j);
+        if (rows == 0) continue;
+        const int64_t row = landing(src, j);
+        Step& gemm = b.add("gemm " + step + " tokens of rank " + std::to_string(src), kCompute, Engine::sm,
+                           detail::gemm_into(b.rows(gathered, row, rows), b.whole(w), b.rows(c, row, rows), o));
+        if (first_of_step) wait_for_step(gemm, j);
+        first_of_step = false;
+      }
+      continue;
+    }
+    const int64_t block = step_start[static_cast<size_t>(j)], rows = step_start[static_cast<size_t>(j) + 1] - block;
+    if (rows == 0) continue;
+    const int64_t own_rows = cut(r, j + 1) - cut(r, j);
+    if (uniform && own_rows > 0)
+      b.add("gather own " + step, kCompute, Engine::copy_engine,
+            CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(r)] + cut(r, j), own_rows), b.rows(gathered, landing(r, j), own_rows)});
+    Step& gemm = b.add("gemm " + step, kCompute, Engine::sm,
+                       detail::gemm_into(b.rows(gathered, block, rows), b.whole(w), b.rows(staged_out, block, rows), o));
+    wait_for_step(gemm, j);
+    computed.push_back(b.signal(step + "_computed"));
+    gemm.notifies.push_back({b.own(computed.back()), 1});
+    bool first = true;
+    for (int q = 0; q < world; ++q) {
+      const int64_t part = cut(q, j + 1) - cut(q, j);
+      if (!in_step(q) || part == 0) continue;
+      Step& scatter = b.add("scatter " + step + " tokens of rank " + std::to_string(q), kScatter, Engine::copy_engine,
+                            CopyStep{b.rows(staged_out, landing(q, j), part), b.rows(c, recv_offset(q) + cut(q, j), part)});
+      if (first) scatter.waits.push_back({b.own(computed.back()), 1});
+      first = false;
     }
   }
   b.set_output(b.whole(c));
@@ -223,17 +305,15 @@ std::string_view to_string(FiccoSchedule schedule) {
 
 Plan plan_ficco(const Problem& p, const PlanOptions& options, FiccoSchedule schedule) {
   check_problem(p);
-  const bool dispatch = p.op == OpKind::a2a_gemm && schedule == FiccoSchedule::hetero_unfused_1d;
+  const bool dispatch = p.op == OpKind::a2a_gemm;
   if (p.op != OpKind::ag_gemm && !dispatch)
-    throw std::invalid_argument("ficco_" + std::string(to_string(schedule)) + " is built for ag_gemm" +
-                                (schedule == FiccoSchedule::hetero_unfused_1d ? " and a2a_gemm" : "") + " so far, not " +
-                                std::string(to_string(p.op)));
+    throw std::invalid_argument("ficco plans are built for ag_gemm and a2a_gemm, not " + std::string(to_string(p.op)));
   Plan plan;
   plan.strategy = "ficco_" + std::string(to_string(schedule));
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
-    RankPlanBuilder b(r, schedule == FiccoSchedule::uniform_fused_2d || dispatch ? 2 : 3);
-    if (dispatch) build_a2a_unfused(p, options, b);
+    RankPlanBuilder b(r, schedule == FiccoSchedule::uniform_fused_2d ? 2 : 3);
+    if (dispatch) build_a2a(p, options, schedule, b);
     else if (schedule == FiccoSchedule::uniform_fused_2d) build_2d(p, options, b);
     else build_1d(p, options, schedule, b);
     plan.ranks.push_back(b.finish());

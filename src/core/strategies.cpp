@@ -14,9 +14,7 @@ bool Strategy::supports(OpKind op) const {
 namespace {
 
 Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const std::string& description) {
-  std::vector<OpKind> ops{OpKind::ag_gemm};
-  if (schedule == FiccoSchedule::hetero_unfused_1d) ops.push_back(OpKind::a2a_gemm);  // the others: not yet
-  return {"ficco_" + schedule_name, "FiCCO", description, ops,
+  return {"ficco_" + schedule_name, "FiCCO", description, {OpKind::ag_gemm, OpKind::a2a_gemm},
           [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }};
 }
 
