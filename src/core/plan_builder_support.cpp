@@ -1,5 +1,6 @@
 #include "plan_builder_support.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace weft::detail {
@@ -73,12 +74,24 @@ PermuteRowsStep rows_by_destination(const Problem& p, int rank, const Region& sr
   return group;
 }
 
-std::vector<int64_t> destination_offsets(const Problem& p, int rank) {
-  const auto routed = rows_routed(p);
-  std::vector<int64_t> offsets{0};
-  for (int d = 0; d < p.world_size; ++d)
-    offsets.push_back(offsets.back() + routed[static_cast<size_t>(rank)][static_cast<size_t>(d)]);
-  return offsets;
+RoutedRows::RoutedRows(const Problem& p) : counts_(rows_routed(p)) {}
+
+int64_t RoutedRows::received_before(int s, int d) const {
+  int64_t rows = 0;
+  for (int q = 0; q < s; ++q) rows += count(q, d);
+  return rows;
+}
+
+int64_t RoutedRows::sent_before(int s, int d) const {
+  int64_t rows = 0;
+  for (int q = 0; q < d; ++q) rows += count(s, q);
+  return rows;
+}
+
+int64_t RoutedRows::most_received() const {
+  int64_t most = 0;
+  for (size_t d = 0; d < counts_.size(); ++d) most = std::max(most, received_before(static_cast<int>(counts_.size()), static_cast<int>(d)));
+  return most;
 }
 
 std::vector<int64_t> split_rows(int64_t total, int parts) {

@@ -44,8 +44,19 @@ GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const Plan
 // Rank r's rows of `src` regrouped by destination rank (routing of a routed op), keeping row order
 // within a destination, into `dst`: NCCL's all-to-all and block copies move contiguous blocks.
 PermuteRowsStep rows_by_destination(const Problem& problem, int rank, const Region& src, const Region& dst);
-// First row of each destination's block in rank `rank`'s grouped rows, plus the total at the end.
-std::vector<int64_t> destination_offsets(const Problem& problem, int rank);
+// Row bookkeeping of a routed op (gemm_a2a, a2a_gemm): how many rows rank s sends to rank d, where
+// they land at d (blocks in source-rank order) and where they sit in s's rows grouped by destination.
+class RoutedRows {
+ public:
+  explicit RoutedRows(const Problem& problem);
+  int64_t count(int s, int d) const { return counts_[static_cast<size_t>(s)][static_cast<size_t>(d)]; }
+  int64_t received_before(int s, int d) const;  // first row, at d, of the rows from s
+  int64_t sent_before(int s, int d) const;      // first row, in s's grouped rows, of the rows for d
+  int64_t most_received() const;                // the largest share of any rank
+
+ private:
+  std::vector<std::vector<int64_t>> counts_;
+};
 
 // Splits `total` rows into `parts` nearly equal consecutive pieces; returns the first row of each
 // piece plus `total` at the end.

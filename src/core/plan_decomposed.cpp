@@ -100,16 +100,10 @@ void build_gemm_ar(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 
 void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto routed = rows_routed(p);
-  auto count = [&](int s, int d) { return routed[static_cast<size_t>(s)][static_cast<size_t>(d)]; };
-  // Row offset, in destination d's output, of the rows that rank s sends to d.
-  auto recv_offset = [&](int s, int d) {
-    int64_t offset = 0;
-    for (int q = 0; q < s; ++q) offset += count(q, d);
-    return offset;
-  };
-  int64_t most_received = 0;
-  for (int d = 0; d < world; ++d) most_received = std::max(most_received, output_rows(p, d));
+  const detail::RoutedRows routed(p);
+  auto count = [&](int s, int d) { return routed.count(s, d); };
+  auto recv_offset = [&](int s, int d) { return routed.received_before(s, d); };
+  const int64_t most_received = routed.most_received();
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
   const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
@@ -121,25 +115,19 @@ void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   for (int d = 0; d < world; ++d) ready.push_back(b.signal("rows_for" + std::to_string(d) + "_ready"));
   for (int s = 0; s < world; ++s) received.push_back(b.signal("rows_from" + std::to_string(s) + "_received"));
 
-  std::vector<int64_t> send_offset(static_cast<size_t>(world) + 1, 0);
-  PermuteRowsStep group{b.whole(a), b.whole(sorted), {}};
-  for (int d = 0; d < world; ++d) {
-    for (int64_t i = 0; i < p.m; ++i)
-      if (p.routing[static_cast<size_t>(r)][static_cast<size_t>(i)] == d) group.source_rows.push_back(i);
-    send_offset[static_cast<size_t>(d) + 1] = static_cast<int64_t>(group.source_rows.size());
-  }
-  b.add("group rows by destination", kCompute, Engine::sm, std::move(group));
+  auto send_offset = [&](int d) { return routed.sent_before(r, d); };
+  b.add("group rows by destination", kCompute, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
   for (int i = 1; i <= world; ++i) {
     const int dst = (r + i) % world;
     const int64_t rows = count(r, dst);
     if (rows == 0) continue;
-    const Region mine = b.rows(sorted, send_offset[static_cast<size_t>(dst)], rows);
+    const Region mine = b.rows(sorted, send_offset(dst), rows);
     if (dst == r) {
       b.add("gemm own rows", kCompute, Engine::sm,
             detail::gemm_into(mine, b.whole(w), b.rows(c, recv_offset(r, r), rows), o));
       continue;
     }
-    const Region staged = b.rows(partial, send_offset[static_cast<size_t>(dst)], rows);
+    const Region staged = b.rows(partial, send_offset(dst), rows);
     Step& gemm = b.add("gemm rows for rank " + std::to_string(dst), kCompute, Engine::sm,
                        detail::gemm_into(mine, b.whole(w), staged, o));
     gemm.notifies.push_back({b.own(ready[static_cast<size_t>(dst)]), 1});
@@ -157,17 +145,11 @@ void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
 
 void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto routed = rows_routed(p);
-  auto count = [&](int s, int d) { return routed[static_cast<size_t>(s)][static_cast<size_t>(d)]; };
-  // Row offset, in destination d's gathered tokens and result, of the rows that rank s sends to d.
-  auto recv_offset = [&](int s, int d) {
-    int64_t offset = 0;
-    for (int q = 0; q < s; ++q) offset += count(q, d);
-    return offset;
-  };
-  int64_t most_received = 0;
-  for (int d = 0; d < world; ++d) most_received = std::max(most_received, output_rows(p, d));
-  const std::vector<int64_t> send_offset = detail::destination_offsets(p, r);
+  const detail::RoutedRows routed(p);
+  auto count = [&](int s, int d) { return routed.count(s, d); };
+  auto recv_offset = [&](int s, int d) { return routed.received_before(s, d); };
+  const int64_t most_received = routed.most_received();
+  auto send_offset = [&](int d) { return routed.sent_before(r, d); };
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
   const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
@@ -187,13 +169,13 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   // push to the same peer at one step.
   if (count(r, r) > 0)
     b.add("gemm own tokens", kCompute, Engine::sm,
-          detail::gemm_into(b.rows(sorted, send_offset[static_cast<size_t>(r)], count(r, r)), b.whole(w),
+          detail::gemm_into(b.rows(sorted, send_offset(r), count(r, r)), b.whole(w),
                             b.rows(c, recv_offset(r, r), count(r, r)), o));
   for (int i = 1; i < world; ++i) {
     const int dst = (r + i) % world;
     if (count(r, dst) == 0) continue;
     Step& push = b.add("push tokens to rank " + std::to_string(dst), kComm, Engine::copy_engine,
-                       CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(dst)], count(r, dst)),
+                       CopyStep{b.rows(sorted, send_offset(dst), count(r, dst)),
                                 b.rows(gathered, recv_offset(r, dst), count(r, dst), dst)});
     push.waits.push_back({b.own(grouped), 1});
     push.notifies.push_back({b.signal_on(received[static_cast<size_t>(r)], dst), 1});

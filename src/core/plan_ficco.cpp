@@ -150,19 +150,14 @@ void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 }
 
 // a2a_gemm: rank r's share is one block of tokens from every rank s (count(s, r) rows, at
-// recv_offset(s) in X and C), grouped on s at send_offset[s][r]. The four schedules cut those blocks
+// recv_offset(s) in X and C), grouped on s at send_offset(s). The four schedules cut those blocks
 // like the AllGather ones cut shards: by rows into W sub-chunks (1D) or by K into W slices (2D).
 void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto routed = rows_routed(p);
-  auto count = [&](int s) { return routed[static_cast<size_t>(s)][static_cast<size_t>(r)]; };
-  auto recv_offset = [&](int s) {
-    int64_t offset = 0;
-    for (int q = 0; q < s; ++q) offset += count(q);
-    return offset;
-  };
-  std::vector<int64_t> send_offset;  // where each rank's block for r starts in its grouped tokens
-  for (int s = 0; s < world; ++s) send_offset.push_back(detail::destination_offsets(p, s)[static_cast<size_t>(r)]);
+  const detail::RoutedRows routed(p);
+  auto count = [&](int s) { return routed.count(s, r); };
+  auto recv_offset = [&](int s) { return routed.received_before(s, r); };
+  auto send_offset = [&](int s) { return routed.sent_before(s, r); };  // rank s's block for r in its grouped tokens
   const bool two_d = schedule == FiccoSchedule::uniform_fused_2d;
   const bool uniform = schedule == FiccoSchedule::uniform_fused_1d || two_d;
   const bool fused = schedule != FiccoSchedule::hetero_unfused_1d;
@@ -181,9 +176,9 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
 
   Step& group = b.add("group tokens by destination", kCompute, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
   for (int d = 0; d < world; ++d)  // the peers that will pull from this rank's grouped tokens
-    if (d != r && routed[static_cast<size_t>(r)][static_cast<size_t>(d)] > 0)
+    if (d != r && routed.count(r, d) > 0)
       group.notifies.push_back({b.signal_on(grouped[static_cast<size_t>(r)], d), 1});
-  const Region own_block = b.rows(sorted, send_offset[static_cast<size_t>(r)], count(r));
+  const Region own_block = b.rows(sorted, send_offset(r), count(r));
   if (!uniform && count(r) > 0)  // hetero: own tokens need nothing from peers, so they go first
     b.add("gemm own tokens", kCompute, Engine::sm, detail::gemm_into(own_block, b.whole(w), b.rows(c, recv_offset(r), count(r)), o));
 
@@ -219,7 +214,7 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
       const int src = (r + i) % world;
       const int64_t first = two_d ? 0 : cut(src, j), rows = two_d ? count(src) : cut(src, j + 1) - first;
       if (rows == 0 || (two_d && k_cuts[static_cast<size_t>(j)] == k_cuts[static_cast<size_t>(j) + 1])) continue;
-      Region from = b.rows(sorted, send_offset[static_cast<size_t>(src)] + first, rows, src);
+      Region from = b.rows(sorted, send_offset(src) + first, rows, src);
       Region to = b.rows(gathered, landing(src, j), rows);
       if (two_d) {
         from = slice(from, j);
@@ -272,7 +267,7 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
     const int64_t own_rows = cut(r, j + 1) - cut(r, j);
     if (uniform && own_rows > 0)
       b.add("gather own " + step, kCompute, Engine::copy_engine,
-            CopyStep{b.rows(sorted, send_offset[static_cast<size_t>(r)] + cut(r, j), own_rows), b.rows(gathered, landing(r, j), own_rows)});
+            CopyStep{b.rows(sorted, send_offset(r) + cut(r, j), own_rows), b.rows(gathered, landing(r, j), own_rows)});
     Step& gemm = b.add("gemm " + step, kCompute, Engine::sm,
                        detail::gemm_into(b.rows(gathered, block, rows), b.whole(w), b.rows(staged_out, block, rows), o));
     wait_for_step(gemm, j);
