@@ -76,6 +76,16 @@ PermuteRowsStep rows_by_destination(const Problem& p, int rank, const Region& sr
 
 RoutedRows::RoutedRows(const Problem& p) : counts_(rows_routed(p)) {}
 
+CollectiveStep all_to_all_by_destination(const Problem& p, int rank, const Region& src, const Region& dst) {
+  const RoutedRows routed(p);
+  CollectiveStep exchange{CollectiveKind::all_to_all, 0, src, dst, {}, {}};
+  for (int q = 0; q < p.world_size; ++q) {
+    exchange.send_rows.push_back(routed.count(rank, q));
+    exchange.recv_rows.push_back(routed.count(q, rank));
+  }
+  return exchange;
+}
+
 int64_t RoutedRows::received_before(int s, int d) const {
   int64_t rows = 0;
   for (int q = 0; q < s; ++q) rows += count(q, d);

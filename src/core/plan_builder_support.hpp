@@ -44,6 +44,9 @@ GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const Plan
 // Rank r's rows of `src` regrouped by destination rank (routing of a routed op), keeping row order
 // within a destination, into `dst`: NCCL's all-to-all and block copies move contiguous blocks.
 PermuteRowsStep rows_by_destination(const Problem& problem, int rank, const Region& src, const Region& dst);
+// NCCL's all-to-all of rank r's rows grouped by destination (`src`) into its share (`dst`).
+CollectiveStep all_to_all_by_destination(const Problem& problem, int rank, const Region& src, const Region& dst);
+
 // Row bookkeeping of a routed op (gemm_a2a, a2a_gemm): how many rows rank s sends to rank d, where
 // they land at d (blocks in source-rank order) and where they sit in s's rows grouped by destination.
 class RoutedRows {

@@ -12,7 +12,6 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
   Plan plan;
   plan.strategy = "sequential";
   plan.problem = p;
-  const auto routed = routes_rows(p.op) ? rows_routed(p) : std::vector<std::vector<int64_t>>{};
   for (int r = 0; r < world; ++r) {
     RankPlanBuilder b(r, 1);
     const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
@@ -51,12 +50,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.whole(partial), options));
         // NCCL's all-to-all sends contiguous blocks, so rows are first grouped by destination.
         b.add("group rows by destination", 0, Engine::sm, detail::rows_by_destination(p, r, b.whole(partial), b.whole(sorted)));
-        CollectiveStep exchange{CollectiveKind::all_to_all, 0, b.whole(sorted), b.whole(c), {}, {}};
-        for (int q = 0; q < world; ++q) {
-          exchange.send_rows.push_back(routed[static_cast<size_t>(r)][static_cast<size_t>(q)]);
-          exchange.recv_rows.push_back(routed[static_cast<size_t>(q)][static_cast<size_t>(r)]);
-        }
-        b.add("all_to_all rows", 0, Engine::nccl, std::move(exchange));
+        b.add("all_to_all rows", 0, Engine::nccl, detail::all_to_all_by_destination(p, r, b.whole(sorted), b.whole(c)));
         b.set_output(b.whole(c));
         break;
       }
@@ -65,12 +59,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         const BufferId gathered = b.buffer("X", BufferRole::scratch, output_rows(p, r), p.k, p.input_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
         b.add("group rows by destination", 0, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
-        CollectiveStep exchange{CollectiveKind::all_to_all, 0, b.whole(sorted), b.whole(gathered), {}, {}};
-        for (int q = 0; q < world; ++q) {
-          exchange.send_rows.push_back(routed[static_cast<size_t>(r)][static_cast<size_t>(q)]);
-          exchange.recv_rows.push_back(routed[static_cast<size_t>(q)][static_cast<size_t>(r)]);
-        }
-        b.add("all_to_all tokens", 0, Engine::nccl, std::move(exchange));
+        b.add("all_to_all tokens", 0, Engine::nccl, detail::all_to_all_by_destination(p, r, b.whole(sorted), b.whole(gathered)));
         b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(gathered), b.whole(w), b.whole(c), options));
         b.set_output(b.whole(c));
         break;

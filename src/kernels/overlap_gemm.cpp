@@ -126,10 +126,6 @@ OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, in
   return best;
 }
 
-OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count) {
-  return choose_overlap_gemm_tiling(m, n, k, sm_count).config;
-}
-
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                            OverlapGemmConfig config) {
   const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);

@@ -118,7 +118,6 @@ struct OverlapGemmTiling {
   int k_splits = 1;
 };
 OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
-OverlapGemmConfig choose_overlap_gemm_config(int64_t m, int64_t n, int64_t k, int sm_count);
 // The K split for `tile_count` entries of one config (a table may hold fewer tiles than the grid)
 // of an m x n x k GEMM; 1 for memory-bound shapes.
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, OverlapGemmConfig config, int sm_count);
