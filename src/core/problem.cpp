@@ -32,11 +32,18 @@ DType parse_dtype(std::string_view text) {
   throw std::invalid_argument("unknown dtype '" + std::string(text) + "' (expected bf16, f16 or f32)");
 }
 
+const std::vector<OpKind>& all_ops() {
+  static const std::vector<OpKind> ops{OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm};
+  return ops;
+}
+
 OpKind parse_op(std::string_view text) {
-  for (OpKind o : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+  std::string known;
+  for (OpKind o : all_ops()) {
     if (to_string(o) == text) return o;
-  throw std::invalid_argument("unknown op '" + std::string(text) +
-                              "' (expected ag_gemm, gemm_rs, gemm_ar, gemm_a2a or a2a_gemm)");
+    known += (known.empty() ? "" : ", ") + std::string(to_string(o));
+  }
+  throw std::invalid_argument("unknown op '" + std::string(text) + "' (expected one of " + known + ")");
 }
 
 int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }

@@ -27,7 +27,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+  for (OpKind op : all_ops())
     for (const auto& s : strategies())
       if (s.supports(op))
         for (int world = 1; world <= 8; ++world) cases.push_back({op, s.name, world});

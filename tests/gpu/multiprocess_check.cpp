@@ -11,7 +11,7 @@ int main() {
   try {
     auto comm = Communicator::from_environment();
     int failures = 0;
-    for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+    for (OpKind op : all_ops())
       for (const Strategy& s : strategies()) {
         if (!s.supports(op)) continue;
         const char* strategy = s.name.c_str();

@@ -57,7 +57,7 @@ std::string param_name(const testing::TestParamInfo<std::tuple<OpKind, std::stri
 
 std::vector<std::tuple<OpKind, std::string>> every_op_and_strategy() {
   std::vector<std::tuple<OpKind, std::string>> cases;
-  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+  for (OpKind op : all_ops())
     for (const auto& s : strategies())
       if (s.supports(op)) cases.emplace_back(op, s.name);
   return cases;

@@ -76,8 +76,10 @@ Problem problem_from(const Arguments& args) {
 }
 
 std::vector<OpKind> ops_from(const Arguments& args) {
+  const std::vector<std::string> names = args.list("op", {});
+  if (names.empty()) return all_ops();
   std::vector<OpKind> ops;
-  for (const auto& name : args.list("op", {"ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a"})) ops.push_back(parse_op(name));
+  for (const auto& name : names) ops.push_back(parse_op(name));
   return ops;
 }
 

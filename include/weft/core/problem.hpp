@@ -23,6 +23,8 @@ namespace weft {
 
 enum class DType { bf16, f16, f32 };
 enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm };
+// Every op, in declaration order (defaults of --op, test sweeps).
+const std::vector<OpKind>& all_ops();
 // The ops whose rows travel by a routing table (all-to-all): gemm_a2a and a2a_gemm.
 bool routes_rows(OpKind op);
 
