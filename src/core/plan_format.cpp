@@ -65,6 +65,9 @@ std::string body_text(const Plan& plan, const StepBody& body) {
         } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
           out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.source_rows.size() << " rows)";
+        } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+          out << "move_boxes " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
+              << b.moves.size() << " boxes)";
         } else if constexpr (std::is_same_v<T, CollectiveStep>) {
           out << to_string(b.kind) << "#" << b.id << " " << describe_region(plan, b.src) << " -> "
               << describe_region(plan, b.dst);

@@ -155,6 +155,14 @@ class OrderingChecker {
                     i = j;
                   }
                   access(entry, body.dst, AccessKind::define);
+                } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+                  for (const BoxMove& move : body.moves) {
+                    Region from = body.src, to = body.dst;
+                    from.box = {body.src.box.row + move.from.row, body.src.box.col + move.from.col, move.from.rows, move.from.cols};
+                    to.box = {body.dst.box.row + move.to.row, body.dst.box.col + move.to.col, move.to.rows, move.to.cols};
+                    access(entry, from, AccessKind::read);
+                    access(entry, to, AccessKind::define);
+                  }
                 }
               },
               step.body);

@@ -16,7 +16,7 @@ bool reaches_across_ranks(const Plan& plan) {
               for (const GemmTile& t : b.tiles)
                 if (foreign(t.store) || (t.notify && t.notify->signal.rank != rp.rank)) return true;
               return foreign(b.a) || foreign(b.b);
-            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep>) {
+            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
               return foreign(b.src) || foreign(b.dst);
             } else if constexpr (std::is_same_v<T, ReduceStep>) {
               for (const Region& r : b.srcs)

@@ -67,6 +67,7 @@ struct StructureChecker {
     if (g.a.box.cols != g.b.box.cols)
       fail(where, "operand a has K=" + std::to_string(g.a.box.cols) + " but operand b has K=" + std::to_string(g.b.box.cols));
     if (g.tile_m < 1 || g.tile_n < 1) fail(where, "tile size must be positive");
+    if (g.sm_limit < 0) fail(where, "sm_limit must be 0 (all SMs) or positive");
     const Rect space{0, 0, g.a.box.rows, g.b.box.rows};
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const auto& t = g.tiles[i];
@@ -140,6 +141,21 @@ struct StructureChecker {
                       fail(where, "permute reads source row " + std::to_string(r) + " outside the source");
                       break;
                     }
+                }
+              } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
+                  const Rect src_frame{0, 0, body.src.box.rows, body.src.box.cols};
+                  const Rect dst_frame{0, 0, body.dst.box.rows, body.dst.box.cols};
+                  for (const BoxMove& move : body.moves) {
+                    if (move.from.rows != move.to.rows || move.from.cols != move.to.cols || move.from.empty()) {
+                      fail(where, "a box move changes shape or moves nothing");
+                      break;
+                    }
+                    if (!contains(src_frame, move.from) || !contains(dst_frame, move.to)) {
+                      fail(where, "a box move reaches outside its source or destination box");
+                      break;
+                    }
+                  }
                 }
               } else if constexpr (std::is_same_v<T, CollectiveStep>) {
                 if (body.src.rank != rank || body.dst.rank != rank)

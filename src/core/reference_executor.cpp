@@ -157,6 +157,21 @@ class ReferenceRun {
       for (int64_t c = 0; c < rows.cols; ++c) at(p.dst, r, c) = rows.at(r, c);
   }
 
+  void execute(int, const std::string&, const MoveBoxesStep& s) {
+    // Read every box before writing any, as if the kernel's moves all happened at once.
+    std::vector<HostMatrix> boxes;
+    boxes.reserve(s.moves.size());
+    for (const BoxMove& move : s.moves) {
+      HostMatrix box(move.from.rows, move.from.cols);
+      for (int64_t r = 0; r < box.rows; ++r)
+        for (int64_t c = 0; c < box.cols; ++c) box.at(r, c) = at(s.src, move.from.row + r, move.from.col + c);
+      boxes.push_back(std::move(box));
+    }
+    for (size_t i = 0; i < s.moves.size(); ++i)
+      for (int64_t r = 0; r < boxes[i].rows; ++r)
+        for (int64_t c = 0; c < boxes[i].cols; ++c) at(s.dst, s.moves[i].to.row + r, s.moves[i].to.col + c) = boxes[i].at(r, c);
+  }
+
   void execute(int, const std::string&, const JoinStep&) {}
 
   void execute(int rank, const std::string& who, const CollectiveStep& step) {

@@ -64,6 +64,28 @@ __global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const in
   }
 }
 
+__global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const DeviceBoxMove* moves, int64_t count) {
+  for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
+    const DeviceBoxMove m = moves[i];
+    const uint16_t* from = static_cast<const uint16_t*>(src.data) + m.from_row * src.stride + m.from_col;
+    uint16_t* to = static_cast<uint16_t*>(dst.data) + m.to_row * dst.stride + m.to_col;
+    const bool vectors = m.cols % 8 == 0 && src.stride % 8 == 0 && dst.stride % 8 == 0 &&
+                         reinterpret_cast<uintptr_t>(from) % 16 == 0 && reinterpret_cast<uintptr_t>(to) % 16 == 0;
+    if (vectors) {
+      const int64_t per_row = m.cols / 8;
+      for (int64_t v = threadIdx.x; v < m.rows * per_row; v += blockDim.x) {
+        const int64_t r = v / per_row, c = (v % per_row) * 8;
+        *reinterpret_cast<uint4*>(to + r * dst.stride + c) = *reinterpret_cast<const uint4*>(from + r * src.stride + c);
+      }
+    } else {
+      for (int64_t e = threadIdx.x; e < m.rows * m.cols; e += blockDim.x) {
+        const int64_t r = e / m.cols, c = e % m.cols;
+        to[r * dst.stride + c] = from[r * src.stride + c];
+      }
+    }
+  }
+}
+
 __global__ void signal_add_kernel(unsigned long long* counter, unsigned long long increment) {
   // Stream order already finished the earlier work; the fence makes its writes visible system-wide
   // before the counter moves (release).
@@ -124,6 +146,13 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream) {
   if (dst.rows * dst.cols <= 0) return;
   permute_rows_kernel<<<blocks_for(dst.rows * dst.cols), kThreads, 0, stream>>>(dst, src, source_rows);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
+void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  const int blocks = static_cast<int>(count < 65535 ? count : 65535);
+  move_boxes_kernel<<<blocks, kThreads, 0, stream>>>(dst, src, moves, count);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -64,7 +64,7 @@ struct CudaExecutor::Impl {
   std::vector<std::unique_ptr<LoweredOverlapGemm>> overlap_gemms;
   uint64_t* raised_per_call_device = nullptr;  // for the overlap GEMM's tile waits
   OverlapGemmError* gemm_error = nullptr;      // where its bounded waits report
-  std::vector<int64_t*> device_row_lists;
+  std::vector<void*> device_tables;  // row lists and box moves the steps' kernels read
   std::vector<Lowered> steps;
   // Some rank of the plan reads or writes another rank's memory or signals. Decided from the whole
   // plan, so that every rank agrees and the barriers it guards are collective.
@@ -241,8 +241,19 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
             int64_t* rows = nullptr;
             WEFT_CUDA_CHECK(cudaMalloc(&rows, std::max<size_t>(b.source_rows.size(), 1) * sizeof(int64_t)));
             WEFT_CUDA_CHECK(cudaMemcpy(rows, b.source_rows.data(), b.source_rows.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
-            im.device_row_lists.push_back(rows);
+            im.device_tables.push_back(rows);
             body = [src, dst, rows](cudaStream_t stream) { permute_rows_bf16(dst, src, rows, stream); };
+          } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+            const DeviceRegion src = region(b.src), dst = region(b.dst);
+            std::vector<DeviceBoxMove> moves;
+            moves.reserve(b.moves.size());
+            for (const BoxMove& m : b.moves) moves.push_back({m.from.row, m.from.col, m.to.row, m.to.col, m.from.rows, m.from.cols});
+            DeviceBoxMove* table = nullptr;
+            WEFT_CUDA_CHECK(cudaMalloc(&table, std::max<size_t>(moves.size(), 1) * sizeof(DeviceBoxMove)));
+            WEFT_CUDA_CHECK(cudaMemcpy(table, moves.data(), moves.size() * sizeof(DeviceBoxMove), cudaMemcpyHostToDevice));
+            im.device_tables.push_back(table);
+            const auto count = static_cast<int64_t>(moves.size());
+            body = [src, dst, table, count](cudaStream_t stream) { move_boxes_bf16(dst, src, table, count, stream); };
           } else if constexpr (std::is_same_v<T, CollectiveStep>) {
             const DeviceRegion src = region(b.src), dst = region(b.dst);
             for (const auto* r : {&src, &dst})
@@ -348,7 +359,7 @@ CudaExecutor::~CudaExecutor() {
   }
   cudaDeviceSynchronize();
   for (auto& g : im.gemms) g.destroy();
-  for (auto* rows : im.device_row_lists) cudaFree(rows);
+  for (void* table : im.device_tables) cudaFree(table);
   for (auto& g : im.overlap_gemms) cudaFree(g->device_table);
   cudaFree(im.raised_per_call_device);
   cudaFree(im.gemm_error);

@@ -41,6 +41,7 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   launch.wait_signals = context.own_signals;
   launch.raised_per_call = context.raised_per_call;
   launch.error = context.error;
+  launch.max_ctas = gemm.sm_limit;
   for (int r = 0; r < context.world_size && r < kMaxSignalRanks; ++r) launch.notify_signals[r] = context.signals_of(r);
 
   std::map<std::pair<int, int>, int> target_of;  // (rank, buffer) -> target index
@@ -83,7 +84,10 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   int device = 0, sm_count = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  launch.k_splits = context.allow_k_splits ? choose_k_splits(static_cast<int64_t>(table.size()), launch.m, launch.n, launch.k, config, sm_count) : 1;
+  // A plan that limits the GEMM's SMs has laid its tiles out in waves of that many (FlashOverlap's
+  // wave groups); splitting would change what a wave holds, so it does not happen there.
+  const bool may_split = context.allow_k_splits && gemm.sm_limit == 0;
+  launch.k_splits = may_split ? choose_k_splits(static_cast<int64_t>(table.size()), launch.m, launch.n, launch.k, config, sm_count) : 1;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
   launch.tile_count = static_cast<int>(table.size());
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below

@@ -26,7 +26,10 @@ TEST(FiccoHeuristic, OneDimensionalTranchesFollowTheGemmSizeAgainstTheMachine) {
 }
 
 TEST(FiccoHeuristic, ReportsTheQuantitiesItDecidedOn) {
-  const auto d = pick_ficco_schedule(ag(1024, 2048, 512, 2), MachineProfile{1e15, 4e12});
+  MachineProfile machine;
+  machine.peak_flops = 1e15;
+  machine.memory_bytes_per_s = 4e12;
+  const auto d = pick_ficco_schedule(ag(1024, 2048, 512, 2), machine);
   const double m = 2048, n = 2048, k = 512;
   EXPECT_DOUBLE_EQ(d.memory_traffic, 2 * (m * k + n * k + m * n));
   EXPECT_DOUBLE_EQ(d.op_to_byte, 2 * m * n * k / d.memory_traffic);

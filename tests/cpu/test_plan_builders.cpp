@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "../support/plan_options.hpp"
 #include "weft/core/cpu_proof.hpp"
 #include "weft/core/plan_builders.hpp"
 
@@ -53,13 +54,20 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
   const Strategy& strategy = find_strategy(c.strategy);
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(c.world));
-    const Problem p = random_problem(c.op, c.world, rng);
+    const Problem problem = random_problem(c.op, c.world, rng);
     PlanOptions o;
     const int tiles[] = {4, 8, 16, 32};
     o.tile_m = tiles[rng() % 4];
     o.tile_n = tiles[rng() % 4];
     o.raster = rng() % 2 ? Raster::along_m : Raster::along_n;
     o.swizzle = 1 + static_cast<int>(rng() % 3);
+    Problem p = problem;
+    if (c.strategy == "signal") {
+      // Few SMs, so that even these tiny GEMMs have several waves and groups; gemm_rs needs whole
+      // tile rows per rank.
+      o.gemm_sms = 1 + static_cast<int>(rng() % 5);
+      if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
+    }
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +
                  std::to_string(o.tile_n));
     const Plan plan = strategy.build(p, o);
@@ -175,7 +183,7 @@ TEST(Builders, AllToAllWithEmptyAndOverfullDestinations) {
       for (const auto& s : strategies()) {
         if (!s.supports(p.op)) continue;
         SCOPED_TRACE(s.name + " " + std::string(to_string(op)) + (keep_own ? " keep own" : " all to rank 2"));
-        const CpuProof proof = prove_on_cpu(s.build(p, PlanOptions{4, 4, Raster::along_m, 1, {}}), 3);
+        const CpuProof proof = prove_on_cpu(s.build(p, testing_support::tiled(4, 4, Raster::along_m, 1)), 3);
         EXPECT_TRUE(proof.passed()) << proof.explain();
       }
     }

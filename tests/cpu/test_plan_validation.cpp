@@ -2,6 +2,7 @@
 // the step, signal or region at fault.
 #include <gtest/gtest.h>
 
+#include "../support/plan_options.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/core/plan_validation.hpp"
 
@@ -26,7 +27,7 @@ void expect_error(const ValidationReport& report, const std::string& rule, const
 }
 
 Problem problem(OpKind op, int64_t m, int world) { return Problem{op, m, 16, 8, world, DType::bf16, DType::bf16, {}}; }
-const PlanOptions kSmallTiles{8, 8, Raster::along_m, 1, {}};
+const PlanOptions kSmallTiles = testing_support::tiled(8, 8, Raster::along_m, 1);
 
 TEST(Validation, BuiltPlansAreValid) {
   for (const auto& s : strategies())

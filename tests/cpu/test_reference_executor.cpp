@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "../support/plan_options.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/core/reference_executor.hpp"
 
@@ -41,7 +42,7 @@ TEST(ReferenceExecutor, CollectiveMissingARankTimesOut) {
 
 TEST(ReferenceExecutor, UnwrittenOutputStaysPoisoned) {
   Problem p{OpKind::gemm_ar, 16, 16, 8, 1, DType::bf16, DType::bf16, {}};
-  Plan plan = plan_sequential(p, PlanOptions{8, 8, Raster::along_m, 1, {}});
+  Plan plan = plan_sequential(p, testing_support::tiled(8, 8, Raster::along_m, 1));
   auto& gemm = std::get<GemmStep>(plan.ranks[0].steps[0].body);
   const Rect dropped = gemm.tiles.back().store.box;
   gemm.tiles.pop_back();
@@ -62,7 +63,7 @@ TEST(ReferenceExecutor, RejectsMissingOrMisshapenInputs) {
 
 TEST(ReferenceExecutor, RepeatedRunsGiveIdenticalResults) {
   Problem p{OpKind::gemm_rs, 24, 20, 12, 3, DType::bf16, DType::bf16, {}};
-  const Plan plan = plan_decomposed(p, PlanOptions{8, 8, Raster::along_n, 2, {}});
+  const Plan plan = plan_decomposed(p, testing_support::tiled(8, 8, Raster::along_n, 2));
   const auto inputs = random_inputs(p, 5);
   const auto first = outputs_of(plan, run_reference(plan, inputs));
   for (int i = 0; i < 5; ++i) {

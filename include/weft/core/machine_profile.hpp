@@ -1,26 +1,57 @@
 // What a machine can do, as the cost model and the heuristics need it: peak matrix rate and memory
-// bandwidth of one GPU. Defaults are the figures measured on this workplace's H200s (a bf16
-// 8192^3 GEMM at about 790 TFLOP/s; a device-to-device copy at about 4.3 TB/s counting bytes read and
-// written). `weft tune --calibrate` measures them on the local GPU and writes a JSON file that
-// `--machine FILE` (weft bench, plan, check) reads back:
-//   { "device": "NVIDIA H200", "peak_flops": 7.9e14, "memory_bytes_per_s": 4.3e12, "source": "..." }
+// bandwidth of one GPU, its SM count, and how long each NCCL collective takes against its size
+// (FlashOverlap's bandwidth curves, Section 4.2.1). Defaults are the figures measured on this
+// workplace's H200s (a bf16 8192^3 GEMM at about 790 TFLOP/s; a device-to-device copy at about
+// 4.3 TB/s counting bytes read and written; 256 MB all-reduce 1.28 ms and reduce-scatter 0.76 ms on
+// 4 GPUs). `weft tune --calibrate` measures them on the local GPUs and writes a JSON file that
+// `--machine FILE` (weft bench, plan, check, tune) reads back:
+//   { "device": "NVIDIA H200", "peak_flops": 7.9e14, "memory_bytes_per_s": 4.3e12, "sm_count": 132,
+//     "collective_sms": 16, "collectives": [ { "kind": "all_reduce", "world_size": 4,
+//     "bytes": [...], "seconds": [...] }, ... ], "source": "..." }
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "weft/core/plan.hpp"
 
 namespace weft {
+
+// Latency of one NCCL call against the bytes of the buffer each rank passes (the send buffer:
+// all_reduce and reduce_scatter its whole input), sampled at increasing sizes.
+struct CollectiveCurve {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int world_size = 2;
+  std::vector<double> bytes;    // strictly increasing
+  std::vector<double> seconds;  // one per entry of bytes
+
+  bool operator==(const CollectiveCurve&) const = default;
+};
 
 struct MachineProfile {
   double peak_flops = 790e12;           // bf16 dense, FLOP/s
   double memory_bytes_per_s = 4.3e12;   // HBM, bytes read + written per second
+  int sm_count = 132;
+  // SMs a wave-grouped GEMM leaves to the NCCL kernels that run beside it (FlashOverlap, Alg. 1
+  // line 3); the GEMM's waves are sm_count - collective_sms tiles.
+  int collective_sms = 16;
+  std::vector<CollectiveCurve> collectives;
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";
+
+  // Interpolates the curve of (kind, world_size) linearly in bytes (below the first sample: its
+  // time; above the last: the last segment extended). Without a curve, a latency-bandwidth line
+  // through the built-in figures above.
+  double collective_seconds(CollectiveKind kind, int world_size, double bytes) const;
+  const CollectiveCurve* curve(CollectiveKind kind, int world_size) const;
 };
 
 std::string machine_profile_json(const MachineProfile& profile);
 // Throws std::invalid_argument naming the field when one is missing or not positive.
 MachineProfile parse_machine_profile(std::string_view json);
 MachineProfile load_machine_profile(const std::string& path);
+
+CollectiveKind parse_collective_kind(std::string_view text);  // throws std::invalid_argument
 
 }  // namespace weft

@@ -102,6 +102,9 @@ struct GemmStep {
   int tile_n = 128;
   std::vector<GemmTile> tiles;
   bool accumulate = false;
+  // SMs the GEMM may occupy (0: all). FlashOverlap leaves the rest to the NCCL kernels that run
+  // while it computes: a persistent GEMM on every SM would hold them back until it ends.
+  int sm_limit = 0;
 
   bool operator==(const GemmStep&) const = default;
 };
@@ -132,6 +135,25 @@ struct PermuteRowsStep {
   bool operator==(const PermuteRowsStep&) const = default;
 };
 
+// dst box `to` = src box `from` (same shape); both relative to the step's src / dst boxes.
+struct BoxMove {
+  Rect from;
+  Rect to;
+
+  bool operator==(const BoxMove&) const = default;
+};
+
+// Many boxes moved between two buffers of one rank by one kernel: FlashOverlap's reorders, which put
+// tiles stored in execution order (so that each wave group is one contiguous block for NCCL) back
+// in matrix order.
+struct MoveBoxesStep {
+  Region src;
+  Region dst;
+  std::vector<BoxMove> moves;
+
+  bool operator==(const MoveBoxesStep&) const = default;
+};
+
 enum class CollectiveKind { all_gather, reduce_scatter, all_reduce, all_to_all };
 std::string_view to_string(CollectiveKind kind);
 
@@ -157,7 +179,7 @@ struct JoinStep {
   bool operator==(const JoinStep&) const = default;
 };
 
-using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CollectiveStep, JoinStep>;
+using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, MoveBoxesStep, CollectiveStep, JoinStep>;
 
 struct Step {
   std::string label;  // names the step in messages and traces

@@ -26,8 +26,12 @@ struct PlanOptions {
   // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down
   // whole columns and re-reads all of A every wave.
   int swizzle = 8;
-  // For strategies that pick by the machine (ficco's heuristic); --machine FILE in the tool.
+  // For strategies that pick by the machine (ficco's heuristic, signal's wave groups); --machine FILE.
   MachineProfile machine;
+  // signal: SMs its GEMM runs on (0: machine.sm_count - machine.collective_sms), so a wave is that
+  // many tiles; and the wave groups (empty: the best the predictor finds, see wave_partition.hpp).
+  int gemm_sms = 0;
+  std::vector<int> wave_partition;
 };
 
 struct Strategy {
@@ -53,5 +57,22 @@ Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
 enum class FiccoSchedule { uniform_fused_1d, hetero_fused_1d, hetero_unfused_1d, uniform_fused_2d };
 std::string_view to_string(FiccoSchedule schedule);
 Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedule schedule);
+
+// FlashOverlap (flashoverlap.txt): one GEMM whose tiles count, per group of waves, into a signal and
+// land in execution order, so that each group is one contiguous block; a second stream waits on each
+// group's signal and hands the block to a plain NCCL call, then moves its tiles back into place.
+// gemm_ar and gemm_rs; plan_signal.cpp says how the groups are laid out.
+Plan plan_signal(const Problem& problem, const PlanOptions& options);
+
+// How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.
+struct SignalLayout {
+  int gemm_sms = 0;
+  int64_t tiles = 0;
+  int waves = 0;
+  std::vector<int> partition;     // waves per group
+  double predicted_seconds = 0;   // Algorithm 1 with the machine profile
+  double predicted_gemm_seconds = 0;
+};
+SignalLayout signal_layout(const Problem& problem, const PlanOptions& options);
 
 }  // namespace weft

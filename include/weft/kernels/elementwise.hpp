@@ -28,6 +28,13 @@ void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t str
 void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_count, bool accumulate, cudaStream_t stream);
 // dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries.
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream);
+// One box move of move_boxes_bf16, in elements relative to the regions' origins.
+struct DeviceBoxMove {
+  int64_t from_row, from_col, to_row, to_col, rows, cols;
+};
+// dst box moves[i].to = src box moves[i].from for every i; `moves` is a device array. One CTA per
+// box, 16-byte accesses where the boxes allow (FlashOverlap's tiles always do).
+void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream);
 // Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
 // Loads signal_add's module now (see configure_cuda_for_waits in signal_set.hpp for why).

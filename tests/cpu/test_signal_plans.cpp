@@ -1,0 +1,183 @@
+// FlashOverlap's `signal` plans and the wave-partition search behind them.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "weft/core/cpu_proof.hpp"
+#include "weft/core/plan_builders.hpp"
+#include "weft/core/wave_partition.hpp"
+
+namespace weft {
+namespace {
+
+std::vector<std::vector<int>> all_compositions(int waves) {
+  std::vector<std::vector<int>> out;
+  for (uint32_t cuts = 0; cuts < (1u << (waves - 1)); ++cuts) {
+    std::vector<int> parts{1};
+    for (int w = 1; w < waves; ++w) {
+      if (cuts >> (w - 1) & 1U) parts.push_back(1);
+      else ++parts.back();
+    }
+    out.push_back(parts);
+  }
+  return out;
+}
+
+TEST(WavePartition, CandidatesAreExactlyThePrunedCompositions) {
+  for (int waves = 1; waves <= 9; ++waves) {
+    size_t expected = 0;
+    for (const auto& parts : all_compositions(waves))
+      expected += parts.front() <= 2 && parts.back() <= 4;
+    const auto candidates = wave_partition_candidates(waves, 2, 4);
+    EXPECT_EQ(candidates.size(), expected) << waves << " waves";
+    for (const auto& c : candidates) {
+      EXPECT_LE(c.front(), 2);
+      EXPECT_LE(c.back(), 4);
+      EXPECT_NO_THROW(check_wave_partition(c, waves));
+    }
+  }
+  EXPECT_THROW(wave_partition_candidates(30, 2, 4, 1000), std::length_error);
+}
+
+TEST(WavePartition, PredictionFollowsAlgorithmOne) {
+  // Compute 1 s per wave, groups (1, 2, 2): comm 0.5, 3, 1 -> comm ends 1.5, 6, 7; compute ends 5.
+  EXPECT_DOUBLE_EQ(predict_wave_partition({{1, 0.5}, {2, 3}, {2, 1}}), 7.0);
+  // Communication hidden except the last group's.
+  EXPECT_DOUBLE_EQ(predict_wave_partition({{1, 0.5}, {2, 0.5}, {2, 0.5}}), 5.5);
+  EXPECT_DOUBLE_EQ(predict_wave_partition({}), 0.0);
+}
+
+TEST(WavePartition, SearchFindsTheBestCandidate) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    WavePartitionModel m;
+    m.waves = 1 + static_cast<int>(rng() % 11);
+    m.seconds_per_wave = 1.0;
+    const double fixed = static_cast<double>(rng() % 100) / 50.0, per_wave = static_cast<double>(rng() % 100) / 60.0;
+    m.comm_seconds = [=](int, int count) { return fixed + per_wave * count; };
+    double brute = 1e300;
+    for (const auto& c : wave_partition_candidates(m.waves, m.first_max, m.last_max)) brute = std::min(brute, m.predict(c));
+    const std::vector<int> found = search_wave_partition(m);
+    EXPECT_NO_THROW(check_wave_partition(found, m.waves));
+    EXPECT_LE(found.front(), m.first_max);
+    EXPECT_LE(found.back(), m.last_max);
+    EXPECT_NEAR(m.predict(found), brute, 1e-9) << "waves " << m.waves << " fixed " << fixed << " per wave " << per_wave;
+  }
+}
+
+TEST(WavePartition, ParsesAndChecksPartitions) {
+  EXPECT_EQ(parse_wave_partition("1,2,2"), (std::vector<int>{1, 2, 2}));
+  EXPECT_EQ(to_string(std::vector<int>{2, 3}), "2,3");
+  EXPECT_THROW(parse_wave_partition("1,,2"), std::invalid_argument);
+  EXPECT_THROW(parse_wave_partition("0,2"), std::invalid_argument);
+  EXPECT_THROW(parse_wave_partition("1,x"), std::invalid_argument);
+  EXPECT_THROW(check_wave_partition({1, 2}, 4), std::invalid_argument);
+}
+
+PlanOptions small_options(int gemm_sms) {
+  PlanOptions o;
+  o.tile_m = 8;
+  o.tile_n = 8;
+  o.swizzle = 2;
+  o.gemm_sms = gemm_sms;
+  return o;
+}
+
+std::vector<const CollectiveStep*> collectives_of(const RankPlan& rp) {
+  std::vector<const CollectiveStep*> out;
+  for (const Step& s : rp.steps)
+    if (const auto* c = std::get_if<CollectiveStep>(&s.body)) out.push_back(c);
+  return out;
+}
+
+TEST(SignalPlans, OneCollectivePerGroupOnContiguousBlocks) {
+  // 64x64 output of 8x8 tiles = 64 tiles; 6 SMs -> 11 waves; groups (2,3,3,3).
+  Problem p{OpKind::gemm_ar, 64, 64, 16, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o = small_options(6);
+  o.wave_partition = {2, 3, 3, 3};
+  const Plan plan = plan_signal(p, o);
+  const auto colls = collectives_of(plan.ranks[1]);
+  ASSERT_EQ(colls.size(), 4u);
+  EXPECT_EQ(colls[0]->src.box.rows, 12 * 8);  // 2 waves of 6 tiles, 8 rows each
+  EXPECT_EQ(colls[3]->src.box.rows, (64 - 48) * 8);
+  for (size_t g = 0; g + 1 < colls.size(); ++g) EXPECT_EQ(colls[g]->src.box.row_end(), colls[g + 1]->src.box.row);
+  const auto* gemm = std::get_if<GemmStep>(&plan.ranks[1].steps[0].body);
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(gemm->sm_limit, 6);
+  for (const GemmTile& t : gemm->tiles) ASSERT_TRUE(t.notify.has_value());
+  const CpuProof proof = prove_on_cpu(plan, 3);
+  EXPECT_TRUE(proof.passed()) << proof.explain();
+  o.wave_partition = {2, 2};
+  EXPECT_THROW(plan_signal(p, o), std::invalid_argument);
+}
+
+TEST(SignalPlans, ReduceScatterGroupsCarryAnEqualShareForEveryRank) {
+  Problem p{OpKind::gemm_rs, 96, 40, 16, 3, DType::bf16, DType::bf16, {}};  // 32 rows per rank: 4 tile rows
+  const PlanOptions o = small_options(5);
+  const Plan plan = plan_signal(p, o);
+  const auto* gemm = std::get_if<GemmStep>(&plan.ranks[0].steps[0].body);
+  ASSERT_NE(gemm, nullptr);
+  // Each collective's block is W chunks; chunk k holds tiles of rows [32k, 32k + 32) only.
+  int64_t next_row = 0;
+  for (const CollectiveStep* c : collectives_of(plan.ranks[0])) {
+    if (c->src.box.cols != o.tile_n) continue;  // edge tiles: C_edge in matrix order
+    ASSERT_EQ(c->src.box.row, next_row);
+    const int64_t chunk = c->src.box.rows / 3;
+    ASSERT_EQ(chunk * 3, c->src.box.rows);
+    for (const GemmTile& t : gemm->tiles) {
+      if (t.store.box.cols != o.tile_n || t.store.box.row < c->src.box.row || t.store.box.row >= c->src.box.row_end()) continue;
+      const int64_t k = (t.store.box.row - c->src.box.row) / chunk;
+      EXPECT_EQ(t.tile.row / 32, k) << "tile at row " << t.tile.row;
+    }
+    next_row = c->src.box.row_end();
+  }
+  const CpuProof proof = prove_on_cpu(plan, 5);
+  EXPECT_TRUE(proof.passed()) << proof.explain();
+}
+
+TEST(SignalPlans, RejectsWhatItCannotLayOut) {
+  Problem rs{OpKind::gemm_rs, 36, 16, 8, 3, DType::bf16, DType::bf16, {}};  // 12 rows per rank, 8-row tiles
+  try {
+    plan_signal(rs, small_options(4));
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of the 8-row tile"), std::string::npos) << e.what();
+  }
+  Problem ag{OpKind::ag_gemm, 16, 16, 8, 2, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(plan_signal(ag, small_options(4)), std::invalid_argument);
+}
+
+TEST(SignalPlans, SearchedPartitionUsesTheMachineCurves) {
+  // A collective with a large fixed cost makes one big group best; a free one, many small groups.
+  Problem p{OpKind::gemm_ar, 8192, 8192, 4096, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.machine.collectives.push_back({CollectiveKind::all_reduce, 4, {1e3, 1e9}, {5e-3, 5.001e-3}});
+  const SignalLayout slow = signal_layout(p, o);
+  o.machine.collectives[0].seconds = {1e-6, 1e-3};
+  const SignalLayout fast = signal_layout(p, o);
+  EXPECT_EQ(slow.waves, fast.waves);
+  EXPECT_EQ(slow.tiles, 64 * 64);
+  EXPECT_EQ(slow.gemm_sms, 132 - 16);
+  EXPECT_LT(slow.partition.size(), fast.partition.size());
+  EXPECT_LE(fast.partition.front(), 2);
+  EXPECT_LE(fast.partition.back(), 4);
+}
+
+TEST(MachineProfile, CurvesRoundTripAndInterpolate) {
+  MachineProfile p;
+  p.sm_count = 132;
+  p.collective_sms = 20;
+  p.collectives.push_back({CollectiveKind::reduce_scatter, 2, {1e6, 2e6, 4e6}, {1e-5, 2e-5, 3e-5}});
+  const MachineProfile back = parse_machine_profile(machine_profile_json(p));
+  EXPECT_EQ(back.collectives, p.collectives);
+  EXPECT_EQ(back.collective_sms, 20);
+  EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 1.5e6), 1.5e-5);
+  EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 1e3), 1e-5);   // below: first sample
+  EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 6e6), 4e-5);   // above: last slope
+  EXPECT_GT(back.collective_seconds(CollectiveKind::all_reduce, 4, 1e6), 0.0);               // no curve: defaults
+  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 1, "memory_bytes_per_s": 1, "collectives": [{"kind": "all_reduce", "world_size": 2, "bytes": [2, 1], "seconds": [1, 2]}]})"),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft
