@@ -71,7 +71,7 @@ CollectiveKind collective_of(const Problem& p) {
   return p.op == OpKind::gemm_rs ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
 }
 
-Cut cut_into_groups(const Problem& p, const PlanOptions& o) {
+Cut cut_into_groups(const Problem& p, const PlanOptions& o, double measured_gemm_seconds = 0) {
   if (p.op != OpKind::gemm_ar && p.op != OpKind::gemm_rs)
     throw std::invalid_argument("signal builds plans for gemm_ar and gemm_rs, not " + std::string(to_string(p.op)));
   Cut cut;
@@ -91,11 +91,10 @@ Cut cut_into_groups(const Problem& p, const PlanOptions& o) {
   }
   const MachineProfile& machine = o.machine;
   const double tile_flops = 2.0 * o.tile_m * o.tile_n * static_cast<double>(p.k);
-  const double tile_bytes = static_cast<double>(o.tile_m + o.tile_n) * static_cast<double>(p.k) * dtype_bytes(p.input_dtype);
   WavePartitionModel model;
   model.waves = waves;
-  model.seconds_per_wave = std::max(tile_flops / (machine.peak_flops / machine.sm_count),
-                                    tile_bytes * sms / machine.memory_bytes_per_s);
+  // Operands mostly come from L2 (neighbouring tiles share them), so a wave is bound by the math.
+  model.seconds_per_wave = measured_gemm_seconds > 0 ? measured_gemm_seconds / waves : tile_flops / (machine.peak_flops / machine.sm_count);
   const CollectiveKind kind = collective_of(p);
   model.comm_seconds = [&, kind](int first_wave, int wave_count) {
     const int64_t begin = std::min<int64_t>(int64_t{first_wave} * sms, count);
@@ -130,9 +129,9 @@ Cut cut_into_groups(const Problem& p, const PlanOptions& o) {
 
 }  // namespace
 
-SignalLayout signal_layout(const Problem& p, const PlanOptions& o) {
+SignalLayout signal_layout(const Problem& p, const PlanOptions& o, double measured_gemm_seconds) {
   check_problem(p);
-  return cut_into_groups(p, o).layout;
+  return cut_into_groups(p, o, measured_gemm_seconds).layout;
 }
 
 Plan plan_signal(const Problem& p, const PlanOptions& o) {

@@ -19,7 +19,8 @@ std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mi
 
 // Runs `plan` once on every rank's thread of `comm` (collective) and returns this rank's relative
 // error against the host reference; the host reference needs every rank's inputs, so they are
-// gathered through the communicator.
-double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed);
+// gathered through the communicator. With calls > 1 the plan runs that many times, the output
+// poisoned before each, and the worst error is returned (a moving error is a race).
+double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed, int calls = 1);
 
 }  // namespace weft::testing_support

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/overlap_gemm.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft::cli {
@@ -85,6 +86,17 @@ double relative_difference(const std::vector<DifferenceRun>& runs, double* sums,
 
 double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {
   return relative_difference({DifferenceRun{a, b, count}}, sums, stream);
+}
+
+PlanOptions plan_options_for(const std::string& strategy, const Problem& problem, const PlanOptions& base) {
+  PlanOptions o = base;
+  if (strategy == "signal") {
+    const int sms = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
+    const OverlapGemmShape tile = shape_of(choose_overlap_gemm_tiling(problem.m, problem.n, problem.k, sms).config);
+    o.tile_m = tile.tile_m;
+    o.tile_n = tile.tile_n;
+  }
+  return o;
 }
 
 }  // namespace weft::cli

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "weft/core/plan.hpp"
+#include "weft/core/plan_builders.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 
 namespace weft::cli {
@@ -21,6 +21,9 @@ void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::strin
 // The plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
 Plan keep_steps(Plan plan, bool keep_gemms);
 double median(std::vector<double> values);
+// The options a strategy's plan is built with for `problem`: `signal` runs the overlap GEMM, so it
+// gets the tile that kernel's rule picks for the SMs it is left; the others keep `base`.
+PlanOptions plan_options_for(const std::string& strategy, const Problem& problem, const PlanOptions& base);
 // One rank's timing of a call, as DEVELOPERS.md says: per iteration the rank threads meet
 // (`ranks_meet`), a device barrier on `stream`, CUDA events around `enqueue(stream)`, then
 // `finish()`; the median of `iterations` after `warmup`. Every rank calls it together.

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "gemm_bench.hpp"
 #include "weft/core/bench_suite.hpp"
+#include "weft/core/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "gpu_bench.hpp"
 #include "weft/runtime/device_info.hpp"
@@ -65,6 +66,9 @@ int command_bench(const Arguments& args) {
     o.csv_path = args.text("csv", "");
     const std::string machine = args.text("machine", "");
     if (!machine.empty()) o.machine = load_machine_profile(machine);
+    o.gemm_sms = static_cast<int>(args.integer("gemm-sms", 0));
+    const std::string partition = args.text("partition", "");
+    if (!partition.empty()) o.wave_partition = parse_wave_partition(partition);
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                 o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
@@ -83,6 +87,8 @@ int command_bench(const Arguments& args) {
   args.text("json", "");
   args.text("csv", "");
   args.text("machine", "");
+  args.text("gemm-sms", "");
+  args.text("partition", "");
   std::printf("weft bench: no GPU found (%s).\n", why.c_str());
   std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
               suite.name.c_str(), suite.rows.size());

@@ -13,6 +13,7 @@
 #include "weft/core/heuristic_judgement.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/core/plan_validation.hpp"
+#include "weft/core/wave_partition.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
@@ -100,6 +101,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.tile_m = 128;
   plan_options.tile_n = 256;
   plan_options.machine = o.machine;
+  plan_options.gemm_sms = o.gemm_sms;
+  plan_options.wave_partition = o.wave_partition;
   std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {
@@ -126,8 +129,20 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       for (const auto& name : o.strategies) {
         const Strategy& s = find_strategy(name);
         if (name == "sequential" || !s.supports(problem.op)) continue;
-        plans.push_back(s.build(problem, plan_options));
+        const PlanOptions options = plan_options_for(name, problem, plan_options);
+        try {
+          plans.push_back(s.build(problem, options));
+        } catch (const std::invalid_argument& e) {
+          std::fprintf(stderr, "weft bench: %s does not apply to '%s' at world %d: %s\n", name.c_str(), row.name.c_str(), world, e.what());
+          continue;
+        }
         require_valid(plans.back());
+        if (name == "signal") {
+          const SignalLayout layout = signal_layout(problem, options);
+          std::fprintf(stderr, "weft bench: signal: tile %dx%d, GEMM on %d SMs, %lld tiles in %d waves, groups %s (predicted %.3f ms, GEMM %.3f ms)\n",
+                       options.tile_m, options.tile_n, layout.gemm_sms, static_cast<long long>(layout.tiles), layout.waves,
+                       to_string(layout.partition).c_str(), layout.predicted_seconds * 1e3, layout.predicted_gemm_seconds * 1e3);
+        }
       }
       const size_t count = plans.size();
       std::vector<std::vector<double>> medians(count, std::vector<double>(static_cast<size_t>(world), 0.0));

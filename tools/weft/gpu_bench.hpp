@@ -19,7 +19,9 @@ struct GpuBenchOptions {
   uint64_t seed = 1;
   std::string json_path;
   std::string csv_path;
-  MachineProfile machine;  // for strategies that pick by the machine (ficco)
+  MachineProfile machine;  // for strategies that pick by the machine (ficco, signal)
+  int gemm_sms = 0;                 // signal: --gemm-sms
+  std::vector<int> wave_partition;  // signal: --partition
 };
 
 // Returns the number of rows whose verification failed.

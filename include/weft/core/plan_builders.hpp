@@ -73,6 +73,9 @@ struct SignalLayout {
   double predicted_seconds = 0;   // Algorithm 1 with the machine profile
   double predicted_gemm_seconds = 0;
 };
-SignalLayout signal_layout(const Problem& problem, const PlanOptions& options);
+// With measured_gemm_seconds > 0 (the signal GEMM timed alone, as the paper's offline stage does)
+// the model takes that instead of estimating the GEMM from the machine's peak rate. The partition is
+// options.wave_partition, or the searched one when that is empty.
+SignalLayout signal_layout(const Problem& problem, const PlanOptions& options, double measured_gemm_seconds = 0);
 
 }  // namespace weft
