@@ -14,7 +14,8 @@
 //            Needs M/W to be a whole number of tile rows.
 // Tiles narrower than tile_n (N not a multiple of it) would leave holes in C_grouped's rows; they go
 // to C_edge, [rows, N % tile_n] in matrix row order, which gets one collective after the groups.
-// The GEMM runs on gemm_sms SMs so NCCL's kernels find SMs while it runs (Algorithm 1, line 3).
+// NCCL's kernels need SMs while the GEMM runs (Algorithm 1, line 3): the GEMM is persistent on
+// gemm_sms SMs (by default all but the machine profile's collective_sms), or launches a CTA per tile.
 #include <algorithm>
 #include <stdexcept>
 
@@ -189,7 +190,11 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
     gemm.b = b.whole(w);
     gemm.tile_m = o.tile_m;
     gemm.tile_n = o.tile_n;
-    gemm.sm_limit = cut.layout.gemm_sms;
+    // Persistent on gemm_sms SMs, the rest left to NCCL for the whole call; or one CTA per tile, and
+    // NCCL's kernels (higher-priority stream) take SMs as tiles end. On 2xH200 the first was faster
+    // (bench/results/README.md).
+    gemm.persistent = !o.gemm_cta_per_tile;
+    gemm.sm_limit = gemm.persistent ? cut.layout.gemm_sms : 0;
     size_t g = 0;
     for (size_t i = 0; i < cut.order.size(); ++i) {
       while (static_cast<int64_t>(i) >= cut.group_start[g + 1]) ++g;

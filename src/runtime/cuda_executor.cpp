@@ -134,9 +134,17 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   WEFT_CUDA_CHECK(cudaMalloc(&im.gemm_error, sizeof(OverlapGemmError)));
   WEFT_CUDA_CHECK(cudaMemset(im.gemm_error, 0, sizeof(OverlapGemmError)));
 
+  // Streams without a GEMM carry the communication and the small kernels around it: they get the
+  // higher priority, so their kernels take the first SMs that a GEMM's finished CTAs free.
+  std::vector<bool> computes(static_cast<size_t>(mine.stream_count), false);
+  for (const Step& step : mine.steps)
+    if (std::holds_alternative<GemmStep>(step.body)) computes[static_cast<size_t>(step.stream)] = true;
+  int lowest_priority = 0, highest_priority = 0;
+  WEFT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
   for (int s = 0; s < mine.stream_count; ++s) {
     cudaStream_t stream;
-    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    WEFT_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking,
+                                                 computes[static_cast<size_t>(s)] ? lowest_priority : highest_priority));
     im.streams.push_back(stream);
     cudaEvent_t join;
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));

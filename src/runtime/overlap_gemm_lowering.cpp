@@ -86,10 +86,11 @@ LoweredOverlapGemm lower_overlap_gemm(const GemmStep& gemm, const std::string& l
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   // A plan that limits the GEMM's SMs has laid its tiles out in waves of that many (FlashOverlap's
   // wave groups); splitting would change what a wave holds, so it does not happen there.
-  const bool may_split = context.allow_k_splits && gemm.sm_limit == 0;
+  const bool may_split = context.allow_k_splits && gemm.sm_limit == 0 && gemm.persistent;
   launch.k_splits = may_split ? choose_k_splits(static_cast<int64_t>(table.size()), launch.m, launch.n, launch.k, config, sm_count) : 1;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
   launch.tile_count = static_cast<int>(table.size());
+  if (!gemm.persistent) launch.max_ctas = launch.tile_count;
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
   require_valid_table(launch, config, table);
   LoweredOverlapGemm lowered;

@@ -157,10 +157,23 @@ TEST(SignalPlans, SearchedPartitionUsesTheMachineCurves) {
   const SignalLayout fast = signal_layout(p, o);
   EXPECT_EQ(slow.waves, fast.waves);
   EXPECT_EQ(slow.tiles, 64 * 64);
-  EXPECT_EQ(slow.gemm_sms, 132 - 16);
+  EXPECT_EQ(slow.gemm_sms, 132 - 32);
   EXPECT_LT(slow.partition.size(), fast.partition.size());
   EXPECT_LE(fast.partition.front(), 2);
   EXPECT_LE(fast.partition.back(), 4);
+  // The GEMM is persistent on the SMs NCCL leaves it, or a CTA per tile when asked.
+  Problem small{OpKind::gemm_ar, 256, 256, 64, 2, DType::bf16, DType::bf16, {}};
+  const auto gemm_of = [](const Plan& plan) { return std::get<GemmStep>(plan.ranks[0].steps[0].body); };
+  PlanOptions defaults;
+  EXPECT_TRUE(gemm_of(plan_signal(small, defaults)).persistent);
+  EXPECT_EQ(gemm_of(plan_signal(small, defaults)).sm_limit, defaults.machine.sm_count - defaults.machine.collective_sms);
+  PlanOptions kept;
+  kept.gemm_sms = 100;
+  EXPECT_EQ(gemm_of(plan_signal(small, kept)).sm_limit, 100);
+  PlanOptions per_tile;
+  per_tile.gemm_cta_per_tile = true;
+  EXPECT_FALSE(gemm_of(plan_signal(small, per_tile)).persistent);
+  EXPECT_EQ(gemm_of(plan_signal(small, per_tile)).sm_limit, 0);
 }
 
 TEST(MachineProfile, CurvesRoundTripAndInterpolate) {

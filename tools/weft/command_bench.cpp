@@ -67,6 +67,7 @@ int command_bench(const Arguments& args) {
     const std::string machine = args.text("machine", "");
     if (!machine.empty()) o.machine = load_machine_profile(machine);
     o.gemm_sms = static_cast<int>(args.integer("gemm-sms", 0));
+    o.gemm_cta_per_tile = args.flag("gemm-cta-per-tile");
     const std::string partition = args.text("partition", "");
     if (!partition.empty()) o.wave_partition = parse_wave_partition(partition);
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
@@ -88,6 +89,7 @@ int command_bench(const Arguments& args) {
   args.text("csv", "");
   args.text("machine", "");
   args.text("gemm-sms", "");
+  args.flag("gemm-cta-per-tile");
   args.text("partition", "");
   std::printf("weft bench: no GPU found (%s).\n", why.c_str());
   std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",

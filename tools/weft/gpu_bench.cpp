@@ -102,6 +102,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.tile_n = 256;
   plan_options.machine = o.machine;
   plan_options.gemm_sms = o.gemm_sms;
+  plan_options.gemm_cta_per_tile = o.gemm_cta_per_tile;
   plan_options.wave_partition = o.wave_partition;
   std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");

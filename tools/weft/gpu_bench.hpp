@@ -21,6 +21,7 @@ struct GpuBenchOptions {
   std::string csv_path;
   MachineProfile machine;  // for strategies that pick by the machine (ficco, signal)
   int gemm_sms = 0;                 // signal: --gemm-sms
+  bool gemm_cta_per_tile = false;   // signal: --gemm-cta-per-tile
   std::vector<int> wave_partition;  // signal: --partition
 };
 

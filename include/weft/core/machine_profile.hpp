@@ -35,7 +35,8 @@ struct MachineProfile {
   int sm_count = 132;
   // SMs a wave-grouped GEMM leaves to the NCCL kernels that run beside it (FlashOverlap, Alg. 1
   // line 3); the GEMM's waves are sm_count - collective_sms tiles.
-  int collective_sms = 16;
+  // 32: on 2xH200 a signal GEMM on 100 SMs beat 116 (bench/results/README.md).
+  int collective_sms = 32;
   std::vector<CollectiveCurve> collectives;
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";

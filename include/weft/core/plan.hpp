@@ -105,6 +105,10 @@ struct GemmStep {
   // SMs the GEMM may occupy (0: all). FlashOverlap leaves the rest to the NCCL kernels that run
   // while it computes: a persistent GEMM on every SM would hold them back until it ends.
   int sm_limit = 0;
+  // false: one CTA per tile instead of a persistent CTA per SM, so that an SM whose tile is done can
+  // go to another kernel (NCCL's, on a higher-priority stream) before the GEMM ends. Tiles still
+  // start in table order.
+  bool persistent = true;
 
   bool operator==(const GemmStep&) const = default;
 };

@@ -28,9 +28,12 @@ struct PlanOptions {
   int swizzle = 8;
   // For strategies that pick by the machine (ficco's heuristic, signal's wave groups); --machine FILE.
   MachineProfile machine;
-  // signal: SMs its GEMM runs on (0: machine.sm_count - machine.collective_sms), so a wave is that
-  // many tiles; and the wave groups (empty: the best the predictor finds, see wave_partition.hpp).
+  // signal: SMs its persistent GEMM keeps (0: machine.sm_count - machine.collective_sms), the rest
+  // left to NCCL for the whole call; a wave is that many tiles. With gemm_cta_per_tile the GEMM
+  // launches a CTA per tile instead and NCCL's kernels take SMs as tiles finish. And the wave groups
+  // (empty: the best the predictor finds, see wave_partition.hpp).
   int gemm_sms = 0;
+  bool gemm_cta_per_tile = false;
   std::vector<int> wave_partition;
 };
 
