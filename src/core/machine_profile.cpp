@@ -53,6 +53,7 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["memory_bytes_per_s"] = p.memory_bytes_per_s;
   o["sm_count"] = p.sm_count;
   o["collective_sms"] = p.collective_sms;
+  o["overlapped_call_seconds"] = p.overlapped_call_seconds;
   Json::Array curves;
   for (const CollectiveCurve& c : p.collectives) {
     Json::Object curve;
@@ -78,6 +79,8 @@ MachineProfile parse_machine_profile(std::string_view text) {
     throw std::invalid_argument("machine profile: peak_flops and memory_bytes_per_s must be positive");
   if (j.has("sm_count")) p.sm_count = static_cast<int>(j["sm_count"].integer());
   if (j.has("collective_sms")) p.collective_sms = static_cast<int>(j["collective_sms"].integer());
+  if (j.has("overlapped_call_seconds")) p.overlapped_call_seconds = j["overlapped_call_seconds"].number();
+  if (p.overlapped_call_seconds < 0) throw std::invalid_argument("machine profile: overlapped_call_seconds must not be negative");
   if (p.sm_count < 1 || p.collective_sms < 0 || p.collective_sms >= p.sm_count)
     throw std::invalid_argument("machine profile: need sm_count >= 1 and 0 <= collective_sms < sm_count (got " +
                                 std::to_string(p.sm_count) + ", " + std::to_string(p.collective_sms) + ")");

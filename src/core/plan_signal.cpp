@@ -100,7 +100,8 @@ Cut cut_into_groups(const Problem& p, const PlanOptions& o, double measured_gemm
   model.comm_seconds = [&, kind](int first_wave, int wave_count) {
     const int64_t begin = std::min<int64_t>(int64_t{first_wave} * sms, count);
     const int64_t end = std::min<int64_t>(int64_t{first_wave + wave_count} * sms, count);
-    return machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
+    return machine.overlapped_call_seconds +
+           machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
   };
   std::vector<int> partition = o.wave_partition;
   if (partition.empty()) {

@@ -180,10 +180,12 @@ TEST(MachineProfile, CurvesRoundTripAndInterpolate) {
   MachineProfile p;
   p.sm_count = 132;
   p.collective_sms = 20;
+  p.overlapped_call_seconds = 15e-6;
   p.collectives.push_back({CollectiveKind::reduce_scatter, 2, {1e6, 2e6, 4e6}, {1e-5, 2e-5, 3e-5}});
   const MachineProfile back = parse_machine_profile(machine_profile_json(p));
   EXPECT_EQ(back.collectives, p.collectives);
   EXPECT_EQ(back.collective_sms, 20);
+  EXPECT_DOUBLE_EQ(back.overlapped_call_seconds, 15e-6);
   EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 1.5e6), 1.5e-5);
   EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 1e3), 1e-5);   // below: first sample
   EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 6e6), 4e-5);   // above: last slope

@@ -197,8 +197,19 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
       }
     }
   }
-  double error_sum = 0;
-  for (const Timed& t : all) error_sum += std::abs(t.predicted_ms - t.measured_ms) / t.measured_ms;
+  double error_sum = 0, residual_by_groups = 0, groups_squared = 0;
+  for (const Timed& t : all) {
+    error_sum += std::abs(t.predicted_ms - t.measured_ms) / t.measured_ms;
+    const auto groups = static_cast<double>(t.partition.size());
+    residual_by_groups += (t.measured_ms - t.predicted_ms) * groups;
+    groups_squared += groups * groups;
+  }
+  // Least squares of (measured - predicted) against the number of collectives, through the origin:
+  // what each call costs beside the GEMM beyond the model's current figure.
+  if (groups_squared > 0)
+    std::printf("fit: overlapped_call_seconds %.1f us (the profile's %.1f us + %.1f us per collective)\n",
+                (o.machine.overlapped_call_seconds + residual_by_groups / groups_squared * 1e-3) * 1e6, o.machine.overlapped_call_seconds * 1e6,
+                residual_by_groups / groups_squared * 1e3);
   if (!all.empty())
     std::printf("\npredictor: mean absolute error ratio %.1f%% over %zu (shape, partition, world size) combinations\n",
                 100.0 * error_sum / static_cast<double>(all.size()), all.size());

@@ -38,6 +38,10 @@ struct MachineProfile {
   // 32: on 2xH200 a signal GEMM on 100 SMs beat 116 (bench/results/README.md).
   int collective_sms = 32;
   std::vector<CollectiveCurve> collectives;
+  // What each extra collective costs when it runs beside the GEMM, beyond its curve (launch, the
+  // stream wait, NCCL's start on the few SMs it has): FlashOverlap's "frequent API calls" (Section
+  // 4.1.1). Fitted by `weft tune --partitions` against measured partitions.
+  double overlapped_call_seconds = 0;
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";
 
