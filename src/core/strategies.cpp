@@ -15,7 +15,7 @@ namespace {
 
 Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const std::string& description) {
   return {"ficco_" + schedule_name, "FiCCO", description, {OpKind::ag_gemm, OpKind::a2a_gemm},
-          [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }};
+          [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }, false};
 }
 
 }  // namespace
@@ -23,10 +23,10 @@ Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const s
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> all = {
       {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_sequential},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_sequential, false},
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed, false},
       {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
        {OpKind::ag_gemm},
        [](const Problem& p, const PlanOptions& o) {
@@ -34,11 +34,12 @@ const std::vector<Strategy>& strategies() {
          Plan plan = plan_ficco(p, o, pick);
          plan.strategy = "ficco=" + std::string(to_string(pick));  // tables show what was picked
          return plan;
-       }},
+       },
+       false},
       {"signal", "FlashOverlap",
        "one GEMM on fewer SMs counting stored tiles per wave group; each group, stored contiguously, goes to a plain NCCL "
        "call as soon as it is complete, then back in place",
-       {OpKind::gemm_ar, OpKind::gemm_rs}, plan_signal},
+       {OpKind::gemm_ar, OpKind::gemm_rs}, plan_signal, /*overlap_gemm=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
       ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,

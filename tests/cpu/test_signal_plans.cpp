@@ -135,6 +135,11 @@ TEST(SignalPlans, ReduceScatterGroupsCarryAnEqualShareForEveryRank) {
   EXPECT_TRUE(proof.passed()) << proof.explain();
 }
 
+TEST(SignalPlans, IsTheStrategyThatNeedsTheOverlapGemm) {
+  // Tools pick an overlap-GEMM tile for it; library-GEMM strategies keep theirs.
+  for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal") << s.name;
+}
+
 TEST(SignalPlans, RejectsWhatItCannotLayOut) {
   Problem rs{OpKind::gemm_rs, 36, 16, 8, 3, DType::bf16, DType::bf16, {}};  // 12 rows per rank, 8-row tiles
   try {

@@ -1,6 +1,7 @@
 #include "bench_support.hpp"
 
 #include <algorithm>
+#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
 #include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/rank_threads.hpp"
 
 namespace weft::cli {
 
@@ -88,15 +90,40 @@ double relative_difference(const void* a, const void* b, int64_t count, double* 
   return relative_difference({DifferenceRun{a, b, count}}, sums, stream);
 }
 
-PlanOptions plan_options_for(const std::string& strategy, const Problem& problem, const PlanOptions& base) {
+PlanOptions plan_options_for(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
   PlanOptions o = base;
-  if (strategy == "signal") {
+  if (strategy.overlap_gemm) {
     const int sms = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
     const OverlapGemmShape tile = shape_of(choose_overlap_gemm_tiling(problem.m, problem.n, problem.k, sms).config);
     o.tile_m = tile.tile_m;
     o.tile_n = tile.tile_n;
   }
   return o;
+}
+
+std::vector<std::unique_ptr<Communicator>> first_gpus(int world) {
+  std::vector<int> devices(static_cast<size_t>(world));
+  for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
+  return Communicator::local_group(devices);
+}
+
+double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
+                              int iterations, const std::string& what) {
+  std::vector<double> ms(group.size(), 0.0);
+  std::barrier sync(static_cast<std::ptrdiff_t>(group.size()));
+  for_each_rank(group, [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      CudaExecutor exec(comm, plan, ExecutorOptions{false});
+      fill_buffers(exec, comm.rank(), seed, stream);
+      ms[static_cast<size_t>(comm.rank())] = median_call_ms(
+          comm, [&] { sync.arrive_and_wait(); }, stream, warmup, iterations, [&](cudaStream_t s) { exec.run(s); },
+          [&] { finish_or_explain(exec, stream, what); });
+    }
+    cudaStreamDestroy(stream);
+  });
+  return *std::max_element(ms.begin(), ms.end());
 }
 
 }  // namespace weft::cli

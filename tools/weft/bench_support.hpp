@@ -21,9 +21,16 @@ void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::strin
 // The plan reduced to its GEMMs (T_gemm) or to its collectives (T_comm).
 Plan keep_steps(Plan plan, bool keep_gemms);
 double median(std::vector<double> values);
-// The options a strategy's plan is built with for `problem`: `signal` runs the overlap GEMM, so it
-// gets the tile that kernel's rule picks for the SMs it is left; the others keep `base`.
-PlanOptions plan_options_for(const std::string& strategy, const Problem& problem, const PlanOptions& base);
+// The options a strategy's plan is built with for `problem`: a strategy whose GEMMs run on the
+// overlap GEMM (Strategy::overlap_gemm) gets the tile that kernel's rule picks for the SMs it keeps;
+// the others keep `base`.
+PlanOptions plan_options_for(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
+// Ranks on GPUs 0 .. world-1 of this process, one communicator each.
+std::vector<std::unique_ptr<Communicator>> first_gpus(int world);
+// `plan` alone on every rank of `group` (buffers filled from `seed`, not validated again), timed as
+// median_call_ms says; the slowest rank's median. `what` names it if it hangs.
+double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
+                              int iterations, const std::string& what);
 // One rank's timing of a call, as DEVELOPERS.md says: per iteration the rank threads meet
 // (`ranks_meet`), a device barrier on `stream`, CUDA events around `enqueue(stream)`, then
 // `finish()`; the median of `iterations` after `warmup`. Every rank calls it together.

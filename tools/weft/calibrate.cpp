@@ -1,13 +1,11 @@
 #include "calibrate.hpp"
 
 #include <algorithm>
-#include <barrier>
 #include <cstdio>
 
 #include "bench_support.hpp"
 #include "weft/core/plan_builders.hpp"
 #include "weft/runtime/cuda_check.hpp"
-#include "weft/runtime/rank_threads.hpp"
 
 namespace weft::cli {
 
@@ -69,9 +67,7 @@ double copy_bytes_per_s(size_t bytes, int warmup, int iterations) {
 // FlashOverlap's bandwidth curve (Section 4.2.1, Figure 8): one NCCL call of each size, 64 KiB to
 // 512 MiB of input per rank, on the first `world` GPUs; the slowest rank's median.
 CollectiveCurve collective_curve(CollectiveKind kind, int world, int warmup, int iterations) {
-  std::vector<int> devices;
-  for (int d = 0; d < world; ++d) devices.push_back(d);
-  auto group = Communicator::local_group(devices);
+  auto group = first_gpus(world);
   CollectiveCurve curve;
   curve.kind = kind;
   curve.world_size = world;
@@ -80,23 +76,8 @@ CollectiveCurve collective_curve(CollectiveKind kind, int world, int warmup, int
     const int64_t rows = bytes / (cols * 2);
     const OpKind op = kind == CollectiveKind::reduce_scatter ? OpKind::gemm_rs : OpKind::gemm_ar;
     const Plan plan = keep_steps(plan_sequential(Problem{op, rows, cols, 64, world, DType::bf16, DType::bf16, {}}, PlanOptions{}), false);
-    std::vector<double> ms(static_cast<size_t>(world));
-    std::barrier sync(world);
-    for_each_rank(group, [&](Communicator& comm) {
-      cudaStream_t stream;
-      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      {
-        CudaExecutor exec(comm, plan, ExecutorOptions{false});
-        fill_buffers(exec, comm.rank(), 1, stream);
-        ms[static_cast<size_t>(comm.rank())] = median_call_ms(
-            comm, [&] { sync.arrive_and_wait(); }, stream, warmup, iterations, [&](cudaStream_t s) { exec.run(s); },
-            [&] { finish_or_explain(exec, stream, "calibration collective"); });
-      }
-      cudaStreamDestroy(stream);
-    });
-    const double worst = *std::max_element(ms.begin(), ms.end());
     curve.bytes.push_back(static_cast<double>(bytes));
-    curve.seconds.push_back(worst * 1e-3);
+    curve.seconds.push_back(slowest_rank_median_ms(group, plan, 1, warmup, iterations, "calibration collective") * 1e-3);
   }
   std::printf("  %s, world %d: 64 KiB %.1f us, 1 MiB %.1f us, 16 MiB %.1f us, 512 MiB %.3f ms\n", std::string(to_string(kind)).c_str(), world,
               curve.seconds[0] * 1e6, curve.seconds[4] * 1e6, curve.seconds[8] * 1e6, curve.seconds.back() * 1e3);

@@ -53,9 +53,7 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
   std::printf("%-14s %5s %6s %6s %6s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "row", "world", "M", "N", "K", "gemm ms",
               "DIL r/W", "r/W^2", "k/W", "k/W^2", "CE ms", "NCCL ms", "CIL CE", "CIL NCCL");
   for (int world : o.world_sizes) {
-    std::vector<int> devices(static_cast<size_t>(world));
-    for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
-    auto group = Communicator::local_group(devices);
+    auto group = first_gpus(world);
     for (const SuiteRow& suite_row : suite.rows) {
       if (suite_row.op != OpKind::ag_gemm) continue;
       Problem problem;

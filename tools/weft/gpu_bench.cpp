@@ -107,9 +107,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {
-    std::vector<int> devices(static_cast<size_t>(world));
-    for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
-    auto group = Communicator::local_group(devices);
+    auto group = first_gpus(world);
     for (const SuiteRow& row : suite.rows) {
       if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
       Problem problem;
@@ -130,7 +128,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       for (const auto& name : o.strategies) {
         const Strategy& s = find_strategy(name);
         if (name == "sequential" || !s.supports(problem.op)) continue;
-        const PlanOptions options = plan_options_for(name, problem, plan_options);
+        const PlanOptions options = plan_options_for(s, problem, plan_options);
         try {
           plans.push_back(s.build(problem, options));
         } catch (const std::invalid_argument& e) {
@@ -138,7 +136,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
           continue;
         }
         require_valid(plans.back());
-        if (name == "signal") {
+        if (name == "signal") {  // its wave groups, which the table's strategy column cannot show
           const SignalLayout layout = signal_layout(problem, options);
           std::fprintf(stderr, "weft bench: signal: tile %dx%d, GEMM on %d SMs, %lld tiles in %d waves, groups %s (predicted %.3f ms, GEMM %.3f ms)\n",
                        options.tile_m, options.tile_n, layout.gemm_sms, static_cast<long long>(layout.tiles), layout.waves,

@@ -88,9 +88,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
   int rows_compared = 0;
   std::printf("%-22s %5s %6s %-28s %10s %10s %8s\n", "row", "world", "waves", "partition", "predicted", "measured", "error");
   for (int world : o.world_sizes) {
-    std::vector<int> devices(static_cast<size_t>(world));
-    for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
-    auto group = Communicator::local_group(devices);
+    auto group = first_gpus(world);
     for (const SuiteRow& row : suite.rows) {
       if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
       if (row.op != OpKind::gemm_ar && row.op != OpKind::gemm_rs) continue;
@@ -99,7 +97,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
       Plan automatic;
       try {
         problem = problem_for(row, world, o.seed);
-        options = plan_options_for("signal", problem, base);
+        options = plan_options_for(find_strategy("signal"), problem, base);
         automatic = plan_signal(problem, options);
       } catch (const std::invalid_argument& e) {
         std::fprintf(stderr, "weft tune: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
@@ -108,21 +106,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
       // The offline stage: the signal GEMM alone (its tile table, on its SMs, no communication).
       const Plan gemm_alone = keep_steps(automatic, true);
       const Plan sequential = plan_sequential(problem, base);
-      std::vector<double> gemm_ms(static_cast<size_t>(world));
-      std::barrier sync(world);
-      for_each_rank(group, [&](Communicator& comm) {
-        cudaStream_t stream;
-        WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        {
-          CudaExecutor exec(comm, gemm_alone, ExecutorOptions{false});
-          fill_buffers(exec, comm.rank(), o.seed, stream);
-          gemm_ms[static_cast<size_t>(comm.rank())] = median_call_ms(
-              comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { exec.run(s); },
-              [&] { finish_or_explain(exec, stream, "signal GEMM"); });
-        }
-        cudaStreamDestroy(stream);
-      });
-      const double gemm_seconds = *std::max_element(gemm_ms.begin(), gemm_ms.end()) * 1e-3;
+      const double gemm_seconds = slowest_rank_median_ms(group, gemm_alone, o.seed, o.warmup, o.iterations, "signal GEMM") * 1e-3;
       PlanOptions searching = options;
       searching.wave_partition.clear();
       const SignalLayout searched = signal_layout(problem, searching, gemm_seconds);
@@ -142,6 +126,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
       const size_t count = plans.size();
       std::vector<std::vector<double>> medians(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> errors(count, std::vector<double>(static_cast<size_t>(world), 0.0));
+      std::barrier sync(world);
       for_each_rank(group, [&](Communicator& comm) {
         const int rank = comm.rank();
         cudaStream_t stream;

@@ -43,6 +43,9 @@ struct Strategy {
   std::string description;
   std::vector<OpKind> ops;  // the ops it builds plans for
   std::function<Plan(const Problem&, const PlanOptions&)> build;
+  // Its GEMMs carry tile tables that only the overlap GEMM runs (waits, notifies, reordered stores),
+  // so their tile must be one that kernel compiles; tools pick it by that kernel's rule.
+  bool overlap_gemm = false;
 
   bool supports(OpKind op) const;
 };
