@@ -14,45 +14,41 @@
 //            Needs M/W to be a whole number of tile rows.
 // Tiles narrower than tile_n (N not a multiple of it) would leave holes in C_grouped's rows; they go
 // to C_edge, [rows, N % tile_n] in matrix row order, which gets one collective after the groups.
+// gemm_a2a (per-destination token pools) is built in plan_signal_a2a.cpp.
 // NCCL's kernels need SMs while the GEMM runs (Algorithm 1, line 3): the GEMM is persistent on
 // gemm_sms SMs (by default all but the machine profile's collective_sms), or launches a CTA per tile.
 #include <algorithm>
 #include <stdexcept>
 
 #include "plan_builder_support.hpp"
-#include "weft/core/wave_partition.hpp"
+#include "plan_signal_groups.hpp"
 
 namespace weft {
 
 using detail::RankPlanBuilder;
+using detail::SignalTile;
 
 namespace {
 
-struct OrderedTile {
-  Rect tile;
-  int block = 0;     // gemm_rs: the rank whose rows it holds
-  bool edge = false; // narrower than tile_n: stored in C_edge
-};
-
 struct Cut {
-  std::vector<OrderedTile> order;  // the tile table's order
+  std::vector<SignalTile> order;     // the tile table's order
   std::vector<int64_t> group_start;  // positions in `order`; plus order.size() at the end
   SignalLayout layout;
 };
 
 int64_t rows_per_block(const Problem& p) { return p.op == OpKind::gemm_rs ? p.m / p.world_size : p.m; }
 
-std::vector<OrderedTile> tile_order(const Problem& p, const PlanOptions& o) {
+std::vector<SignalTile> tile_order(const Problem& p, const PlanOptions& o) {
   const int blocks = p.op == OpKind::gemm_rs ? p.world_size : 1;
   const int64_t block_rows = rows_per_block(p);
   if (p.op == OpKind::gemm_rs && block_rows % o.tile_m != 0)
     throw std::invalid_argument("signal: gemm_rs needs each rank's " + std::to_string(block_rows) + " rows (M/W) to be a multiple of the " +
                                 std::to_string(o.tile_m) + "-row tile, so that every tile belongs to one rank; use another strategy for this shape");
   const TileGrid grid{block_rows, p.n, o.tile_m, o.tile_n};
-  std::vector<OrderedTile> order;
+  std::vector<SignalTile> order;
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle))
     for (int block = 0; block < blocks; ++block) {
-      OrderedTile t;
+      SignalTile t;
       t.tile = grid.tile(index);
       t.tile.row += block * block_rows;
       t.block = block;
@@ -62,82 +58,38 @@ std::vector<OrderedTile> tile_order(const Problem& p, const PlanOptions& o) {
   return order;
 }
 
-int gemm_sms_of(const PlanOptions& o) {
-  const int sms = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
-  if (sms < 1) throw std::invalid_argument("signal: the GEMM needs at least one SM (gemm_sms " + std::to_string(o.gemm_sms) + ")");
-  return sms;
-}
-
 CollectiveKind collective_of(const Problem& p) {
   return p.op == OpKind::gemm_rs ? CollectiveKind::reduce_scatter : CollectiveKind::all_reduce;
 }
 
 Cut cut_into_groups(const Problem& p, const PlanOptions& o, double measured_gemm_seconds = 0) {
-  if (p.op != OpKind::gemm_ar && p.op != OpKind::gemm_rs)
-    throw std::invalid_argument("signal builds plans for gemm_ar and gemm_rs, not " + std::string(to_string(p.op)));
   Cut cut;
   cut.order = tile_order(p, o);
-  const auto count = static_cast<int64_t>(cut.order.size());
-  const int sms = gemm_sms_of(o);
-  const int waves = static_cast<int>((count + sms - 1) / sms);
-  const int bytes_per_element = dtype_bytes(p.output_dtype);
-
-  // Cost model (Algorithm 1): a wave of tiles takes the time one SM needs for one tile; a group's
-  // collective costs what the machine's curve says for its block of C_grouped.
-  std::vector<double> bytes_before(static_cast<size_t>(count) + 1, 0.0);
-  for (int64_t i = 0; i < count; ++i) {
-    const OrderedTile& t = cut.order[static_cast<size_t>(i)];
-    bytes_before[static_cast<size_t>(i) + 1] =
-        bytes_before[static_cast<size_t>(i)] + (t.edge ? 0.0 : static_cast<double>(t.tile.rows) * o.tile_n * bytes_per_element);
-  }
-  const MachineProfile& machine = o.machine;
-  const double tile_flops = 2.0 * o.tile_m * o.tile_n * static_cast<double>(p.k);
-  WavePartitionModel model;
-  model.waves = waves;
-  // Operands mostly come from L2 (neighbouring tiles share them), so a wave is bound by the math.
-  model.seconds_per_wave = measured_gemm_seconds > 0 ? measured_gemm_seconds / waves : tile_flops / (machine.peak_flops / machine.sm_count);
-  const CollectiveKind kind = collective_of(p);
-  model.comm_seconds = [&, kind](int first_wave, int wave_count) {
-    const int64_t begin = std::min<int64_t>(int64_t{first_wave} * sms, count);
-    const int64_t end = std::min<int64_t>(int64_t{first_wave + wave_count} * sms, count);
-    return machine.overlapped_call_seconds +
-           machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
-  };
-  std::vector<int> partition = o.wave_partition;
-  if (partition.empty()) {
-    partition = search_wave_partition(model);
-  } else {
-    check_wave_partition(partition, waves);
-  }
-
+  cut.layout = detail::choose_wave_groups(p, o, cut.order, collective_of(p), measured_gemm_seconds);
   // Group ends at wave ends; gemm_rs rounds them up to whole rounds of W (one tile of every block).
   const int64_t unit = p.op == OpKind::gemm_rs ? p.world_size : 1;
-  cut.group_start.push_back(0);
-  int64_t wave_end = 0;
-  for (int size : partition) {
-    wave_end += size;
-    int64_t end = std::min<int64_t>(wave_end * sms, count);
-    end = std::min<int64_t>((end + unit - 1) / unit * unit, count);
-    if (end > cut.group_start.back()) cut.group_start.push_back(end);
-  }
-  cut.layout.gemm_sms = sms;
-  cut.layout.tiles = count;
-  cut.layout.waves = waves;
-  cut.layout.partition = partition;
-  cut.layout.predicted_seconds = model.predict(partition);
-  cut.layout.predicted_gemm_seconds = model.seconds_per_wave * waves;
+  cut.group_start = detail::group_starts(static_cast<int64_t>(cut.order.size()), cut.layout, unit, /*keep_empty=*/false);
   return cut;
+}
+
+void require_signal_op(const Problem& p) {
+  if (p.op != OpKind::gemm_ar && p.op != OpKind::gemm_rs)
+    throw std::invalid_argument("signal builds plans for gemm_ar, gemm_rs and gemm_a2a, not " + std::string(to_string(p.op)));
 }
 
 }  // namespace
 
 SignalLayout signal_layout(const Problem& p, const PlanOptions& o, double measured_gemm_seconds) {
   check_problem(p);
+  if (p.op == OpKind::gemm_a2a) return detail::signal_layout_all_to_all(p, o, measured_gemm_seconds);
+  require_signal_op(p);
   return cut_into_groups(p, o, measured_gemm_seconds).layout;
 }
 
 Plan plan_signal(const Problem& p, const PlanOptions& o) {
   check_problem(p);
+  if (p.op == OpKind::gemm_a2a) return detail::plan_signal_all_to_all(p, o);
+  require_signal_op(p);
   const Cut cut = cut_into_groups(p, o);
   const int world = p.world_size;
   const bool rs = p.op == OpKind::gemm_rs;
@@ -154,7 +106,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
     const auto begin = static_cast<size_t>(cut.group_start[g]), end = static_cast<size_t>(cut.group_start[g + 1]);
     for (int block = 0; block < (rs ? world : 1); ++block)
       for (size_t i = begin; i < end; ++i) {
-        const OrderedTile& t = cut.order[i];
+        const SignalTile& t = cut.order[i];
         if (t.edge) continue;
         if (rs && t.block != block) continue;
         slot_row[i] = row;
@@ -165,7 +117,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
   group_row[groups] = row;
   const int64_t grouped_rows = row;
   int64_t edge_count = 0;
-  for (const OrderedTile& t : cut.order) edge_count += t.edge;
+  for (const SignalTile& t : cut.order) edge_count += t.edge;
 
   Plan plan;
   plan.strategy = "signal";
@@ -199,7 +151,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
     size_t g = 0;
     for (size_t i = 0; i < cut.order.size(); ++i) {
       while (static_cast<int64_t>(i) >= cut.group_start[g + 1]) ++g;
-      const OrderedTile& t = cut.order[i];
+      const SignalTile& t = cut.order[i];
       GemmTile tile;
       tile.tile = t.tile;
       if (t.edge) {
@@ -229,7 +181,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
         step.waits.push_back(Wait{b.own(stored[gi]), static_cast<uint64_t>(group_tiles[gi])});
         int64_t at = received_row;
         for (int64_t i = cut.group_start[gi]; i < cut.group_start[gi + 1]; ++i) {
-          const OrderedTile& t = cut.order[static_cast<size_t>(i)];
+          const SignalTile& t = cut.order[static_cast<size_t>(i)];
           if (t.edge || t.block != r) continue;
           back.moves.push_back({Rect{at, 0, t.tile.rows, t.tile.cols}, Rect{t.tile.row - r * block_rows, t.tile.col, t.tile.rows, t.tile.cols}});
           at += t.tile.rows;
@@ -239,7 +191,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
         Step& step = b.add("all_reduce " + name, 1, Engine::nccl, CollectiveStep{CollectiveKind::all_reduce, collective++, block, block, {}, {}});
         step.waits.push_back(Wait{b.own(stored[gi]), static_cast<uint64_t>(group_tiles[gi])});
         for (int64_t i = cut.group_start[gi]; i < cut.group_start[gi + 1]; ++i) {
-          const OrderedTile& t = cut.order[static_cast<size_t>(i)];
+          const SignalTile& t = cut.order[static_cast<size_t>(i)];
           if (t.edge) continue;
           back.moves.push_back({Rect{slot_row[static_cast<size_t>(i)], 0, t.tile.rows, t.tile.cols}, t.tile});
         }

@@ -5,6 +5,8 @@
 
 #include "weft/core/cpu_proof.hpp"
 #include "weft/core/plan_builders.hpp"
+#include "weft/core/reference_executor.hpp"
+#include "weft/core/reorder_map.hpp"
 #include "weft/core/wave_partition.hpp"
 
 namespace weft {
@@ -135,6 +137,86 @@ TEST(SignalPlans, ReduceScatterGroupsCarryAnEqualShareForEveryRank) {
   EXPECT_TRUE(proof.passed()) << proof.explain();
 }
 
+TEST(SignalPlans, AllToAllGroupsSendEachDestinationsPoolAndAgreeAcrossRanks) {
+  // Skewed routing: rank 0 sends most rows to rank 1, rank 2 keeps most of its own; N = 36 leaves
+  // 4-column edge tiles. Two SMs: many groups.
+  Problem p{OpKind::gemm_a2a, 70, 36, 16, 3, DType::bf16, DType::bf16, {}};
+  std::mt19937_64 rng(11);
+  p.routing.resize(3);
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 70; ++i) {
+      const int favourite = r == 0 ? 1 : r;
+      p.routing[static_cast<size_t>(r)].push_back(rng() % 5 ? favourite : static_cast<int>(rng() % 3));
+    }
+  PlanOptions o = small_options(2);
+  o.wave_partition.assign(static_cast<size_t>(signal_layout(p, o).waves), 1);  // a group per wave
+  const Plan plan = plan_signal(p, o);
+  std::vector<std::vector<const CollectiveStep*>> colls;
+  for (const RankPlan& rp : plan.ranks) colls.push_back(collectives_of(rp));
+  ASSERT_GT(colls[0].size(), 3u);
+  bool some_group_reaches_two_ranks = false;
+  for (size_t i = 0; i < colls[0].size(); ++i) {
+    int destinations = 0;
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_EQ(colls[static_cast<size_t>(r)].size(), colls[0].size()) << "rank " << r;
+      const CollectiveStep& c = *colls[static_cast<size_t>(r)][i];
+      EXPECT_EQ(c.kind, CollectiveKind::all_to_all);
+      EXPECT_EQ(c.id, colls[0][i]->id);
+      int64_t sent = 0;
+      for (int q = 0; q < 3; ++q) {
+        sent += c.send_rows[static_cast<size_t>(q)];
+        EXPECT_EQ(c.recv_rows[static_cast<size_t>(q)], colls[static_cast<size_t>(q)][i]->send_rows[static_cast<size_t>(r)]);
+        if (r == 0 && c.send_rows[static_cast<size_t>(q)] > 0) ++destinations;
+      }
+      EXPECT_EQ(sent, c.src.box.rows);
+    }
+    some_group_reaches_two_ranks = some_group_reaches_two_ranks || destinations >= 2;
+  }
+  EXPECT_TRUE(some_group_reaches_two_ranks);
+  // The GEMM runs over A grouped by destination: every tile's rows are bound for one rank.
+  const RankPlan& rank0 = plan.ranks[0];
+  const GemmStep* gemm = nullptr;
+  for (const Step& st : rank0.steps)
+    if (const auto* g = std::get_if<GemmStep>(&st.body)) gemm = g;
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(rank0.buffers[static_cast<size_t>(gemm->a.buffer)].name, "A_sorted");
+  for (const GemmTile& t : gemm->tiles) EXPECT_EQ(t.tile.row % 8, 0) << "tiles start on tile rows of A_sorted";
+  const CpuProof proof = prove_on_cpu(plan, 4);
+  EXPECT_TRUE(proof.passed()) << proof.explain();
+}
+
+TEST(SignalPlans, ReorderMapReadsTheResultBeforeItsRestoreSteps) {
+  // For each op: the map applied to the buffers as the plan left them gives the plan's own result;
+  // tile level where tiles stay tiles, token level for the all-to-all. N = 44: 4-column edge tiles.
+  struct Case {
+    OpKind op;
+    int64_t m;
+    std::string_view granularity;
+  };
+  for (const Case c : {Case{OpKind::gemm_ar, 40, "tile"}, Case{OpKind::gemm_rs, 48, "tile"}, Case{OpKind::gemm_a2a, 45, "token"}})
+    for (int64_t n : {int64_t{40}, int64_t{44}}) {
+      Problem p{c.op, c.m, n, 16, 3, DType::bf16, DType::bf16, {}};
+      if (routes_rows(p.op)) p.routing = random_routing(3, p.m, 5);
+      const Plan plan = plan_signal(p, small_options(3));
+      const auto memory = run_reference(plan, random_inputs(p, 9));
+      const auto results = outputs_of(plan, memory);
+      for (int r = 0; r < 3; ++r) {
+        SCOPED_TRACE(describe(p) + " rank " + std::to_string(r));
+        const ReorderMap map = reorder_map(plan, r);
+        EXPECT_EQ(map.granularity(), c.granularity);
+        EXPECT_EQ(map.edge_cols(), n % 8);
+        EXPECT_EQ(map.edge_source.empty(), n % 8 == 0);
+        const RankTensors& mine = memory[static_cast<size_t>(r)];
+        const HostMatrix* edge = map.edge_source.empty() ? nullptr : &mine.at(map.edge_source);
+        const HostMatrix in_place = apply_reorder_map(map, mine.at(map.source), edge);
+        EXPECT_EQ(in_place.data, results[static_cast<size_t>(r)].data);
+      }
+    }
+  // A plan that never reorders has no map.
+  Problem ar{OpKind::gemm_ar, 16, 16, 8, 2, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(reorder_map(plan_sequential(ar, small_options(2)), 0), std::invalid_argument);
+}
+
 TEST(SignalPlans, IsTheStrategyThatNeedsTheOverlapGemm) {
   // Tools pick an overlap-GEMM tile for it; library-GEMM strategies keep theirs.
   for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal") << s.name;
@@ -150,6 +232,9 @@ TEST(SignalPlans, RejectsWhatItCannotLayOut) {
   }
   Problem ag{OpKind::ag_gemm, 16, 16, 8, 2, DType::bf16, DType::bf16, {}};
   EXPECT_THROW(plan_signal(ag, small_options(4)), std::invalid_argument);
+  Problem dispatch{OpKind::a2a_gemm, 16, 16, 8, 2, DType::bf16, DType::bf16, {{0, 1}, {1, 0}}};
+  dispatch.routing = {std::vector<int>(16, 1), std::vector<int>(16, 0)};
+  EXPECT_THROW(plan_signal(dispatch, small_options(4)), std::invalid_argument);
 }
 
 TEST(SignalPlans, SearchedPartitionUsesTheMachineCurves) {

@@ -74,6 +74,28 @@ std::vector<std::tuple<OpKind, std::string>> every_op_and_strategy() {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorMatchesReference, testing::ValuesIn(every_op_and_strategy()), param_name);
 
+TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {
+  // Every row to the last rank (the others receive nothing), then every rank keeping its own rows;
+  // both directions, every strategy, ragged against 128-row tiles.
+  const int world = static_cast<int>(group().size());
+  for (OpKind op : {OpKind::gemm_a2a, OpKind::a2a_gemm})
+    for (bool keep_own : {false, true})
+      for (const Strategy& s : strategies()) {
+        if (!s.supports(op)) continue;
+        Problem p{op, 200, 136, 72, world, DType::bf16, DType::bf16, {}};
+        for (int r = 0; r < world; ++r) p.routing.push_back(std::vector<int>(200, keep_own ? r : world - 1));
+        PlanOptions options;
+        if (s.name == "signal") options.gemm_sms = 2;
+        const Plan plan = s.build(p, options);
+        std::vector<double> errors(static_cast<size_t>(world));
+        for_each_rank(group(), [&](Communicator& comm) {
+          errors[static_cast<size_t>(comm.rank())] = testing_support::run_and_compare(comm, plan, 5, 2);
+        });
+        for (int r = 0; r < world; ++r)
+          EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << s.name << " " << to_string(op) << (keep_own ? " keep own" : " all to last") << " rank " << r;
+      }
+}
+
 TEST(Executor, ThousandBackToBackCallsNeitherHangNorDrift) {
   const int world = static_cast<int>(group().size());
   for (OpKind op : {OpKind::gemm_rs, OpKind::ag_gemm}) {

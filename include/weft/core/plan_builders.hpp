@@ -67,7 +67,7 @@ Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedul
 // FlashOverlap (flashoverlap.txt): one GEMM whose tiles count, per group of waves, into a signal and
 // land in execution order, so that each group is one contiguous block; a second stream waits on each
 // group's signal and hands the block to a plain NCCL call, then moves its tiles back into place.
-// gemm_ar and gemm_rs; plan_signal.cpp says how the groups are laid out.
+// gemm_ar, gemm_rs (plan_signal.cpp) and gemm_a2a (per-destination pools, plan_signal_a2a.cpp).
 Plan plan_signal(const Problem& problem, const PlanOptions& options);
 
 // How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.

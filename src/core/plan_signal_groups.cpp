@@ -1,0 +1,70 @@
+#include "plan_signal_groups.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "weft/core/wave_partition.hpp"
+
+namespace weft::detail {
+
+int signal_gemm_sms(const PlanOptions& o) {
+  const int sms = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
+  if (sms < 1) throw std::invalid_argument("signal: the GEMM needs at least one SM (gemm_sms " + std::to_string(o.gemm_sms) + ")");
+  return sms;
+}
+
+SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const std::vector<SignalTile>& order, CollectiveKind kind,
+                                double measured_gemm_seconds) {
+  const auto count = static_cast<int64_t>(order.size());
+  const int sms = signal_gemm_sms(o);
+  const int waves = std::max(1, static_cast<int>((count + sms - 1) / sms));
+  const int bytes_per_element = dtype_bytes(p.output_dtype);
+
+  std::vector<double> bytes_before(static_cast<size_t>(count) + 1, 0.0);
+  for (int64_t i = 0; i < count; ++i) {
+    const SignalTile& t = order[static_cast<size_t>(i)];
+    bytes_before[static_cast<size_t>(i) + 1] =
+        bytes_before[static_cast<size_t>(i)] + (t.edge ? 0.0 : static_cast<double>(t.tile.rows) * o.tile_n * bytes_per_element);
+  }
+  const MachineProfile& machine = o.machine;
+  const double tile_flops = 2.0 * o.tile_m * o.tile_n * static_cast<double>(p.k);
+  WavePartitionModel model;
+  model.waves = waves;
+  // Operands mostly come from L2 (neighbouring tiles share them), so a wave is bound by the math.
+  model.seconds_per_wave = measured_gemm_seconds > 0 ? measured_gemm_seconds / waves : tile_flops / (machine.peak_flops / machine.sm_count);
+  model.comm_seconds = [&, kind](int first_wave, int wave_count) {
+    const int64_t begin = std::min<int64_t>(int64_t{first_wave} * sms, count);
+    const int64_t end = std::min<int64_t>(int64_t{first_wave + wave_count} * sms, count);
+    return machine.overlapped_call_seconds +
+           machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
+  };
+  std::vector<int> partition = o.wave_partition;
+  if (partition.empty()) {
+    partition = search_wave_partition(model);
+  } else {
+    check_wave_partition(partition, waves);
+  }
+  SignalLayout layout;
+  layout.gemm_sms = sms;
+  layout.tiles = count;
+  layout.waves = waves;
+  layout.partition = partition;
+  layout.predicted_seconds = model.predict(partition);
+  layout.predicted_gemm_seconds = model.seconds_per_wave * waves;
+  return layout;
+}
+
+std::vector<int64_t> group_starts(int64_t tiles, const SignalLayout& layout, int64_t unit, bool keep_empty) {
+  std::vector<int64_t> starts{0};
+  int64_t wave_end = 0;
+  for (int size : layout.partition) {
+    wave_end += size;
+    int64_t end = std::min<int64_t>(wave_end * layout.gemm_sms, tiles);
+    end = std::min<int64_t>((end + unit - 1) / unit * unit, tiles);
+    if (keep_empty || end > starts.back()) starts.push_back(end);
+  }
+  return starts;
+}
+
+}  // namespace weft::detail
