@@ -2,12 +2,16 @@
 // including shapes that are not multiples of any tile size; and 1,000 back-to-back calls.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 
 #include "gpu_test_support.hpp"
 #include "weft/core/plan_builders.hpp"
+#include "weft/core/reorder_map.hpp"
 #include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/rmsnorm.hpp"
+#include "weft/runtime/device_reorder_map.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 #include "weft/runtime/signal_set.hpp"
@@ -94,6 +98,59 @@ TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {
         for (int r = 0; r < world; ++r)
           EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << s.name << " " << to_string(op) << (keep_own ? " keep own" : " all to last") << " rank " << r;
       }
+}
+
+TEST(Executor, RmsnormFusedWithTheRemapReadsSignalsResultInPlace) {
+  // The round trip of FlashOverlap's reorder: RMSNorm reading where `signal` left the result (tile
+  // level for AR/RS, token level for A2A; N = 264: two 128-wide segments and an 8-column edge) is
+  // bit-identical to RMSNorm of the restored result, which matches a host RMSNorm.
+  const int world = static_cast<int>(group().size());
+  for (OpKind op : {OpKind::gemm_ar, OpKind::gemm_rs, OpKind::gemm_a2a}) {
+    Problem p{op, op == OpKind::gemm_rs ? int64_t{world} * 256 : 200, 264, 72, world, DType::bf16, DType::bf16, {}};
+    if (routes_rows(op)) p.routing = random_routing(world, p.m, 3);
+    PlanOptions options;
+    options.gemm_sms = 2;
+    const Plan plan = plan_signal(p, options);
+    std::vector<int> identical(static_cast<size_t>(world), 0);
+    std::vector<double> errors(static_cast<size_t>(world), 1.0);
+    for_each_rank(group(), [&](Communicator& comm) {
+      cudaStream_t stream;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      CudaExecutor exec(comm, plan);
+      testing_support::fill_inputs(exec, comm.rank(), 7, stream);
+      exec.run(stream);
+      ASSERT_TRUE(synchronize_with_timeout(stream, 30000)) << exec.diagnose();
+      const DeviceRegion x = exec.output();
+      void* memory = nullptr;
+      WEFT_CUDA_CHECK(cudaMalloc(&memory, static_cast<size_t>(x.cols + 2 * x.rows * x.cols) * 2));
+      void* weight = memory;
+      const DeviceRegion plain{static_cast<uint16_t*>(memory) + x.cols, x.rows, x.cols, x.cols};
+      const DeviceRegion fused{static_cast<uint16_t*>(memory) + x.cols + x.rows * x.cols, x.rows, x.cols, x.cols};
+      fill_random_bf16(weight, x.cols, 11, stream);
+      fill_u16(plain.data, 2 * x.rows * x.cols, kBf16Nan, stream);
+      const DeviceReorderMapTable table(reorder_map(plan, comm.rank()));
+      rmsnorm_bf16(x, weight, plain, 1e-6f, stream);
+      rmsnorm_reordered_bf16(table.view(exec), weight, fused, 1e-6f, stream);
+      const HostMatrix in = testing_support::download(x, stream);
+      const HostMatrix w = testing_support::download(DeviceRegion{weight, 1, x.cols, x.cols}, stream);
+      const HostMatrix got = testing_support::download(plain, stream);
+      identical[static_cast<size_t>(comm.rank())] = got.data == testing_support::download(fused, stream).data;
+      HostMatrix want(x.rows, x.cols);
+      for (int64_t i = 0; i < x.rows; ++i) {
+        double squares = 0;
+        for (int64_t j = 0; j < x.cols; ++j) squares += static_cast<double>(in.at(i, j)) * in.at(i, j);
+        const double scale = 1.0 / std::sqrt(squares / static_cast<double>(x.cols) + 1e-6);
+        for (int64_t j = 0; j < x.cols; ++j) want.at(i, j) = static_cast<float>(in.at(i, j) * scale * w.at(0, j));
+      }
+      errors[static_cast<size_t>(comm.rank())] = relative_error(got, want);
+      cudaFree(memory);
+      cudaStreamDestroy(stream);
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(identical[static_cast<size_t>(r)], 1) << to_string(op) << " rank " << r;
+      EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << to_string(op) << " rank " << r;
+    }
+  }
 }
 
 TEST(Executor, ThousandBackToBackCallsNeitherHangNorDrift) {

@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "gemm_bench.hpp"
+#include "rmsnorm_bench.hpp"
 #include "weft/core/bench_suite.hpp"
 #include "weft/core/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
@@ -41,6 +42,34 @@ int command_bench_gemm(const Arguments& args) {
   const std::string why = "weft was built without CUDA";
 #endif
   std::printf("weft bench gemm: no GPU found (%s); nothing to time.\n", why.c_str());
+  return 0;
+}
+
+int command_bench_rmsnorm(const Arguments& args) {
+  std::vector<BenchSuite> suites;
+  for (const auto& name : args.list("suite", {"flashoverlap_ar", "tilelink_mlp", "tilelink_moe"})) suites.push_back(load_suite(suite_path(name)));
+  RmsnormBenchOptions o;
+  o.world = static_cast<int>(args.integer("world", 2));
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 50));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+  o.csv_path = args.text("csv", "");
+  const std::string machine = args.text("machine", "");
+  if (!machine.empty()) o.machine = load_machine_profile(machine);
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const auto& d = scan.devices.front();
+    std::printf("GPU 0: %s, %d SMs; signal's result of rank 0 at world size %d, RMSNorm over its rows\n\n", d.name.c_str(), d.sm_count, o.world);
+    const int failed = run_rmsnorm_bench(suites, o);
+    if (failed) std::printf("\n%d row(s): the fused RMSNorm differed from the plain one\n", failed);
+    return failed ? 1 : 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  std::printf("weft bench rmsnorm: no GPU found (%s); nothing to time.\n", why.c_str());
   return 0;
 }
 

@@ -25,6 +25,10 @@ void print_help() {
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
       "          --warmup N --iterations N --csv FILE --seed S\n"
+      "  bench rmsnorm  RMSNorm of signal's restored result vs RMSNorm reading it where signal left it\n"
+      "          (the remap fused in; FlashOverlap Table 4), and restore + RMSNorm, on GPU 0\n"
+      "          --suite LIST (default: flashoverlap_ar,tilelink_mlp,tilelink_moe) --world W (2)\n"
+      "          --warmup N --iterations N (50) --csv FILE --seed S --machine FILE\n"
       "  characterize  FiCCO's decomposition (GEMM cut 1/W, 1/W^2 by rows and K) and contention\n"
       "          (GEMM with copy-engine or NCCL all-gather) losses for a suite's AllGather+GEMM rows\n"
       "          --suite NAME|FILE (default: tilelink_mlp) --world LIST --warmup N --iterations N --csv FILE\n"
@@ -57,11 +61,13 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const bool gemm_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "gemm");
-  const std::string command = gemm_bench ? "bench gemm" : argv[1];
+  const bool rmsnorm_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "rmsnorm");
+  const std::string command = gemm_bench ? "bench gemm" : rmsnorm_bench ? "bench rmsnorm" : argv[1];
   try {
-    const weft::cli::Arguments args(argc, argv, gemm_bench ? 3 : 2);
+    const weft::cli::Arguments args(argc, argv, gemm_bench || rmsnorm_bench ? 3 : 2);
     int code = 2;
     if (gemm_bench) code = weft::cli::command_bench_gemm(args);
+    else if (rmsnorm_bench) code = weft::cli::command_bench_rmsnorm(args);
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "characterize") code = weft::cli::command_characterize(args);

@@ -1,0 +1,114 @@
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "weft/kernels/rmsnorm.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVector = 8;  // bf16 per 16-byte access
+
+struct MatrixRows {
+  const uint16_t* data;
+  int64_t stride;
+  __device__ const uint16_t* at(int64_t row, int64_t col) const { return data + row * stride + col; }
+};
+
+// The remap fused into the load: one division and one table read (L1-resident) per 16-byte vector.
+struct ReorderedRows {
+  DeviceReorderMap map;
+  __device__ const uint16_t* at(int64_t row, int64_t col) const {
+    const int64_t segment = col / map.segment_cols;
+    if (segment < map.segments_per_row) {
+      const int64_t source_row = map.first_row[(row / map.rows_per_entry) * map.segments_per_row + segment] + row % map.rows_per_entry;
+      return static_cast<const uint16_t*>(map.source) + source_row * map.segment_cols + (col - segment * map.segment_cols);
+    }
+    return static_cast<const uint16_t*>(map.edge_source) + row * map.edge_cols + (col - map.segments_per_row * map.segment_cols);
+  }
+};
+
+// One CTA per row; the row is kept in shared memory between the sum of squares and the scaling, so
+// both kernels read x from HBM once.
+template <class Rows>
+__global__ void rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, float epsilon) {
+  extern __shared__ uint4 row_cache[];
+  const int64_t row = blockIdx.x;
+  const int64_t vectors = y.cols / kVector;
+  float sum = 0.0f;
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    const uint4 packed = *reinterpret_cast<const uint4*>(x.at(row, v * kVector));
+    row_cache[v] = packed;
+    const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    for (int i = 0; i < kVector / 2; ++i) {
+      const float2 f = __bfloat1622float2(values[i]);
+      sum += f.x * f.x + f.y * f.y;
+    }
+  }
+  __shared__ float warp_sums[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+  const float scale = rsqrtf(total / static_cast<float>(y.cols) + epsilon);
+  auto* out = static_cast<uint16_t*>(y.data) + row * y.stride;
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    const uint4 packed = row_cache[v];
+    const uint4 w_packed = *reinterpret_cast<const uint4*>(weight + v * kVector);
+    const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    const auto* w = reinterpret_cast<const __nv_bfloat162*>(&w_packed);
+    uint4 result;
+    auto* r = reinterpret_cast<__nv_bfloat162*>(&result);
+    for (int i = 0; i < kVector / 2; ++i) {
+      const float2 f = __bfloat1622float2(values[i]);
+      const float2 g = __bfloat1622float2(w[i]);
+      r[i] = __floats2bfloat162_rn(f.x * scale * g.x, f.y * scale * g.y);
+    }
+    *reinterpret_cast<uint4*>(out + v * kVector) = result;
+  }
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void require(bool ok, const std::string& what, const std::string& why) {
+  if (!ok) throw std::invalid_argument(what + ": " + why + " (16-byte accesses need 8-element multiples and 16-byte aligned pointers)");
+}
+
+template <class Rows>
+void launch(const Rows& x, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream, const char* what) {
+  require(y.cols % kVector == 0, what, "cols " + std::to_string(y.cols) + " is not a multiple of 8");
+  require(y.stride % kVector == 0 && aligned(y.data) && aligned(weight), what, "y or weight misaligned (y stride " + std::to_string(y.stride) + ")");
+  if (y.rows == 0) return;
+  const size_t cache_bytes = static_cast<size_t>(y.cols) * sizeof(uint16_t);
+  if (cache_bytes > 48 * 1024)
+    WEFT_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_kernel<Rows>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cache_bytes)));
+  require(y.rows <= 0x7fffffff, what, "too many rows for one CTA each: " + std::to_string(y.rows));
+  rmsnorm_kernel<Rows><<<static_cast<unsigned>(y.rows), kThreads, cache_bytes, stream>>>(x, static_cast<const uint16_t*>(weight), y, epsilon);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rmsnorm_bf16(const DeviceRegion& x, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream) {
+  require(x.rows == y.rows && x.cols == y.cols, "rmsnorm_bf16", "x is " + std::to_string(x.rows) + "x" + std::to_string(x.cols) +
+                                                                      ", y " + std::to_string(y.rows) + "x" + std::to_string(y.cols));
+  require(x.stride % kVector == 0 && aligned(x.data), "rmsnorm_bf16", "x misaligned (stride " + std::to_string(x.stride) + ")");
+  launch(MatrixRows{static_cast<const uint16_t*>(x.data), x.stride}, weight, y, epsilon, stream, "rmsnorm_bf16");
+}
+
+void rmsnorm_reordered_bf16(const DeviceReorderMap& x, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream) {
+  const char* what = "rmsnorm_reordered_bf16";
+  require(x.segment_cols % kVector == 0 && x.edge_cols % kVector == 0, what,
+          "segment width " + std::to_string(x.segment_cols) + ", edge width " + std::to_string(x.edge_cols));
+  require(x.segment_cols * x.segments_per_row + x.edge_cols == y.cols, what,
+          "the map covers " + std::to_string(x.segment_cols * x.segments_per_row + x.edge_cols) + " columns, y has " + std::to_string(y.cols));
+  require(aligned(x.source) && (x.edge_cols == 0 || aligned(x.edge_source)) && x.rows_per_entry >= 1, what, "source or edge misaligned");
+  launch(ReorderedRows{x}, weight, y, epsilon, stream, what);
+}
+
+}  // namespace weft
