@@ -22,6 +22,7 @@ class RankPlanBuilder {
   SignalRef signal_on(SignalId id, int rank) const { return SignalRef{rank, id}; }
   SignalRef own(SignalId id) const { return SignalRef{plan_.rank, id}; }
   Step& add(std::string label, int stream, Engine engine, StepBody body);
+  Step& last_step() { return plan_.steps.back(); }
   void set_output(Region output) { plan_.output = output; }
   int rank() const { return plan_.rank; }
   RankPlan finish() { return std::move(plan_); }

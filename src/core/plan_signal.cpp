@@ -123,7 +123,8 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
   plan.strategy = "signal";
   plan.problem = p;
   for (int r = 0; r < world; ++r) {
-    RankPlanBuilder b(r, 2);
+    RankPlanBuilder b(r, detail::RestoreSteps::stream_count(o.signal_restore));
+    detail::RestoreSteps restores(b, o.signal_restore);
     const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
     const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
     const BufferId c = b.buffer("C", BufferRole::output, block_rows, p.n, p.output_dtype);
@@ -196,7 +197,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
           back.moves.push_back({Rect{slot_row[static_cast<size_t>(i)], 0, t.tile.rows, t.tile.cols}, t.tile});
         }
       }
-      b.add("restore order of " + name, 1, Engine::sm, back);
+      restores.add("restore order of " + name, std::move(back));
     }
     if (edge_count > 0) {
       const Region whole_edge = b.whole(edge);
@@ -208,8 +209,9 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
       back.src = landed;
       back.dst = b.whole(c);
       back.moves.push_back({Rect{0, 0, block_rows, edge_cols}, Rect{0, p.n - edge_cols, block_rows, edge_cols}});
-      b.add("place edge tiles", 1, Engine::sm, back);
+      restores.add("place edge tiles", std::move(back));
     }
+    restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());
   }

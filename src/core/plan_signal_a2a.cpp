@@ -140,7 +140,8 @@ Plan plan_signal_all_to_all(const Problem& p, const PlanOptions& o) {
       pool_rows += group_rows_sent(r, g);
       received_rows += group_rows_received(r, g);
     }
-    RankPlanBuilder b(r, 2);
+    RankPlanBuilder b(r, RestoreSteps::stream_count(o.signal_restore));
+    RestoreSteps restores(b, o.signal_restore);
     const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
     const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
     const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
@@ -249,7 +250,7 @@ Plan plan_signal_all_to_all(const Problem& p, const PlanOptions& o) {
           at += t.tile.rows;
         }
       }
-      b.add("tokens of " + name + " to their rows", 1, Engine::sm, back);
+      restores.add("tokens of " + name + " to their rows", std::move(back));
       received_row += incoming;
     }
     if (edge_cols > 0) {
@@ -264,9 +265,10 @@ Plan plan_signal_all_to_all(const Problem& p, const PlanOptions& o) {
         back.src = b.whole(edge_received);
         back.dst = b.whole(c);
         back.moves.push_back({Rect{0, 0, output_rows(p, r), edge_cols}, Rect{0, p.n - edge_cols, output_rows(p, r), edge_cols}});
-        b.add("place edge tiles", 1, Engine::sm, back);
+        restores.add("place edge tiles", std::move(back));
       }
     }
+    restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());
   }

@@ -6,6 +6,25 @@
 
 #include "weft/core/wave_partition.hpp"
 
+namespace weft {
+
+std::string_view to_string(SignalRestore restore) {
+  switch (restore) {
+    case SignalRestore::after_each_group: return "after_each_group";
+    case SignalRestore::own_stream: return "own_stream";
+    case SignalRestore::at_end: return "at_end";
+  }
+  return "?";
+}
+
+SignalRestore parse_signal_restore(std::string_view text) {
+  for (SignalRestore r : {SignalRestore::after_each_group, SignalRestore::own_stream, SignalRestore::at_end})
+    if (text == to_string(r)) return r;
+  throw std::invalid_argument("unknown signal restore placement '" + std::string(text) + "' (known: after_each_group, own_stream, at_end)");
+}
+
+}  // namespace weft
+
 namespace weft::detail {
 
 int signal_gemm_sms(const PlanOptions& o) {
@@ -50,7 +69,14 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
   layout.tiles = count;
   layout.waves = waves;
   layout.partition = partition;
-  layout.predicted_seconds = model.predict(partition);
+  // The tiles put back in place after the last collective: all of them (at_end) or the last group's;
+  // a box move reads and writes each byte once.
+  const std::vector<int64_t> starts = group_starts(count, layout, 1, false);
+  const double tail_bytes = o.signal_restore == SignalRestore::at_end || starts.size() < 2
+                                ? bytes_before.back()
+                                : bytes_before.back() - bytes_before[static_cast<size_t>(starts[starts.size() - 2])];
+  layout.restore_seconds = 2.0 * tail_bytes / machine.memory_bytes_per_s;
+  layout.predicted_seconds = model.predict(partition) + layout.restore_seconds;
   layout.predicted_gemm_seconds = model.seconds_per_wave * waves;
   return layout;
 }
@@ -65,6 +91,35 @@ std::vector<int64_t> group_starts(int64_t tiles, const SignalLayout& layout, int
     if (keep_empty || end > starts.back()) starts.push_back(end);
   }
   return starts;
+}
+
+void RestoreSteps::add(std::string label, MoveBoxesStep restore) {
+  switch (placement_) {
+    case SignalRestore::after_each_group:
+      builder_.add(std::move(label), 1, Engine::sm, std::move(restore));
+      return;
+    case SignalRestore::own_stream: {
+      const SignalId done = builder_.signal("before " + label);
+      builder_.last_step().notifies.push_back(Notify{builder_.own(done), 1});
+      Step& step = builder_.add(std::move(label), 2, Engine::sm, std::move(restore));
+      step.waits.push_back(Wait{builder_.own(done), 1});
+      return;
+    }
+    case SignalRestore::at_end:
+      // Moves from one source merge into one step (one kernel).
+      for (auto& [name, step] : pending_)
+        if (step.src == restore.src && step.dst == restore.dst) {
+          step.moves.insert(step.moves.end(), restore.moves.begin(), restore.moves.end());
+          return;
+        }
+      pending_.emplace_back(std::move(label), std::move(restore));
+      return;
+  }
+}
+
+void RestoreSteps::finish() {
+  for (auto& [label, step] : pending_) builder_.add(label + " (after the last collective)", 1, Engine::sm, std::move(step));
+  pending_.clear();
 }
 
 }  // namespace weft::detail

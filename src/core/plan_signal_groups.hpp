@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "plan_builder_support.hpp"
 #include "weft/core/plan_builders.hpp"
 
 namespace weft::detail {
@@ -29,6 +30,21 @@ SignalLayout choose_wave_groups(const Problem& problem, const PlanOptions& optio
 // keep_empty, groups that hold no tile stay (ranks whose tables differ in length still agree on
 // the number of groups); otherwise they are dropped.
 std::vector<int64_t> group_starts(int64_t tiles, const SignalLayout& layout, int64_t unit, bool keep_empty);
+
+// Places each group's restore step (a box move into the result) as options.signal_restore says.
+// Call add() right after adding the group's collective (the last step added), finish() at the end.
+class RestoreSteps {
+ public:
+  RestoreSteps(RankPlanBuilder& builder, SignalRestore placement) : builder_(builder), placement_(placement) {}
+  static int stream_count(SignalRestore placement) { return placement == SignalRestore::own_stream ? 3 : 2; }
+  void add(std::string label, MoveBoxesStep restore);
+  void finish();
+
+ private:
+  RankPlanBuilder& builder_;
+  SignalRestore placement_;
+  std::vector<std::pair<std::string, MoveBoxesStep>> pending_;  // at_end
+};
 
 // gemm_a2a's builder and layout (plan_signal_a2a.cpp); plan_signal and signal_layout dispatch to them.
 Plan plan_signal_all_to_all(const Problem& problem, const PlanOptions& options);

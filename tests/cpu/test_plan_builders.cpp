@@ -66,6 +66,7 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
       // Few SMs, so that even these tiny GEMMs have several waves and groups; gemm_rs needs whole
       // tile rows per rank.
       o.gemm_sms = 1 + static_cast<int>(rng() % 5);
+      o.signal_restore = static_cast<SignalRestore>(rng() % 3);
       if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
     }
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +

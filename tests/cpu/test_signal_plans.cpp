@@ -217,6 +217,46 @@ TEST(SignalPlans, ReorderMapReadsTheResultBeforeItsRestoreSteps) {
   EXPECT_THROW(reorder_map(plan_sequential(ar, small_options(2)), 0), std::invalid_argument);
 }
 
+TEST(SignalPlans, RestoresRunWhereTheOptionSaysAndTheCollectivesStayBackToBack) {
+  for (OpKind op : {OpKind::gemm_ar, OpKind::gemm_rs, OpKind::gemm_a2a}) {
+    Problem p{op, 48, 44, 16, 3, DType::bf16, DType::bf16, {}};
+    if (routes_rows(op)) p.routing = random_routing(3, p.m, 2);
+    for (SignalRestore placement : {SignalRestore::after_each_group, SignalRestore::own_stream, SignalRestore::at_end}) {
+      SCOPED_TRACE(std::string(to_string(op)) + " " + std::string(to_string(placement)));
+      EXPECT_EQ(parse_signal_restore(to_string(placement)), placement);
+      PlanOptions o = small_options(3);
+      o.signal_restore = placement;
+      const Plan plan = plan_signal(p, o);
+      const RankPlan& rp = plan.ranks[1];
+      std::vector<const Step*> on_comm_stream, restores;
+      for (const Step& s : rp.steps) {
+        if (s.stream == 1) on_comm_stream.push_back(&s);
+        if (std::holds_alternative<MoveBoxesStep>(s.body)) restores.push_back(&s);
+      }
+      ASSERT_GE(restores.size(), 2u);
+      size_t first_restore = 0;
+      while (first_restore < on_comm_stream.size() && std::holds_alternative<CollectiveStep>(on_comm_stream[first_restore]->body)) ++first_restore;
+      const size_t collectives = collectives_of(rp).size();
+      if (placement == SignalRestore::after_each_group) {
+        EXPECT_LT(first_restore, collectives);  // a restore sits between two collectives
+      } else {
+        EXPECT_EQ(first_restore, collectives);  // every collective before any restore on that stream
+      }
+      if (placement == SignalRestore::own_stream)
+        for (const Step* s : restores) {
+          EXPECT_EQ(s->stream, 2);
+          EXPECT_EQ(s->waits.size(), 1u);
+        }
+      if (placement == SignalRestore::at_end) {
+        EXPECT_EQ(restores.size(), 2u);  // main tiles and edge tiles: one step each
+      }
+      const CpuProof proof = prove_on_cpu(plan, 2);
+      EXPECT_TRUE(proof.passed()) << proof.explain();
+    }
+  }
+  EXPECT_THROW(parse_signal_restore("later"), std::invalid_argument);
+}
+
 TEST(SignalPlans, IsTheStrategyThatNeedsTheOverlapGemm) {
   // Tools pick an overlap-GEMM tile for it; library-GEMM strategies keep theirs.
   for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal") << s.name;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 
 #include "gpu_test_support.hpp"
@@ -42,7 +43,9 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
   const auto [op, strategy] = GetParam();
   const int world = static_cast<int>(group().size());
   // Aligned, ragged against 128-wide tiles, and tiny.
-  for (Shape s : {Shape{256, 512, 256}, Shape{200, 136, 72}, Shape{8, 24, 16}}) {
+  const Shape shapes[] = {Shape{256, 512, 256}, Shape{200, 136, 72}, Shape{8, 24, 16}};
+  for (size_t shape = 0; shape < std::size(shapes); ++shape) {
+    const Shape s = shapes[shape];
     Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
     if (op == OpKind::gemm_rs) p.m = (s.m / world + 1) * world;
     PlanOptions options;
@@ -51,6 +54,8 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
       // Two SMs: several waves and groups even here; gemm_rs needs whole 128-row tiles per rank.
       // Three calls: the group counters must start each call from a new epoch.
       options.gemm_sms = 2;
+      // Each shape with another placement of the restore steps.
+      options.signal_restore = static_cast<SignalRestore>(shape % 3);
       if (op == OpKind::gemm_rs) p.m = world * 128 * (s.m >= 128 ? 2 : 1);
       calls = 3;
     }

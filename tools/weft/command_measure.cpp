@@ -58,6 +58,8 @@ int command_tune(const Arguments& args) {
     study.seed = static_cast<uint64_t>(args.integer("seed", 1));
     study.csv_path = args.text("csv", "");
     study.gemm_sms = static_cast<int>(args.integer("gemm-sms", 0));
+    const std::string restore = args.text("restore", "");
+    if (!restore.empty()) study.signal_restore = parse_signal_restore(restore);
     const std::string machine = args.text("machine", "");
     if (!machine.empty()) study.machine = load_machine_profile(machine);
   }

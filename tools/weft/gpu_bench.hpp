@@ -7,6 +7,7 @@
 
 #include "weft/core/bench_suite.hpp"
 #include "weft/core/machine_profile.hpp"
+#include "weft/core/plan_builders.hpp"
 
 namespace weft::cli {
 
@@ -23,6 +24,7 @@ struct GpuBenchOptions {
   int gemm_sms = 0;                 // signal: --gemm-sms
   bool gemm_cta_per_tile = false;   // signal: --gemm-cta-per-tile
   std::vector<int> wave_partition;  // signal: --partition
+  SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
 };
 
 // Returns the number of rows whose verification failed.

@@ -82,6 +82,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
   PlanOptions base;
   base.machine = o.machine;
   base.gemm_sms = o.gemm_sms;
+  base.signal_restore = o.signal_restore;
   std::vector<Timed> all;
   int failures = 0;
   double searched_over_best_sum = 0;
@@ -91,7 +92,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
     auto group = first_gpus(world);
     for (const SuiteRow& row : suite.rows) {
       if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
-      if (row.op != OpKind::gemm_ar && row.op != OpKind::gemm_rs) continue;
+      if (!find_strategy("signal").supports(row.op)) continue;
       Problem problem;
       PlanOptions options;
       Plan automatic;

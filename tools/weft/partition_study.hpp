@@ -12,6 +12,7 @@
 
 #include "weft/core/bench_suite.hpp"
 #include "weft/core/machine_profile.hpp"
+#include "weft/core/plan_builders.hpp"
 
 namespace weft::cli {
 
@@ -25,6 +26,7 @@ struct PartitionStudyOptions {
   std::string csv_path;
   MachineProfile machine;
   int gemm_sms = 0;
+  SignalRestore signal_restore = PlanOptions{}.signal_restore;
 };
 
 // Returns the number of partitions whose result did not match sequential.

@@ -18,6 +18,14 @@
 
 namespace weft {
 
+// signal: where the steps that put each group's tiles back in place run. after_each_group: on the
+// communication stream between the group's collective and the next one's; own_stream: on a third
+// stream, each waiting for its group's collective, so that the collectives run back to back; at_end:
+// one step after the last collective, when the GEMM has given back its SMs.
+enum class SignalRestore { after_each_group, own_stream, at_end };
+std::string_view to_string(SignalRestore restore);
+SignalRestore parse_signal_restore(std::string_view text);  // throws std::invalid_argument naming the text
+
 struct PlanOptions {
   int tile_m = 128;
   int tile_n = 128;
@@ -35,6 +43,8 @@ struct PlanOptions {
   int gemm_sms = 0;
   bool gemm_cta_per_tile = false;
   std::vector<int> wave_partition;
+  // at_end measured best on 2xH200 (bench/results/README.md).
+  SignalRestore signal_restore = SignalRestore::at_end;
 };
 
 struct Strategy {
@@ -76,8 +86,9 @@ struct SignalLayout {
   int64_t tiles = 0;
   int waves = 0;
   std::vector<int> partition;     // waves per group
-  double predicted_seconds = 0;   // Algorithm 1 with the machine profile
+  double predicted_seconds = 0;   // Algorithm 1 with the machine profile, plus restore_seconds
   double predicted_gemm_seconds = 0;
+  double restore_seconds = 0;     // the restore steps after the last collective (memory bound)
 };
 // With measured_gemm_seconds > 0 (the signal GEMM timed alone, as the paper's offline stage does)
 // the model takes that instead of estimating the GEMM from the machine's peak rate. The partition is
