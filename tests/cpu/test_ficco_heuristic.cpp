@@ -75,5 +75,22 @@ TEST(MachineProfile, TheFiccoStrategyPicksByTheGivenMachine) {
   EXPECT_EQ(find_strategy("ficco").build(p, slow).strategy, "ficco=hetero_unfused_1d");
 }
 
+TEST(FiccoHeuristic, DispatchIsJudgedByTheLargestExpertGemm) {
+  // 64 tokens per rank, all routed to rank 1: its expert GEMM has 128 rows (> K = 48: 1D, and
+  // far under the 1 ms threshold at 1e15 FLOP/s); K = 256 makes it a 2D case (M <= K).
+  Problem p{OpKind::a2a_gemm, 64, 32, 48, 2, DType::bf16, DType::bf16, {std::vector<int>(64, 1), std::vector<int>(64, 1)}};
+  MachineProfile fast;
+  fast.peak_flops = 1e15;
+  FiccoDecision d = pick_ficco_schedule(p, fast);
+  EXPECT_EQ(d.schedule, FiccoSchedule::uniform_fused_1d);
+  EXPECT_DOUBLE_EQ(d.op_to_byte * d.memory_traffic, 2.0 * 128 * 32 * 48);  // the 128-row GEMM of rank 1
+  p.k = 256;
+  EXPECT_EQ(pick_ficco_schedule(p, fast).schedule, FiccoSchedule::uniform_fused_2d);
+  const Plan plan = find_strategy("ficco").build(p, PlanOptions{});
+  EXPECT_EQ(plan.strategy, "ficco=uniform_fused_2d");
+  Problem rs{OpKind::gemm_rs, 64, 32, 48, 2, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(pick_ficco_schedule(rs, fast), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

@@ -1,4 +1,5 @@
-// FiCCO's schedule heuristic (ficco.txt Section V-C, Figure 12(a)) for AllGather+GEMM.
+// FiCCO's schedule heuristic (ficco.txt Section V-C, Figure 12(a)) for AllGather+GEMM and for the
+// MoE dispatch (All-to-All+GEMM), whose GEMM is the expert GEMM over the rows a rank receives.
 //
 //   M <= K                      -> uniform_fused_2d (row cuts would hurt the GEMM more than K cuts)
 //   otherwise, from the GEMM's op-to-byte (OTB) and memory traffic (MT) against the machine:
@@ -9,7 +10,7 @@
 // FLOPs" without giving units. OTB x MT is the GEMM's FLOP count and op-to-byte x bandwidth is the
 // peak FLOP/s, so we read the comparison as the GEMM's time at peak rate against a time scale,
 // `threshold_seconds` (1 ms by default: FLOPs in GFLOP against a rate in TFLOP/s). The GEMM is the
-// per-rank GEMM after the gather: (W*m) x n x k.
+// per-rank GEMM after the gather: (W*m) x n x k; for a2a_gemm the largest rank's (rows received) x n x k.
 #pragma once
 
 #include "weft/core/machine_profile.hpp"
