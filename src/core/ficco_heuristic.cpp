@@ -6,7 +6,7 @@
 
 namespace weft {
 
-FiccoDecision pick_ficco_schedule(const Problem& p, const MachineProfile& machine, double threshold_seconds) {
+FiccoDecision pick_ficco_schedule(const Problem& p, const MachineProfile& machine) {
   check_problem(p);
   if (p.op != OpKind::ag_gemm && p.op != OpKind::a2a_gemm)
     throw std::invalid_argument("the FiCCO heuristic picks schedules for ag_gemm and a2a_gemm, not " + std::string(to_string(p.op)));
@@ -22,7 +22,7 @@ FiccoDecision pick_ficco_schedule(const Problem& p, const MachineProfile& machin
   d.memory_traffic = dtype_bytes(p.input_dtype) * (m * k + n * k) + dtype_bytes(p.output_dtype) * m * n;
   d.op_to_byte = 2.0 * m * n * k / d.memory_traffic;
   d.combined = d.op_to_byte * d.memory_traffic / machine.peak_flops;
-  d.threshold = threshold_seconds;
+  d.threshold = machine.ficco_threshold_seconds;
   if (m <= k) d.schedule = FiccoSchedule::uniform_fused_2d;
   else if (d.combined < d.threshold) d.schedule = FiccoSchedule::uniform_fused_1d;
   else if (d.combined > 5.0 * d.threshold) d.schedule = FiccoSchedule::hetero_unfused_1d;

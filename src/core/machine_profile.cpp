@@ -54,6 +54,7 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["sm_count"] = p.sm_count;
   o["collective_sms"] = p.collective_sms;
   o["overlapped_call_seconds"] = p.overlapped_call_seconds;
+  o["ficco_threshold_seconds"] = p.ficco_threshold_seconds;
   Json::Array curves;
   for (const CollectiveCurve& c : p.collectives) {
     Json::Object curve;
@@ -81,6 +82,8 @@ MachineProfile parse_machine_profile(std::string_view text) {
   if (j.has("collective_sms")) p.collective_sms = static_cast<int>(j["collective_sms"].integer());
   if (j.has("overlapped_call_seconds")) p.overlapped_call_seconds = j["overlapped_call_seconds"].number();
   if (p.overlapped_call_seconds < 0) throw std::invalid_argument("machine profile: overlapped_call_seconds must not be negative");
+  if (j.has("ficco_threshold_seconds")) p.ficco_threshold_seconds = j["ficco_threshold_seconds"].number();
+  if (!(p.ficco_threshold_seconds > 0)) throw std::invalid_argument("machine profile: ficco_threshold_seconds must be positive");
   if (p.sm_count < 1 || p.collective_sms < 0 || p.collective_sms >= p.sm_count)
     throw std::invalid_argument("machine profile: need sm_count >= 1 and 0 <= collective_sms < sm_count (got " +
                                 std::to_string(p.sm_count) + ", " + std::to_string(p.collective_sms) + ")");

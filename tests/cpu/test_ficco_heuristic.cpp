@@ -73,6 +73,10 @@ TEST(MachineProfile, TheFiccoStrategyPicksByTheGivenMachine) {
   slow.machine.peak_flops = 1e9;
   EXPECT_EQ(find_strategy("ficco").build(p, fast).strategy, "ficco=uniform_fused_1d");
   EXPECT_EQ(find_strategy("ficco").build(p, slow).strategy, "ficco=hetero_unfused_1d");
+  // The machine's own threshold: tuned down a million times, the fast machine picks as the slow one.
+  fast.machine.ficco_threshold_seconds = 1e-9;
+  EXPECT_EQ(find_strategy("ficco").build(p, fast).strategy, "ficco=hetero_unfused_1d");
+  EXPECT_DOUBLE_EQ(parse_machine_profile(machine_profile_json(fast.machine)).ficco_threshold_seconds, 1e-9);
 }
 
 TEST(FiccoHeuristic, DispatchIsJudgedByTheLargestExpertGemm) {

@@ -74,8 +74,17 @@ CollectiveCurve collective_curve(CollectiveKind kind, int world, int warmup, int
   const int64_t cols = 1024;  // bf16: 2 KiB a row
   for (int64_t bytes = int64_t{64} << 10; bytes <= int64_t{512} << 20; bytes *= 2) {
     const int64_t rows = bytes / (cols * 2);
-    const OpKind op = kind == CollectiveKind::reduce_scatter ? OpKind::gemm_rs : OpKind::gemm_ar;
-    const Plan plan = keep_steps(plan_sequential(Problem{op, rows, cols, 64, world, DType::bf16, DType::bf16, {}}, PlanOptions{}), false);
+    // `bytes` is what one rank hands the call: the buffer reduced, or the rows it sends (all-to-all,
+    // spread evenly over the ranks as signal's pools are on average).
+    Problem p{kind == CollectiveKind::reduce_scatter ? OpKind::gemm_rs : OpKind::gemm_ar, rows, cols, 64, world, DType::bf16, DType::bf16, {}};
+    if (kind == CollectiveKind::all_to_all) {
+      p.op = OpKind::gemm_a2a;
+      for (int r = 0; r < world; ++r) {
+        p.routing.emplace_back();
+        for (int64_t i = 0; i < rows; ++i) p.routing.back().push_back(static_cast<int>((i + r) % world));
+      }
+    }
+    const Plan plan = keep_steps(plan_sequential(p, PlanOptions{}), false);
     curve.bytes.push_back(static_cast<double>(bytes));
     curve.seconds.push_back(slowest_rank_median_ms(group, plan, 1, warmup, iterations, "calibration collective") * 1e-3);
   }
@@ -104,7 +113,7 @@ MachineProfile calibrate_machine(int warmup, int iterations) {
   int visible = 0;
   WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
   for (int world = 2; world <= visible; world *= 2)
-    for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter})
+    for (CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_to_all})
       p.collectives.push_back(collective_curve(kind, world, warmup, iterations));
   p.source = "weft tune --calibrate (" + std::to_string(iterations) + " timed runs, median)";
   return p;

@@ -35,7 +35,7 @@ void print_help() {
       "          --suite NAME|FILE (default: tilelink_mlp) --world LIST --warmup N --iterations N --csv FILE\n"
       "  tune    --calibrate: measure GPU 0's peak GEMM rate and HBM bandwidth, write a machine profile\n"
       "          --out FILE (machine_profile.json) --warmup N --iterations N; read back with --machine FILE;\n"
-      "          also NCCL all-reduce / reduce-scatter latency curves at world sizes 2, 4, 8 (visible GPUs)\n"
+      "          also NCCL all-reduce / reduce-scatter / all-to-all latency curves at world sizes 2, 4, 8\n"
       "          --partitions: signal's predicted vs measured time per wave partition, searched vs best\n"
       "          --suite NAME|FILE (flashoverlap_ar) --op LIST --world LIST --machine FILE --max-partitions N\n"
       "          --gemm-sms N --restore PLACEMENT --csv FILE --warmup N --iterations N\n"

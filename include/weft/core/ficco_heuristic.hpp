@@ -9,7 +9,8 @@
 // The paper combines OTB and MT and compares with the machine's "op-to-byte x memory bandwidth =
 // FLOPs" without giving units. OTB x MT is the GEMM's FLOP count and op-to-byte x bandwidth is the
 // peak FLOP/s, so we read the comparison as the GEMM's time at peak rate against a time scale,
-// `threshold_seconds` (1 ms by default: FLOPs in GFLOP against a rate in TFLOP/s). The GEMM is the
+// the machine profile's `ficco_threshold_seconds` (1 ms by default: FLOPs in GFLOP against a rate in
+// TFLOP/s; tuned per machine). The GEMM is the
 // per-rank GEMM after the gather: (W*m) x n x k; for a2a_gemm the largest rank's (rows received) x n x k.
 #pragma once
 
@@ -26,6 +27,7 @@ struct FiccoDecision {
   double threshold = 0;       // seconds
 };
 
-FiccoDecision pick_ficco_schedule(const Problem& problem, const MachineProfile& machine, double threshold_seconds = 1e-3);
+// The threshold is machine.ficco_threshold_seconds.
+FiccoDecision pick_ficco_schedule(const Problem& problem, const MachineProfile& machine);
 
 }  // namespace weft

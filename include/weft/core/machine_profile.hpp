@@ -42,6 +42,10 @@ struct MachineProfile {
   // stream wait, NCCL's start on the few SMs it has): FlashOverlap's "frequent API calls" (Section
   // 4.1.1). Fitted by `weft tune --partitions` against measured partitions.
   double overlapped_call_seconds = 0;
+  // FiCCO's machine threshold (ficco_heuristic.hpp): the GEMM time at peak rate below which
+  // uniform_fused_1d is picked, above five times which hetero_unfused_1d. The paper tunes it once per
+  // machine ("one-time tuning cost for thresholds"); 1 ms is our reading of its Figure 12(a).
+  double ficco_threshold_seconds = 1e-3;
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";
 
