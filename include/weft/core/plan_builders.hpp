@@ -86,8 +86,9 @@ struct SignalLayout {
   int64_t tiles = 0;
   int waves = 0;
   std::vector<int> partition;     // waves per group
-  double predicted_seconds = 0;   // Algorithm 1 with the machine profile, plus restore_seconds
+  double predicted_seconds = 0;   // Algorithm 1 with the machine profile, plus prologue and restore
   double predicted_gemm_seconds = 0;
+  double prologue_seconds = 0;    // steps before the GEMM (gemm_a2a: tokens grouped by destination)
   double restore_seconds = 0;     // the restore steps after the last collective (memory bound)
 };
 // With measured_gemm_seconds > 0 (the signal GEMM timed alone, as the paper's offline stage does)
