@@ -139,16 +139,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
       if (group_tiles[g] > 0) stored[g] = b.signal("group" + std::to_string(g) + "_stored");
     const SignalId edge_stored = edge_count > 0 ? b.signal("edge_tiles_stored") : -1;
 
-    GemmStep gemm;
-    gemm.a = b.whole(a);
-    gemm.b = b.whole(w);
-    gemm.tile_m = o.tile_m;
-    gemm.tile_n = o.tile_n;
-    // Persistent on gemm_sms SMs, the rest left to NCCL for the whole call; or one CTA per tile, and
-    // NCCL's kernels (higher-priority stream) take SMs as tiles end. On 2xH200 the first was faster
-    // (bench/results/README.md).
-    gemm.persistent = !o.gemm_cta_per_tile;
-    gemm.sm_limit = gemm.persistent ? cut.layout.gemm_sms : 0;
+    GemmStep gemm = detail::signal_gemm(b.whole(a), b.whole(w), o, cut.layout);
     size_t g = 0;
     for (size_t i = 0; i < cut.order.size(); ++i) {
       while (static_cast<int64_t>(i) >= cut.group_start[g + 1]) ++g;

@@ -193,13 +193,7 @@ Plan plan_signal_all_to_all(const Problem& p, const PlanOptions& o) {
     }
     group_pool_row[groups] = row;
 
-    GemmStep gemm;
-    gemm.a = b.whole(a_sorted);
-    gemm.b = b.whole(w);
-    gemm.tile_m = o.tile_m;
-    gemm.tile_n = o.tile_n;
-    gemm.persistent = !o.gemm_cta_per_tile;
-    gemm.sm_limit = gemm.persistent ? cut.layout.gemm_sms : 0;
+    GemmStep gemm = signal_gemm(b.whole(a_sorted), b.whole(w), o, cut.layout);
     for (size_t g = 0; g < groups; ++g)
       for (int64_t i = rc.group_start[g]; i < rc.group_start[g + 1]; ++i) {
         const SignalTile& t = rc.order[static_cast<size_t>(i)];

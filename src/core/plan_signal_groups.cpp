@@ -84,6 +84,17 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
   return layout;
 }
 
+GemmStep signal_gemm(const Region& a, const Region& b, const PlanOptions& o, const SignalLayout& layout) {
+  GemmStep gemm;
+  gemm.a = a;
+  gemm.b = b;
+  gemm.tile_m = o.tile_m;
+  gemm.tile_n = o.tile_n;
+  gemm.persistent = !o.gemm_cta_per_tile;
+  gemm.sm_limit = gemm.persistent ? layout.gemm_sms : 0;
+  return gemm;
+}
+
 std::vector<int64_t> group_starts(int64_t tiles, const SignalLayout& layout, int64_t unit, bool keep_empty) {
   std::vector<int64_t> starts{0};
   int64_t wave_end = 0;

@@ -25,6 +25,11 @@ int signal_gemm_sms(const PlanOptions& options);
 SignalLayout choose_wave_groups(const Problem& problem, const PlanOptions& options, const std::vector<SignalTile>& order,
                                 CollectiveKind kind, double measured_gemm_seconds);
 
+// The signal GEMM over a and b with an empty table: persistent on layout.gemm_sms SMs (the rest left
+// to NCCL for the whole call), or with gemm_cta_per_tile a CTA per tile, whose SMs NCCL's kernels
+// (higher-priority stream) take as tiles end. On 2xH200 the first was faster (bench/results/README.md).
+GemmStep signal_gemm(const Region& a, const Region& b, const PlanOptions& options, const SignalLayout& layout);
+
 // Where each group starts in a table of `tiles` entries cut by `layout` (waves of layout.gemm_sms
 // tiles), plus `tiles` at the end. Group ends are rounded up to multiples of `unit`. With
 // keep_empty, groups that hold no tile stay (ranks whose tables differ in length still agree on

@@ -71,6 +71,29 @@ double median_call_ms(Communicator& comm, const std::function<void()>& ranks_mee
   return median(times);
 }
 
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                          int iterations, const std::function<void(size_t)>& finish) {
+  cudaEvent_t start, stop;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<std::vector<double>> times(variants.size());
+  for (int i = 0; i < warmup + iterations; ++i)
+    for (size_t v = 0; v < variants.size(); ++v) {
+      WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+      variants[v](stream);
+      WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+      finish(v);
+      float ms = 0;
+      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i >= warmup) times[v].push_back(ms);
+    }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));

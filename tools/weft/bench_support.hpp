@@ -36,6 +36,11 @@ double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& 
 // `finish()`; the median of `iterations` after `warmup`. Every rank calls it together.
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
+// Median time of each variant on one GPU. Iterations visit the variants in turn, so that clock and
+// power drift over a long measurement reaches all of them alike instead of whichever runs last.
+// `finish(v)` returns once variant v's work on `stream` is done (a bounded wait that explains a hang).
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                          int iterations, const std::function<void(size_t)>& finish);
 // sqrt(sum (a-b)^2 / sum b^2) over `count` contiguous bf16 elements, infinite when `a` holds a NaN.
 // `sums` is 3 doubles of device memory; the stream is synchronized.
 double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);

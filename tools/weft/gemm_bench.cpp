@@ -58,31 +58,6 @@ Plan notify_and_remap(Plan plan) {
   return plan;
 }
 
-// Median time of each executor's run. Iterations visit the executors in turn, so that clock and
-// power drift over a long measurement reaches all of them alike instead of whichever runs last.
-std::vector<double> time_interleaved_ms(const std::vector<CudaExecutor*>& executors, cudaStream_t stream, int warmup,
-                                        int iterations) {
-  cudaEvent_t start, stop;
-  WEFT_CUDA_CHECK(cudaEventCreate(&start));
-  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<std::vector<double>> times(executors.size());
-  for (int i = 0; i < warmup + iterations; ++i)
-    for (size_t e = 0; e < executors.size(); ++e) {
-      WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
-      executors[e]->run(stream);
-      WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-      finish_or_explain(*executors[e], stream, executors[e]->plan().strategy);
-      float ms = 0;
-      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= warmup) times[e].push_back(ms);
-    }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::vector<double> medians;
-  for (auto& t : times) medians.push_back(median(t));
-  return medians;
-}
-
 }  // namespace
 
 int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions& o) {
@@ -171,7 +146,10 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
 
     std::vector<CudaExecutor*> timed{&library, &notify};
     for (auto& e : empties) timed.push_back(e.get());
-    const std::vector<double> medians = time_interleaved_ms(timed, stream, o.warmup, o.iterations);
+    std::vector<std::function<void(cudaStream_t)>> runs;
+    for (CudaExecutor* e : timed) runs.push_back([e](cudaStream_t on) { e->run(on); });
+    const std::vector<double> medians = interleaved_median_ms(
+        runs, stream, o.warmup, o.iterations, [&](size_t v) { finish_or_explain(*timed[v], stream, timed[v]->plan().strategy); });
     const double t_library = medians[0], t_notify = medians[1];
     const std::vector<double> t_configs(medians.begin() + 2, medians.end());
     double t_chosen = 0, t_best = INFINITY;

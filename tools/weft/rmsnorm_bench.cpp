@@ -42,29 +42,6 @@ DeviceRegion region_in(void* base, const BufferDecl& decl, const Rect& box) {
   return DeviceRegion{static_cast<uint16_t*>(base) + box.row * decl.cols + box.col, box.rows, box.cols, decl.cols};
 }
 
-std::vector<double> time_interleaved_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                        int iterations) {
-  cudaEvent_t start, stop;
-  WEFT_CUDA_CHECK(cudaEventCreate(&start));
-  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<std::vector<double>> times(variants.size());
-  for (int i = 0; i < warmup + iterations; ++i)
-    for (size_t v = 0; v < variants.size(); ++v) {
-      WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
-      variants[v](stream);
-      WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-      WEFT_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= warmup) times[v].push_back(ms);
-    }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::vector<double> medians;
-  for (auto& t : times) medians.push_back(median(t));
-  return medians;
-}
-
 }  // namespace
 
 int run_rmsnorm_bench(const std::vector<BenchSuite>& suites, const RmsnormBenchOptions& o) {
@@ -134,14 +111,16 @@ int run_rmsnorm_bench(const std::vector<BenchSuite>& suites, const RmsnormBenchO
         for (const RestoreMoves& r : restores) move_boxes_bf16(r.dst, r.src, static_cast<const DeviceBoxMove*>(r.moves->get()), r.count, s);
       };
       restore(stream);
-      const std::vector<double> ms = time_interleaved_ms(
+      const std::vector<double> ms = interleaved_median_ms(
           {[&](cudaStream_t s) { rmsnorm_bf16(c, weight.get(), y_plain, kEpsilon, s); },
            [&](cudaStream_t s) { rmsnorm_reordered_bf16(view, weight.get(), y_fused, kEpsilon, s); },
            [&](cudaStream_t s) {
              restore(s);
              rmsnorm_bf16(c, weight.get(), y_plain, kEpsilon, s);
            }},
-          stream, o.warmup, o.iterations);
+          stream, o.warmup, o.iterations, [&](size_t) {
+            if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("RMSNorm of '" + row.name + "' did not finish in 30 s");
+          });
       const double difference = relative_difference(y_fused.data, y_plain.data, c.rows * c.cols, static_cast<double*>(sums.get()), stream);
       if (difference != 0.0) ++failed;
       const double overhead = ms[1] / ms[0] - 1.0;
