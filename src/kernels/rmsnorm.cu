@@ -16,18 +16,30 @@ constexpr int kVector = 8;  // bf16 per 16-byte access
 struct MatrixRows {
   const uint16_t* data;
   int64_t stride;
+  __device__ int64_t table_entries() const { return 0; }
+  __device__ void prepare(int64_t, const uint16_t**) {}
   __device__ const uint16_t* at(int64_t row, int64_t col) const { return data + row * stride + col; }
 };
 
-// The remap fused into the load: one division and one table read (L1-resident) per 16-byte vector.
+// The remap fused into the load. Before the row is read, its segments' source rows are looked up
+// once into shared memory (one coalesced read of the map), so a 16-byte load costs one 32-bit
+// division and a shared-memory read more than the plain kernel's.
 struct ReorderedRows {
   DeviceReorderMap map;
+  const uint16_t* const* segment_start = nullptr;  // shared memory, one per segment of this row
+
+  __device__ int64_t table_entries() const { return map.segments_per_row; }
+  __device__ void prepare(int64_t row, const uint16_t** table) {
+    const int64_t entry = (row / map.rows_per_entry) * map.segments_per_row;
+    const int64_t offset = row % map.rows_per_entry;
+    for (int64_t s = threadIdx.x; s < map.segments_per_row; s += blockDim.x)
+      table[s] = static_cast<const uint16_t*>(map.source) + (map.first_row[entry + s] + offset) * map.segment_cols;
+    segment_start = table;
+  }
   __device__ const uint16_t* at(int64_t row, int64_t col) const {
-    const int64_t segment = col / map.segment_cols;
-    if (segment < map.segments_per_row) {
-      const int64_t source_row = map.first_row[(row / map.rows_per_entry) * map.segments_per_row + segment] + row % map.rows_per_entry;
-      return static_cast<const uint16_t*>(map.source) + source_row * map.segment_cols + (col - segment * map.segment_cols);
-    }
+    const auto c = static_cast<uint32_t>(col), width = static_cast<uint32_t>(map.segment_cols);
+    const uint32_t segment = c / width;
+    if (segment < map.segments_per_row) return segment_start[segment] + (c - segment * width);
     return static_cast<const uint16_t*>(map.edge_source) + row * map.edge_cols + (col - map.segments_per_row * map.segment_cols);
   }
 };
@@ -39,6 +51,9 @@ __global__ void rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, f
   extern __shared__ uint4 row_cache[];
   const int64_t row = blockIdx.x;
   const int64_t vectors = y.cols / kVector;
+  // Shared memory: the row (vectors x 16 bytes), then the rows' lookup table if any.
+  x.prepare(row, reinterpret_cast<const uint16_t**>(row_cache + vectors));
+  if (x.table_entries() > 0) __syncthreads();
   float sum = 0.0f;
   for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
     const uint4 packed = *reinterpret_cast<const uint4*>(x.at(row, v * kVector));
@@ -80,11 +95,11 @@ void require(bool ok, const std::string& what, const std::string& why) {
 }
 
 template <class Rows>
-void launch(const Rows& x, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream, const char* what) {
+void launch(const Rows& x, int64_t table_entries, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream, const char* what) {
   require(y.cols % kVector == 0, what, "cols " + std::to_string(y.cols) + " is not a multiple of 8");
   require(y.stride % kVector == 0 && aligned(y.data) && aligned(weight), what, "y or weight misaligned (y stride " + std::to_string(y.stride) + ")");
   if (y.rows == 0) return;
-  const size_t cache_bytes = static_cast<size_t>(y.cols) * sizeof(uint16_t);
+  const size_t cache_bytes = static_cast<size_t>(y.cols) * sizeof(uint16_t) + static_cast<size_t>(table_entries) * sizeof(void*);
   if (cache_bytes > 48 * 1024)
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_kernel<Rows>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cache_bytes)));
   require(y.rows <= 0x7fffffff, what, "too many rows for one CTA each: " + std::to_string(y.rows));
@@ -98,7 +113,7 @@ void rmsnorm_bf16(const DeviceRegion& x, const void* weight, const DeviceRegion&
   require(x.rows == y.rows && x.cols == y.cols, "rmsnorm_bf16", "x is " + std::to_string(x.rows) + "x" + std::to_string(x.cols) +
                                                                       ", y " + std::to_string(y.rows) + "x" + std::to_string(y.cols));
   require(x.stride % kVector == 0 && aligned(x.data), "rmsnorm_bf16", "x misaligned (stride " + std::to_string(x.stride) + ")");
-  launch(MatrixRows{static_cast<const uint16_t*>(x.data), x.stride}, weight, y, epsilon, stream, "rmsnorm_bf16");
+  launch(MatrixRows{static_cast<const uint16_t*>(x.data), x.stride}, 0, weight, y, epsilon, stream, "rmsnorm_bf16");
 }
 
 void rmsnorm_reordered_bf16(const DeviceReorderMap& x, const void* weight, const DeviceRegion& y, float epsilon, cudaStream_t stream) {
@@ -108,7 +123,8 @@ void rmsnorm_reordered_bf16(const DeviceReorderMap& x, const void* weight, const
   require(x.segment_cols * x.segments_per_row + x.edge_cols == y.cols, what,
           "the map covers " + std::to_string(x.segment_cols * x.segments_per_row + x.edge_cols) + " columns, y has " + std::to_string(y.cols));
   require(aligned(x.source) && (x.edge_cols == 0 || aligned(x.edge_source)) && x.rows_per_entry >= 1, what, "source or edge misaligned");
-  launch(ReorderedRows{x}, weight, y, epsilon, stream, what);
+  require(x.segment_cols * x.segments_per_row <= 0xffffffffLL, what, "rows wider than 32-bit column indices");
+  launch(ReorderedRows{x, nullptr}, x.segments_per_row, weight, y, epsilon, stream, what);
 }
 
 }  // namespace weft
