@@ -32,15 +32,15 @@ int env_int(std::initializer_list<const char*> names, const char* what) {
 
 uint64_t hash_text(const std::string& text) { return std::hash<std::string>{}(text); }
 
-int64_t collective_timeout_ms() {
+}  // namespace
+
+int64_t Communicator::timeout_ms() {
   static const int64_t ms = [] {
     const std::string seconds = env("WEFT_COLLECTIVE_TIMEOUT_S");
     return seconds.empty() ? int64_t{120000} : static_cast<int64_t>(std::stod(seconds) * 1000);
   }();
   return ms;
 }
-
-}  // namespace
 
 // A reusable barrier for the threads of one process, with a deadline: once one rank gives up, the
 // others fail at once instead of waiting out their own deadline.
@@ -176,7 +176,7 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   // Ranks of one process exchange through host memory: no kernel of one rank then waits on another
   // rank whose host thread may sit in a driver call that waits for every device of the process
   // (cudaFree of peer-mapped memory, a library load). Seen as an intermittent hang at world 4.
-  if (process_barrier_) return process_barrier_->exchange(rank_, data, bytes, collective_timeout_ms());
+  if (process_barrier_) return process_barrier_->exchange(rank_, data, bytes, timeout_ms());
   const size_t needed = bytes * static_cast<size_t>(world_ + 1);
   WEFT_CUDA_CHECK(cudaSetDevice(device_));
   if (!host_stream_) WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking));
@@ -190,9 +190,9 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   WEFT_CUDA_CHECK(cudaMemcpy(send, data, bytes, cudaMemcpyHostToDevice));
   WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
   // A rank that failed (or took another path) never joins: say so instead of waiting forever.
-  if (!synchronize_with_timeout(host_stream_, collective_timeout_ms()))
+  if (!synchronize_with_timeout(host_stream_, timeout_ms()))
     throw std::runtime_error("Communicator: rank " + std::to_string(rank_) + " waited " +
-                             std::to_string(collective_timeout_ms() / 1000) +
+                             std::to_string(timeout_ms() / 1000) +
                              " s for its peers in a host-side all-gather of " + std::to_string(bytes) +
                              " bytes; a peer failed or made different calls (see its error above; "
                              "WEFT_COLLECTIVE_TIMEOUT_S sets the limit). The communicator is unusable now.");
@@ -202,7 +202,7 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
 }
 
 void Communicator::host_barrier() {
-  if (process_barrier_) process_barrier_->arrive_and_wait(rank_, collective_timeout_ms());
+  if (process_barrier_) process_barrier_->arrive_and_wait(rank_, timeout_ms());
   else all_gather_bytes(&rank_, sizeof rank_);  // one rank per process: no device of ours is shared
 }
 

@@ -81,7 +81,6 @@ namespace {
 // an NCCL call) while its device waits for a peer whose host thread is blocked the same way, or
 // behind a lock the first holds: seen at world 4 as a silent hang of 1,000 back-to-back calls.
 constexpr uint64_t kMaxCallsInFlight = 8;
-constexpr int64_t kCallWaitTimeoutMs = 60000;
 
 }  // namespace
 
@@ -423,10 +422,11 @@ void CudaExecutor::run(cudaStream_t stream) {
   Impl& im = *impl_;
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
   cudaEvent_t& done = im.call_done[im.calls % kMaxCallsInFlight];
-  if (im.calls >= kMaxCallsInFlight && !wait_for_event_with_timeout(done, kCallWaitTimeoutMs))
+  // Bounded like every wait for peers, so that a stuck call ends in this diagnosis (WEFT_COLLECTIVE_TIMEOUT_S).
+  if (im.calls >= kMaxCallsInFlight && !wait_for_event_with_timeout(done, Communicator::timeout_ms()))
     throw CudaError("CudaExecutor::run on rank " + std::to_string(comm_.rank()) + ": call " +
                     std::to_string(im.calls - kMaxCallsInFlight) + " has not finished after " +
-                    std::to_string(kCallWaitTimeoutMs / 1000) + " s; unmet waits:\n" + diagnose());
+                    std::to_string(Communicator::timeout_ms() / 1000) + " s; unmet waits:\n" + diagnose());
   // A peer may still be reading buffers we are about to overwrite in its previous call.
   if (im.plan_touches_peers) comm_.barrier(stream);
   WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));

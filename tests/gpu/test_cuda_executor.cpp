@@ -173,7 +173,7 @@ TEST(Executor, ThousandBackToBackCallsNeitherHangNorDrift) {
       ASSERT_TRUE(synchronize_with_timeout(stream, 30000)) << exec.diagnose();
       const HostMatrix first = testing_support::download(exec.output(), stream);
       for (int i = 0; i < 1000; ++i) exec.run(stream);
-      ASSERT_TRUE(synchronize_with_timeout(stream, 60000)) << exec.diagnose();
+      ASSERT_TRUE(synchronize_with_timeout(stream, Communicator::timeout_ms())) << exec.diagnose();
       const HostMatrix last = testing_support::download(exec.output(), stream);
       drifted[static_cast<size_t>(comm.rank())] = first.data == last.data ? 0 : 1;
       cudaStreamDestroy(stream);

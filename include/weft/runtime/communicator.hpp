@@ -54,6 +54,9 @@ class Communicator {
   // device of the process to go idle (cuBLASLt loading its kernels), and a collective kernel waiting
   // on that rank would never let it.
   void host_barrier();
+  // How long a rank waits for its peers anywhere (host barriers, exchanges, a call that does not
+  // finish): WEFT_COLLECTIVE_TIMEOUT_S seconds, 120 unless set.
+  static int64_t timeout_ms();
   // A device-side barrier on `stream`: a one-element all-reduce.
   void barrier(cudaStream_t stream);
   // Throws unless every rank passes the same value (shapes, plan fingerprints): a mismatch
