@@ -23,6 +23,11 @@ const CollectiveCurve* MachineProfile::curve(CollectiveKind kind, int world_size
   return nullptr;
 }
 
+double MachineProfile::overlapped_slowdown(CollectiveKind kind, int world_size) const {
+  const CollectiveCurve* c = curve(kind, world_size);
+  return c ? c->overlapped_slowdown : 1.0;
+}
+
 double MachineProfile::collective_seconds(CollectiveKind kind, int world_size, double bytes) const {
   if (world_size <= 1) return 0.0;
   if (const CollectiveCurve* c = curve(kind, world_size); c && !c->bytes.empty()) {
@@ -62,6 +67,7 @@ std::string machine_profile_json(const MachineProfile& p) {
     curve["world_size"] = c.world_size;
     curve["bytes"] = Json::Array(c.bytes.begin(), c.bytes.end());
     curve["seconds"] = Json::Array(c.seconds.begin(), c.seconds.end());
+    curve["overlapped_slowdown"] = c.overlapped_slowdown;
     curves.push_back(Json(curve));
   }
   o["collectives"] = curves;
@@ -94,11 +100,13 @@ MachineProfile parse_machine_profile(std::string_view text) {
       c.world_size = static_cast<int>(item["world_size"].integer());
       for (const Json& b : item["bytes"].items()) c.bytes.push_back(b.number());
       for (const Json& s : item["seconds"].items()) c.seconds.push_back(s.number());
+      if (item.has("overlapped_slowdown")) c.overlapped_slowdown = item["overlapped_slowdown"].number();
       const std::string which = "machine profile: curve " + std::string(to_string(c.kind)) + " at world " + std::to_string(c.world_size);
       if (c.bytes.size() != c.seconds.size() || c.bytes.empty())
         throw std::invalid_argument(which + " needs as many seconds as bytes, at least one");
       for (size_t i = 1; i < c.bytes.size(); ++i)
         if (!(c.bytes[i] > c.bytes[i - 1])) throw std::invalid_argument(which + ": bytes must increase");
+      if (!(c.overlapped_slowdown >= 1.0)) throw std::invalid_argument(which + ": overlapped_slowdown must be at least 1");
       p.collectives.push_back(std::move(c));
     }
   return p;

@@ -52,11 +52,12 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
   model.waves = waves;
   // Operands mostly come from L2 (neighbouring tiles share them), so a wave is bound by the math.
   model.seconds_per_wave = measured_gemm_seconds > 0 ? measured_gemm_seconds / waves : tile_flops / (machine.peak_flops / machine.sm_count);
-  model.comm_seconds = [&, kind](int first_wave, int wave_count) {
+  const double slowdown = machine.overlapped_slowdown(kind, p.world_size);
+  model.comm_seconds = [&, kind, slowdown](int first_wave, int wave_count) {
     const int64_t begin = std::min<int64_t>(int64_t{first_wave} * sms, count);
     const int64_t end = std::min<int64_t>(int64_t{first_wave + wave_count} * sms, count);
     return machine.overlapped_call_seconds +
-           machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
+           slowdown * machine.collective_seconds(kind, p.world_size, bytes_before[static_cast<size_t>(end)] - bytes_before[static_cast<size_t>(begin)]);
   };
   std::vector<int> partition = o.wave_partition;
   if (partition.empty()) {

@@ -286,6 +286,12 @@ TEST(SignalPlans, SearchedPartitionUsesTheMachineCurves) {
   o.machine.collectives[0].seconds = {1e-6, 1e-3};
   const SignalLayout fast = signal_layout(p, o);
   EXPECT_EQ(slow.waves, fast.waves);
+  // A collective slowed beside the GEMM costs more in the prediction of the same partition.
+  PlanOptions slowed = o;
+  slowed.wave_partition = fast.partition;
+  const double unslowed_seconds = signal_layout(p, slowed).predicted_seconds;
+  slowed.machine.collectives[0].overlapped_slowdown = 2.0;
+  EXPECT_GT(signal_layout(p, slowed).predicted_seconds, unslowed_seconds);
   EXPECT_EQ(slow.tiles, 64 * 64);
   EXPECT_EQ(slow.gemm_sms, 132 - 32);
   EXPECT_LT(slow.partition.size(), fast.partition.size());
@@ -311,8 +317,10 @@ TEST(MachineProfile, CurvesRoundTripAndInterpolate) {
   p.sm_count = 132;
   p.collective_sms = 20;
   p.overlapped_call_seconds = 15e-6;
-  p.collectives.push_back({CollectiveKind::reduce_scatter, 2, {1e6, 2e6, 4e6}, {1e-5, 2e-5, 3e-5}});
+  p.collectives.push_back({CollectiveKind::reduce_scatter, 2, {1e6, 2e6, 4e6}, {1e-5, 2e-5, 3e-5}, 1.25});
   const MachineProfile back = parse_machine_profile(machine_profile_json(p));
+  EXPECT_DOUBLE_EQ(back.overlapped_slowdown(CollectiveKind::reduce_scatter, 2), 1.25);
+  EXPECT_DOUBLE_EQ(back.overlapped_slowdown(CollectiveKind::all_reduce, 2), 1.0);  // no curve
   EXPECT_EQ(back.collectives, p.collectives);
   EXPECT_EQ(back.collective_sms, 20);
   EXPECT_DOUBLE_EQ(back.overlapped_call_seconds, 15e-6);

@@ -25,6 +25,10 @@ struct CollectiveCurve {
   int world_size = 2;
   std::vector<double> bytes;    // strictly increasing
   std::vector<double> seconds;  // one per entry of bytes
+  // How much longer the collective takes while a GEMM runs beside it on the other SMs (fewer SMs,
+  // shared HBM and L2): signal's predictor multiplies the curve by it. Fitted by `weft tune
+  // --partitions` against measured partitions; 1 until then.
+  double overlapped_slowdown = 1.0;
 
   bool operator==(const CollectiveCurve&) const = default;
 };
@@ -54,6 +58,8 @@ struct MachineProfile {
   // through the built-in figures above.
   double collective_seconds(CollectiveKind kind, int world_size, double bytes) const;
   const CollectiveCurve* curve(CollectiveKind kind, int world_size) const;
+  // The curve's overlapped_slowdown; 1 without a curve.
+  double overlapped_slowdown(CollectiveKind kind, int world_size) const;
 };
 
 std::string machine_profile_json(const MachineProfile& profile);
