@@ -70,17 +70,11 @@ struct CudaExecutor::Impl {
   // plan, so that every rank agrees and the barriers it guards are collective.
   bool plan_touches_peers = false;
   uint64_t calls = 0;
-  // Completion of the last kMaxCallsInFlight calls (ring, by call number).
+  // Completion of the last max_calls_in_flight calls (ring, by call number).
   std::vector<cudaEvent_t> call_done;
 };
 
 namespace {
-
-// Calls of one executor that may be queued on the device at once. Without a bound, a loop of
-// calls fills the device's command queue and the host blocks inside an enqueue (a kernel launch,
-// an NCCL call) while its device waits for a peer whose host thread is blocked the same way, or
-// behind a lock the first holds: seen at world 4 as a silent hang of 1,000 back-to-back calls.
-constexpr uint64_t kMaxCallsInFlight = 8;
 
 }  // namespace
 
@@ -150,7 +144,14 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     im.joins.push_back(join);
   }
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&im.fork, cudaEventDisableTiming));
-  im.call_done.resize(kMaxCallsInFlight);
+  // Calls queued on the device at once are bounded (ExecutorOptions::max_calls_in_flight). Without a
+  // bound, a loop of calls fills the device's command queue and the host blocks inside an enqueue (a
+  // kernel launch, an NCCL call) while its device waits for a peer whose host thread is blocked the
+  // same way, or behind a lock the first holds: seen at world 4 as a silent hang of 1,000
+  // back-to-back calls. With 8 the world-4 test still hangs (2026-11-22); its cause is open.
+  if (options.max_calls_in_flight < 1)
+    throw std::invalid_argument("ExecutorOptions::max_calls_in_flight must be at least 1 (got " + std::to_string(options.max_calls_in_flight) + ")");
+  im.call_done.resize(static_cast<size_t>(options.max_calls_in_flight));
   for (cudaEvent_t& e : im.call_done) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   WEFT_CUBLAS_CHECK(cublasLtCreate(&im.lt));
   WEFT_CUDA_CHECK(cudaMalloc(&im.workspace, kGemmWorkspaceBytes));
@@ -421,11 +422,12 @@ DeviceRegion CudaExecutor::region(const Region& r) const {
 void CudaExecutor::run(cudaStream_t stream) {
   Impl& im = *impl_;
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
-  cudaEvent_t& done = im.call_done[im.calls % kMaxCallsInFlight];
+  const uint64_t in_flight = im.call_done.size();
+  cudaEvent_t& done = im.call_done[im.calls % in_flight];
   // Bounded like every wait for peers, so that a stuck call ends in this diagnosis (WEFT_COLLECTIVE_TIMEOUT_S).
-  if (im.calls >= kMaxCallsInFlight && !wait_for_event_with_timeout(done, Communicator::timeout_ms()))
+  if (im.calls >= in_flight && !wait_for_event_with_timeout(done, Communicator::timeout_ms()))
     throw CudaError("CudaExecutor::run on rank " + std::to_string(comm_.rank()) + ": call " +
-                    std::to_string(im.calls - kMaxCallsInFlight) + " has not finished after " +
+                    std::to_string(im.calls - in_flight) + " has not finished after " +
                     std::to_string(Communicator::timeout_ms() / 1000) + " s; unmet waits:\n" + diagnose());
   // A peer may still be reading buffers we are about to overwrite in its previous call.
   if (im.plan_touches_peers) comm_.barrier(stream);

@@ -35,6 +35,9 @@ struct ExecutorOptions {
   // `weft bench gemm` compares the two). Tables with waits, notifies or remapped stores always
   // run on the overlap GEMM.
   enum class PlainGemm { library, overlap } plain_gemm = PlainGemm::library;
+  // Calls of this executor that may be queued on the device at once; run() waits (bounded) for the
+  // call this many calls back before it enqueues the next. 1: every call waits for the previous one.
+  int max_calls_in_flight = 8;
 };
 
 class CudaExecutor {
