@@ -70,6 +70,7 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
   layout.tiles = count;
   layout.waves = waves;
   layout.partition = partition;
+  layout.collective = kind;
   // The tiles put back in place after the last collective: all of them (at_end) or the last group's;
   // a box move reads and writes each byte once.
   const std::vector<int64_t> starts = group_starts(count, layout, 1, false);

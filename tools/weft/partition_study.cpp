@@ -78,12 +78,8 @@ struct Timed {
   Problem problem;
   PlanOptions options;
   double gemm_seconds = 0;
+  CollectiveKind collective = CollectiveKind::all_reduce;  // signal's call for this op
 };
-
-// The collective signal issues for an op.
-CollectiveKind signal_collective(OpKind op) {
-  return op == OpKind::gemm_rs ? CollectiveKind::reduce_scatter : op == OpKind::gemm_a2a ? CollectiveKind::all_to_all : CollectiveKind::all_reduce;
-}
 
 // The profile's per-collective cost beside the GEMM and the slowdown of the measured collectives'
 // curves that predict the measured times best (mean absolute error ratio), by a grid search.
@@ -96,7 +92,7 @@ Fit fit_overlap_constants(const std::vector<Timed>& all, const MachineProfile& m
     m.overlapped_call_seconds = call_seconds;
     for (CollectiveCurve& c : m.collectives)
       for (const Timed& t : all)
-        if (c.kind == signal_collective(t.problem.op) && c.world_size == t.world) c.overlapped_slowdown = slowdown;
+        if (c.kind == t.collective && c.world_size == t.world) c.overlapped_slowdown = slowdown;
     return m;
   };
   Fit best{0, 1, 1e300};
@@ -207,6 +203,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
         t.options = options;
         t.options.wave_partition = t.partition;
         t.gemm_seconds = gemm_seconds;
+        t.collective = searched.collective;
         const double error = *std::max_element(errors[p].begin(), errors[p].end());
         const bool ok = error <= kTolerance;
         failures += !ok;

@@ -90,6 +90,7 @@ struct SignalLayout {
   double predicted_gemm_seconds = 0;
   double prologue_seconds = 0;    // steps before the GEMM (gemm_a2a: tokens grouped by destination)
   double restore_seconds = 0;     // the restore steps after the last collective (memory bound)
+  CollectiveKind collective = CollectiveKind::all_reduce;  // what each group's call is
 };
 // With measured_gemm_seconds > 0 (the signal GEMM timed alone, as the paper's offline stage does)
 // the model takes that instead of estimating the GEMM from the machine's peak rate. The partition is
