@@ -26,6 +26,7 @@ OverlapGemmShape shape_of(OverlapGemmConfig config) {
   switch (config) {
     case OverlapGemmConfig::tile_128x96: return {128, 96, 64};
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};
+    case OverlapGemmConfig::tile_128x192: return {128, 192, 64};
     case OverlapGemmConfig::tile_128x256: return {128, 256, 64};
   }
   reject("unknown configuration");
@@ -37,7 +38,8 @@ std::string to_string(OverlapGemmConfig config) {
 }
 
 std::vector<OverlapGemmConfig> overlap_gemm_configs() {
-  return {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256};
+  return {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
+          OverlapGemmConfig::tile_128x256};
 }
 
 namespace {
@@ -45,22 +47,32 @@ namespace {
 // Relative time of `count` entries of `config` split `splits` ways over `k` (see the header).
 double estimated_time(int64_t count, int64_t k, OverlapGemmConfig config, int splits, int sm_count) {
   // Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
-  // estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256).
+  // estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
+  // 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
   auto rate_of = [](OverlapGemmConfig c) {
     switch (c) {
       case OverlapGemmConfig::tile_128x96: return 0.75;
       case OverlapGemmConfig::tile_128x128: return 0.88;
+      case OverlapGemmConfig::tile_128x192: return 0.97;
       case OverlapGemmConfig::tile_128x256: return 1.0;
     }
     return 1.0;
   };
-  constexpr double kFixupKTiles = 2.0;  // writing and reading back one partial tile, in K-tiles of work
+  // What a split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
+  // 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms,
+  // so a split entry costs about 32 K-tiles more than its share (the partial tile's round trip
+  // and the wait for the previous split; a model of 2 picked splits that gained nothing).
+  constexpr double kFixupKTiles = 32.0;
   const OverlapGemmShape s = shape_of(config);
   const double k_tiles = static_cast<double>(ceil_div(k, s.tile_k));
   const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
   const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
   return static_cast<double>(waves) * per_entry * s.tile_m * s.tile_n / rate_of(config);
 }
+
+// Widest first: on equal estimates the wider tile (fewer shared-memory bytes per FLOP) wins.
+constexpr OverlapGemmConfig widest_first[] = {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x192,
+                                              OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96};
 
 constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
@@ -100,7 +112,7 @@ OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, in
     // of 96 columns rather than 96 of 128).
     OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
     double best_bytes = INFINITY;
-    for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96}) {
+    for (OverlapGemmConfig config : widest_first) {
       const OverlapGemmShape s = shape_of(config);
       const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
       const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
@@ -113,7 +125,7 @@ OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, in
   }
   OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
   double best_time = INFINITY;
-  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96}) {
+  for (OverlapGemmConfig config : widest_first) {
     const OverlapGemmShape s = shape_of(config);
     const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
     const int splits = choose_k_splits(tiles, m, n, k, config, sm_count);
@@ -231,6 +243,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
   switch (config) {
     case OverlapGemmConfig::tile_128x96: return overlap_gemm_detail::prepare_128x96(launch);
     case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
+    case OverlapGemmConfig::tile_128x192: return overlap_gemm_detail::prepare_128x192(launch);
     case OverlapGemmConfig::tile_128x256: return overlap_gemm_detail::prepare_128x256(launch);
   }
   reject("unknown configuration");

@@ -11,6 +11,12 @@
 // tile (a peer's buffer, a remapped position), and a generic-proxy st.global followed by a release
 // add is visible to a peer in the plain memory model; a TMA store would need a tensor map per
 // target and an async-proxy fence before every notify.
+//
+// The notify is not made by a consumer: a release at system scope waits until the tile's stores
+// are performed, and a consumer waiting there holds up the next tile's WGMMAs (measured on H100,
+// 16384x16384x8192: +3.2 to +5.1% with a notify on every tile). The consumers hand the stored tile
+// to a notifying warp of the producer warp group through a counter in shared memory (release/
+// acquire at CTA scope, after a barrier of all consumers), and that warp makes the release.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,6 +49,16 @@ CUTLASS_DEVICE uint32_t load_acquire_gpu(const uint32_t* address) {
   uint32_t value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
+}
+
+CUTLASS_DEVICE uint32_t load_acquire_cta(const uint32_t* address) {
+  uint32_t value;
+  asm volatile("ld.acquire.cta.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+CUTLASS_DEVICE void store_release_cta(uint32_t* address, uint32_t value) {
+  asm volatile("st.release.cta.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
 }
 
 CUTLASS_DEVICE void store_release_gpu(uint32_t* address, uint32_t value) {
@@ -101,7 +117,8 @@ struct OverlapGemmKernel {
   // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
   // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
   // carved out of what the main loop's pipeline stages may use.
-  static constexpr int kStripCols = TileN < 128 ? TileN : 128;
+  // 192-wide tiles use two strips of 96 (a 128-wide strip would not divide them).
+  static constexpr int kStripCols = TileN <= 128 ? TileN : (TileN % 128 == 0 ? 128 : TileN / 2);
   static constexpr int kStagingStride = kStripCols + 8;
   static_assert(TileN % kStripCols == 0, "tile width must be a whole number of staging strips");
   static constexpr int kStagingBytes = TileM * kStagingStride * 2;
@@ -129,6 +146,7 @@ struct OverlapGemmKernel {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
     alignas(128) Element staging[TileM * kStagingStride];
+    uint32_t tiles_stored;  // notifying tiles this CTA's consumers have stored, for the notifying warp
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
@@ -258,6 +276,29 @@ struct OverlapGemmKernel {
     return true;
   }
 
+  // One thread: walks this CTA's entries as the consumers do and, for each one that notifies,
+  // waits (bounded) until the consumers have stored it, then makes the release.
+  CUTLASS_DEVICE static void notify_stored_tiles(const OverlapGemmLaunch& launch, uint32_t& tiles_stored) {
+    uint32_t handed = 0;
+    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+      const OverlapGemmTile& entry = launch.tiles[t];
+      if (entry.notify_rank < 0) continue;
+      ++handed;
+      uint32_t seen = load_acquire_cta(&tiles_stored);
+      if (seen < handed) {
+        const uint64_t start = global_timer_ns();
+        while ((seen = load_acquire_cta(&tiles_stored)) < handed) {
+          if (global_timer_ns() - start > launch.wait_timeout_ns) {
+            record_timeout(launch, t, kNotifyHandoffSignal, handed, seen);
+            break;
+          }
+          __nanosleep(256);
+        }
+      }
+      add_release_system(launch.notify_signals[entry.notify_rank] + entry.notify_signal, entry.notify_increment);
+    }
+  }
+
   CUTLASS_DEVICE void operator()(const Params& params, char* shared_memory) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace cute;
@@ -278,7 +319,8 @@ struct OverlapGemmKernel {
     pipeline_params.num_consumers = kMmaThreads;
     pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
     MainloopPipeline pipeline(shared.pipeline, pipeline_params, ClusterShape{});
-    __syncthreads();  // barriers initialised before anyone uses them
+    if (thread_idx == 0) shared.tiles_stored = 0;
+    __syncthreads();  // barriers and the counter initialised before anyone uses them
 
     const auto problem = make_shape(static_cast<int>(launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
     const int k_tiles = static_cast<int>((launch.k + TileK - 1) / TileK);
@@ -286,6 +328,10 @@ struct OverlapGemmKernel {
 
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (warp_in_group == 1) {
+        if (lane == 0) notify_stored_tiles(launch, shared.tiles_stored);
+        return;
+      }
       if (warp_in_group != 0) return;
       auto load_inputs = mainloop.load_init(problem, params.mainloop);
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
@@ -306,6 +352,7 @@ struct OverlapGemmKernel {
     const int mma_thread_idx = thread_idx % kMmaThreads;
     PipelineState read_state;
     TiledMma tiled_mma;
+    uint32_t stored = 0;  // notifying tiles stored so far (thread 0's count)
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
@@ -316,11 +363,11 @@ struct OverlapGemmKernel {
       if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
       store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
-        // Every consumer thread's stores happen-before the release below (bar.sync orders them
-        // within the CTA; the release at system scope is cumulative over them).
+        // Every consumer thread's stores happen-before thread 0's release of the count (bar.sync
+        // orders them within the CTA); the notifying warp acquires the count, then releases at
+        // system scope, cumulatively over those stores.
         cutlass::arch::NamedBarrier::sync(kMmaThreads, kNotifyBarrier);
-        if (mma_thread_idx == 0)
-          add_release_system(launch.notify_signals[entry.notify_rank] + entry.notify_signal, entry.notify_increment);
+        if (mma_thread_idx == 0) store_release_cta(&shared.tiles_stored, ++stored);
       }
     }
 #else

@@ -297,11 +297,14 @@ TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
 }
 
 TEST(OverlapGemm, TheTilingRuleSplitsKOnlyWhereTilesCannotFillTheGpu) {
-  // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 wide tiles, 1.45 waves,
-  // compute-bound): split. m = 64 is memory-bound: no split.
+  // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 tiles of 128x256 are 1.45
+  // waves): 128x192 tiles (1.94 waves), measured faster than 2 splits. m = 64 is memory-bound: no
+  // split. Too few tiles for the GPU (a table of 16 tiles, K = 12288): split.
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
-  EXPECT_GT(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).config, OverlapGemmConfig::tile_128x192);
+  EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, OverlapGemmConfig::tile_128x256, 132), 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).config, OverlapGemmConfig::tile_128x96)
       << "128 narrow tiles keep more SMs streaming B than 96 or 48 wider ones";

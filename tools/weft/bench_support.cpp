@@ -78,7 +78,8 @@ std::vector<double> interleaved_median_ms(const std::vector<std::function<void(c
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<std::vector<double>> times(variants.size());
   for (int i = 0; i < warmup + iterations; ++i)
-    for (size_t v = 0; v < variants.size(); ++v) {
+    for (size_t turn = 0; turn < variants.size(); ++turn) {
+      const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
       WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
       variants[v](stream);
       WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));

@@ -4,7 +4,8 @@
 //   empty    : the overlap GEMM with an empty table (every tile in place, no waits, no notifies),
 //              once per compiled tile shape, so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
-//              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs.
+//              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
+//              also each of the two alone (CSV and summary), to trace a cost to one of them.
 #include "gemm_bench.hpp"
 
 #include <algorithm>
@@ -42,7 +43,17 @@ Plan gemm_plan(const GemmShape& s, int tile_n) {
 // Row block b of full blocks lands at block (full - 1 - b); the ragged last block stays.
 int64_t remapped_block(int64_t block, int64_t full_blocks) { return block < full_blocks ? full_blocks - 1 - block : block; }
 
-Plan notify_and_remap(Plan plan) {
+// The epilogue work FlashOverlap's reordering needs, each part on its own so that a cost can be
+// traced to one: a notify after every tile, and/or every full row block stored at its remapped
+// position.
+struct EpilogueWork {
+  const char* name;
+  bool notify;
+  bool remap;
+};
+constexpr EpilogueWork kEpilogueWork[] = {{"notify+remap", true, true}, {"notify only", true, false}, {"remap only", false, true}};
+
+Plan with_epilogue_work(Plan plan, const EpilogueWork& work) {
   RankPlan& rp = plan.ranks.at(0);
   rp.signals.push_back("tile_done");
   const SignalId done = static_cast<SignalId>(rp.signals.size()) - 1;
@@ -51,8 +62,8 @@ Plan notify_and_remap(Plan plan) {
     const int64_t full_blocks = gemm.a.box.rows / gemm.tile_m;
     for (GemmTile& t : gemm.tiles) {
       const int64_t block = t.tile.row / gemm.tile_m;
-      t.store.box.row += (remapped_block(block, full_blocks) - block) * gemm.tile_m;
-      t.notify = Notify{SignalRef{0, done}, 1};
+      if (work.remap) t.store.box.row += (remapped_block(block, full_blocks) - block) * gemm.tile_m;
+      if (work.notify) t.notify = Notify{SignalRef{0, done}, 1};
     }
   }
   return plan;
@@ -93,12 +104,12 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   if (csv) {
     std::fprintf(csv, "row,m,n,k,library_ms");
     for (OverlapGemmConfig c : configs) std::fprintf(csv, ",empty_ms_%s", to_string(c).c_str());
-    std::fprintf(csv, ",chosen,chosen_ms,notify_ms,library_tflops,chosen_tflops,chosen_ratio,best_ratio,notify_overhead,error_empty,error_notify\n");
+    std::fprintf(csv, ",chosen,chosen_ms,notify_ms,notify_only_ms,remap_only_ms,library_tflops,chosen_tflops,chosen_ratio,best_ratio,notify_overhead,error_empty,error_notify\n");
   }
   std::printf("%-30s %6s %6s %6s %8s", "row (first with this shape)", "m", "n", "k", "lib ms");
   for (OverlapGemmConfig c : configs) std::printf(" %10s", to_string(c).c_str());
   std::printf(" %-13s %9s %8s %8s %8s %7s %8s %s\n", "chosen", "notify ms", "lib TF/s", "chosen/lib", "best/lib", "notify+", "err", "check");
-  std::vector<double> chosen_ratios, best_ratios, overheads;
+  std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads;
   int failures = 0, chose_best = 0;
   for (const auto& [name, s] : shapes) {
     const OverlapGemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count);
@@ -125,33 +136,40 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
-    // The chosen tile with a notify per tile and remapped row blocks.
-    const Plan remapped = notify_and_remap(chosen_plain);
-    CudaExecutor notify(comm, remapped, ExecutorOptions{false, ExecutorOptions::PlainGemm::overlap});
-    fill_buffers(notify, 0, o.seed, stream);
-    notify.run(stream);
-    finish_or_explain(notify, stream, "overlap with notifies");
-    // Outputs are whole [m, n] buffers: row blocks are contiguous runs.
-    const DeviceRegion got_notify = notify.output();
+    // The chosen tile with the epilogue work, checked against cuBLASLt block by block.
+    std::vector<std::unique_ptr<CudaExecutor>> worked;
+    double error_notify = 0;
+    std::string notify_error;
     auto rows_at = [](const DeviceRegion& r, int64_t row) { return static_cast<const uint16_t*>(r.data) + row * r.stride; };
-    std::vector<DifferenceRun> blocks;
     const int64_t full_blocks = s.m / chosen_tile.tile_m;
-    for (int64_t block = 0; block * chosen_tile.tile_m < s.m; ++block) {
-      const int64_t rows = std::min<int64_t>(chosen_tile.tile_m, s.m - block * chosen_tile.tile_m);
-      blocks.push_back({rows_at(got_notify, remapped_block(block, full_blocks) * chosen_tile.tile_m),
-                        rows_at(want, block * chosen_tile.tile_m), rows * s.n});
+    for (const EpilogueWork& work : kEpilogueWork) {
+      worked.push_back(std::make_unique<CudaExecutor>(comm, with_epilogue_work(chosen_plain, work),
+                                                      ExecutorOptions{false, ExecutorOptions::PlainGemm::overlap}));
+      CudaExecutor& e = *worked.back();
+      fill_buffers(e, 0, o.seed, stream);
+      e.run(stream);
+      finish_or_explain(e, stream, std::string("overlap with ") + work.name);
+      // Outputs are whole [m, n] buffers: row blocks are contiguous runs.
+      std::vector<DifferenceRun> blocks;
+      for (int64_t block = 0; block * chosen_tile.tile_m < s.m; ++block) {
+        const int64_t rows = std::min<int64_t>(chosen_tile.tile_m, s.m - block * chosen_tile.tile_m);
+        const int64_t lands = work.remap ? remapped_block(block, full_blocks) : block;
+        blocks.push_back({rows_at(e.output(), lands * chosen_tile.tile_m), rows_at(want, block * chosen_tile.tile_m), rows * s.n});
+      }
+      error_notify = std::max(error_notify, relative_difference(blocks, sums, stream));
+      if (notify_error.empty()) notify_error = e.overlap_gemm_error();
     }
-    const double error_notify = relative_difference(blocks, sums, stream);
-    const std::string notify_error = notify.overlap_gemm_error();
 
-    std::vector<CudaExecutor*> timed{&library, &notify};
+    std::vector<CudaExecutor*> timed{&library};
+    for (auto& e : worked) timed.push_back(e.get());
     for (auto& e : empties) timed.push_back(e.get());
     std::vector<std::function<void(cudaStream_t)>> runs;
     for (CudaExecutor* e : timed) runs.push_back([e](cudaStream_t on) { e->run(on); });
     const std::vector<double> medians = interleaved_median_ms(
         runs, stream, o.warmup, o.iterations, [&](size_t v) { finish_or_explain(*timed[v], stream, timed[v]->plan().strategy); });
-    const double t_library = medians[0], t_notify = medians[1];
-    const std::vector<double> t_configs(medians.begin() + 2, medians.end());
+    constexpr size_t kWorkCount = std::size(kEpilogueWork);
+    const double t_library = medians[0], t_notify = medians[1], t_notify_only = medians[2], t_remap_only = medians[3];
+    const std::vector<double> t_configs(medians.begin() + 1 + kWorkCount, medians.end());
     double t_chosen = 0, t_best = INFINITY;
     for (size_t c = 0; c < configs.size(); ++c) {
       t_best = std::min(t_best, t_configs[c]);
@@ -166,6 +184,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     chosen_ratios.push_back(ratio);
     best_ratios.push_back(best_ratio);
     overheads.push_back(overhead);
+    notify_only_overheads.push_back(t_notify_only / t_chosen - 1.0);
+    remap_only_overheads.push_back(t_remap_only / t_chosen - 1.0);
     std::printf("%-30s %6lld %6lld %6lld %8.3f", name.substr(0, 30).c_str(), static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), t_library);
     for (double t : t_configs) std::printf(" %10.3f", t);
@@ -177,8 +197,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       std::fprintf(csv, "%s,%lld,%lld,%lld,%.5f", name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
                    static_cast<long long>(s.k), t_library);
       for (double t : t_configs) std::fprintf(csv, ",%.5f", t);
-      std::fprintf(csv, ",%s,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.3e,%.3e\n", chosen_name.c_str(), t_chosen, t_notify,
-                   flops / t_library * 1e-9, flops / t_chosen * 1e-9, ratio, best_ratio, overhead, error_empty, error_notify);
+      std::fprintf(csv, ",%s,%.5f,%.5f,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.3e,%.3e\n", chosen_name.c_str(), t_chosen, t_notify,
+                   t_notify_only, t_remap_only, flops / t_library * 1e-9, flops / t_chosen * 1e-9, ratio, best_ratio, overhead, error_empty, error_notify);
     }
   }
   if (csv) std::fclose(csv);
@@ -188,8 +208,12 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
                 chosen_ratios.size(), median(chosen_ratios), min_of(chosen_ratios));
     std::printf("with the best compiled tile per shape: median %.3f, min %.3f; the rule chose the best (within 1%%) in %d of %zu\n",
                 median(best_ratios), min_of(best_ratios), chose_best, chosen_ratios.size());
+    auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
     std::printf("notify on every tile + remapped stores vs empty table: median %+.1f%%, max %+.1f%%\n", median(overheads) * 100,
-                *std::max_element(overheads.begin(), overheads.end()) * 100);
+                max_of(overheads) * 100);
+    std::printf("  notify only: median %+.1f%%, max %+.1f%%; remapped stores only: median %+.1f%%, max %+.1f%%\n",
+                median(notify_only_overheads) * 100, max_of(notify_only_overheads) * 100, median(remap_only_overheads) * 100,
+                max_of(remap_only_overheads) * 100);
   }
   cudaFree(sums);
   cudaStreamDestroy(stream);

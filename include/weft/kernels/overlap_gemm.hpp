@@ -64,6 +64,9 @@ struct OverlapGemmTarget {
 // OverlapGemmError::signal when the wait that gave up was a split waiting for the previous split
 // of its tile (expected: that split's index).
 constexpr int32_t kSplitFixupSignal = -2;
+// OverlapGemmError::signal when the notifying warp gave up waiting for the consumers to store the
+// tile it was to notify for (expected: how many notifying tiles it was waiting for).
+constexpr int32_t kNotifyHandoffSignal = -3;
 
 // Where a bounded wait gave up. `failed` is 0 while all is well.
 struct OverlapGemmError {
@@ -99,7 +102,7 @@ struct OverlapGemmLaunch {
 };
 
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
-enum class OverlapGemmConfig { tile_128x96, tile_128x128, tile_128x256 };
+enum class OverlapGemmConfig { tile_128x96, tile_128x128, tile_128x192, tile_128x256 };
 
 struct OverlapGemmShape {
   int tile_m, tile_n, tile_k;
@@ -109,8 +112,8 @@ std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // The rule until the tuner exists: the tile and K split with the smallest estimated time,
 // (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
-// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 wide
-// tiles on 132 SMs) are weighed. A split is only taken when it is estimated 5% faster. Memory-
+// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles
+// of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken when it is estimated 5% faster. Memory-
 // bound GEMMs (FLOP per byte below Hopper's ridge) are never split and take the tile that puts
 // the most SMs to streaming A and B (m = 64, n = 12288: 128x96).
 struct OverlapGemmTiling {
