@@ -15,8 +15,8 @@
 // The notify is not made by a consumer: a release at system scope waits until the tile's stores
 // are performed, and a consumer waiting there holds up the next tile's WGMMAs (measured on H100,
 // 16384x16384x8192: +3.2 to +5.1% with a notify on every tile). The consumers hand the stored tile
-// to a notifying warp of the producer warp group through a counter in shared memory (release/
-// acquire at CTA scope, after a barrier of all consumers), and that warp makes the release.
+// to a notifying warp of the producer warp group through a ring of mbarriers (arrive releases and
+// wait acquires at CTA scope, after a barrier of all consumers), and that warp makes the release.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,16 +49,6 @@ CUTLASS_DEVICE uint32_t load_acquire_gpu(const uint32_t* address) {
   uint32_t value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
   return value;
-}
-
-CUTLASS_DEVICE uint32_t load_acquire_cta(const uint32_t* address) {
-  uint32_t value;
-  asm volatile("ld.acquire.cta.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
-CUTLASS_DEVICE void store_release_cta(uint32_t* address, uint32_t value) {
-  asm volatile("st.release.cta.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
 }
 
 CUTLASS_DEVICE void store_release_gpu(uint32_t* address, uint32_t value) {
@@ -142,11 +132,17 @@ struct OverlapGemmKernel {
   static constexpr uint32_t kStagingBarrier = kNotifyBarrier + 1;
   static constexpr uint32_t kSplitBarrier = kNotifyBarrier + 2;
 
+  static constexpr int kNotifySlots = 4;
+
   struct SharedStorage {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
     alignas(128) Element staging[TileM * kStagingStride];
-    uint32_t tiles_stored;  // notifying tiles this CTA's consumers have stored, for the notifying warp
+    // The notify hand-off, a ring of kNotifySlots: the consumers arrive on tile_stored[j % slots]
+    // once notifying tile j is stored; the notifying warp arrives on tile_notified[j % slots]
+    // once it has notified, which frees the slot for tile j + slots.
+    alignas(8) uint64_t tile_stored[kNotifySlots];
+    uint64_t tile_notified[kNotifySlots];
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
@@ -276,26 +272,28 @@ struct OverlapGemmKernel {
     return true;
   }
 
+  // Waits (bounded) for the phase of `barrier` with this parity to complete.
+  CUTLASS_DEVICE static bool wait_for_phase(const uint64_t* barrier, uint32_t parity, uint64_t timeout_ns) {
+    if (cutlass::arch::ClusterBarrier::try_wait(barrier, parity)) return true;
+    const uint64_t start = global_timer_ns();
+    while (!cutlass::arch::ClusterBarrier::try_wait(barrier, parity))  // try_wait itself suspends a while
+      if (global_timer_ns() - start > timeout_ns) return false;
+    return true;
+  }
+
   // One thread: walks this CTA's entries as the consumers do and, for each one that notifies,
-  // waits (bounded) until the consumers have stored it, then makes the release.
-  CUTLASS_DEVICE static void notify_stored_tiles(const OverlapGemmLaunch& launch, uint32_t& tiles_stored) {
+  // waits (bounded) until the consumers have stored it, then makes the release and frees its slot.
+  CUTLASS_DEVICE static void notify_stored_tiles(const OverlapGemmLaunch& launch, SharedStorage& shared) {
     uint32_t handed = 0;
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile& entry = launch.tiles[t];
       if (entry.notify_rank < 0) continue;
-      ++handed;
-      uint32_t seen = load_acquire_cta(&tiles_stored);
-      if (seen < handed) {
-        const uint64_t start = global_timer_ns();
-        while ((seen = load_acquire_cta(&tiles_stored)) < handed) {
-          if (global_timer_ns() - start > launch.wait_timeout_ns) {
-            record_timeout(launch, t, kNotifyHandoffSignal, handed, seen);
-            break;
-          }
-          __nanosleep(256);
-        }
-      }
+      const uint32_t slot = handed % kNotifySlots, use = handed / kNotifySlots;
+      if (!wait_for_phase(&shared.tile_stored[slot], use & 1, launch.wait_timeout_ns))
+        record_timeout(launch, t, kNotifyHandoffSignal, handed + 1, handed);
       add_release_system(launch.notify_signals[entry.notify_rank] + entry.notify_signal, entry.notify_increment);
+      cutlass::arch::ClusterBarrier::arrive(&shared.tile_notified[slot]);
+      ++handed;
     }
   }
 
@@ -319,8 +317,13 @@ struct OverlapGemmKernel {
     pipeline_params.num_consumers = kMmaThreads;
     pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
     MainloopPipeline pipeline(shared.pipeline, pipeline_params, ClusterShape{});
-    if (thread_idx == 0) shared.tiles_stored = 0;
-    __syncthreads();  // barriers and the counter initialised before anyone uses them
+    if (thread_idx == 0)
+      for (int slot = 0; slot < kNotifySlots; ++slot) {
+        cutlass::arch::ClusterBarrier::init(&shared.tile_stored[slot], 1);
+        cutlass::arch::ClusterBarrier::init(&shared.tile_notified[slot], 1);
+      }
+    cutlass::arch::fence_barrier_init();
+    __syncthreads();  // barriers initialised before anyone uses them
 
     const auto problem = make_shape(static_cast<int>(launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
     const int k_tiles = static_cast<int>((launch.k + TileK - 1) / TileK);
@@ -329,7 +332,7 @@ struct OverlapGemmKernel {
     if (warp_group == 0) {
       cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
       if (warp_in_group == 1) {
-        if (lane == 0) notify_stored_tiles(launch, shared.tiles_stored);
+        if (lane == 0) notify_stored_tiles(launch, shared);
         return;
       }
       if (warp_in_group != 0) return;
@@ -352,7 +355,7 @@ struct OverlapGemmKernel {
     const int mma_thread_idx = thread_idx % kMmaThreads;
     PipelineState read_state;
     TiledMma tiled_mma;
-    uint32_t stored = 0;  // notifying tiles stored so far (thread 0's count)
+    uint32_t stored = 0;  // notifying tiles handed over so far (thread 0's count)
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
@@ -363,11 +366,18 @@ struct OverlapGemmKernel {
       if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
       store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
-        // Every consumer thread's stores happen-before thread 0's release of the count (bar.sync
-        // orders them within the CTA); the notifying warp acquires the count, then releases at
-        // system scope, cumulatively over those stores.
+        // Every consumer thread's stores happen-before thread 0's arrive (bar.sync orders them
+        // within the CTA; the arrive releases); the notifying warp's wait acquires, then it
+        // releases at system scope, cumulatively over those stores.
         cutlass::arch::NamedBarrier::sync(kMmaThreads, kNotifyBarrier);
-        if (mma_thread_idx == 0) store_release_cta(&shared.tiles_stored, ++stored);
+        if (mma_thread_idx == 0) {
+          const uint32_t slot = stored % kNotifySlots, use = stored / kNotifySlots;
+          // The slot's previous tile has been notified (at once unless the notifier is behind).
+          if (use > 0 && !wait_for_phase(&shared.tile_notified[slot], (use - 1) & 1, launch.wait_timeout_ns))
+            record_timeout(launch, t, kNotifyHandoffSignal, stored + 1 - kNotifySlots, stored);
+          cutlass::arch::ClusterBarrier::arrive(&shared.tile_stored[slot]);
+          ++stored;
+        }
       }
     }
 #else

@@ -462,9 +462,9 @@ std::string CudaExecutor::overlap_gemm_error() const {
     return "rank " + std::to_string(comm_.rank()) + ": an overlap GEMM tile (table entry " + std::to_string(error.tile) +
            ") gave up waiting for the partial sums of K split " + std::to_string(error.expected - 1) + " of its tile\n";
   if (error.signal == kNotifyHandoffSignal)
-    return "rank " + std::to_string(comm_.rank()) + ": the overlap GEMM's notifying warp gave up waiting for table entry " +
-           std::to_string(error.tile) + " to be stored (its CTA's notifying tile #" + std::to_string(error.expected) +
-           "; stored: " + std::to_string(error.observed) + ")\n";
+    return "rank " + std::to_string(comm_.rank()) + ": the overlap GEMM's hand-off of stored tiles to its notifying warp gave " +
+           "up at table entry " + std::to_string(error.tile) + " (waiting for its CTA's notifying tile #" +
+           std::to_string(error.expected) + "; handed over: " + std::to_string(error.observed) + ")\n";
   return "rank " + std::to_string(comm_.rank()) + ": an overlap GEMM tile (table entry " + std::to_string(error.tile) +
          ") gave up waiting for signal '" + rank_plan().signals.at(static_cast<size_t>(error.signal)) + "' (#" +
          std::to_string(error.signal) + ") >= " + std::to_string(error.expected) + "; it was " + std::to_string(error.observed) +

@@ -64,8 +64,9 @@ struct OverlapGemmTarget {
 // OverlapGemmError::signal when the wait that gave up was a split waiting for the previous split
 // of its tile (expected: that split's index).
 constexpr int32_t kSplitFixupSignal = -2;
-// OverlapGemmError::signal when the notifying warp gave up waiting for the consumers to store the
-// tile it was to notify for (expected: how many notifying tiles it was waiting for).
+// OverlapGemmError::signal when the hand-off between the consumers and the notifying warp gave up
+// (the notifier waiting for a tile to be stored, or the consumers for a free slot; expected: the
+// number of the CTA's notifying tile waited for, counted from 1).
 constexpr int32_t kNotifyHandoffSignal = -3;
 
 // Where a bounded wait gave up. `failed` is 0 while all is well.
