@@ -114,6 +114,14 @@ double relative_difference(const void* a, const void* b, int64_t count, double* 
   return relative_difference({DifferenceRun{a, b, count}}, sums, stream);
 }
 
+double run_and_compare(CudaExecutor& exec, const DeviceRegion& want, double* sums, cudaStream_t stream, const std::string& what) {
+  const DeviceRegion got = exec.output();
+  fill_u16(got.data, got.rows * got.stride, kBf16Nan, stream);
+  exec.run(stream);
+  finish_or_explain(exec, stream, what);
+  return relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
+}
+
 PlanOptions plan_options_for(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
   PlanOptions o = base;
   if (strategy.overlap_gemm) {

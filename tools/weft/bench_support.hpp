@@ -53,5 +53,8 @@ struct DifferenceRun {
   int64_t count;
 };
 double relative_difference(const std::vector<DifferenceRun>& runs, double* sums, cudaStream_t stream);
+// Poisons exec's output, runs it once (finish_or_explain names `what` on a hang) and returns the
+// relative difference of its output to `want`. Outputs are whole-width row blocks: one run each.
+double run_and_compare(CudaExecutor& exec, const DeviceRegion& want, double* sums, cudaStream_t stream, const std::string& what);
 
 }  // namespace weft::cli

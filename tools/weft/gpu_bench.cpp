@@ -163,14 +163,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         execs[2]->run(stream);
         finish_or_explain(*execs[2], stream, "sequential");
         const DeviceRegion want = execs[2]->output();
-        for (size_t p = 3; p < count; ++p) {
-          const DeviceRegion got = execs[p]->output();
-          fill_u16(got.data, got.rows * got.stride, kBf16Nan, stream);
-          execs[p]->run(stream);
-          finish_or_explain(*execs[p], stream, plans[p].strategy);
-          // Outputs are whole-width row blocks, so each is one contiguous run.
-          errors[p][static_cast<size_t>(rank)] = relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
-        }
+        for (size_t p = 3; p < count; ++p)
+          errors[p][static_cast<size_t>(rank)] = run_and_compare(*execs[p], want, sums, stream, plans[p].strategy);
         for (size_t p = 0; p < count; ++p)
           medians[p][static_cast<size_t>(rank)] = median_call_ms(
               comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },

@@ -179,10 +179,7 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
         for (size_t p = 1; p < count; ++p) {
           CudaExecutor exec(comm, plans[p], ExecutorOptions{false});
           fill_buffers(exec, rank, o.seed, stream);
-          const DeviceRegion got = exec.output();
-          exec.run(stream);
-          finish_or_explain(exec, stream, "signal " + to_string(partitions[p - 1]));
-          errors[p][static_cast<size_t>(rank)] = relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
+          errors[p][static_cast<size_t>(rank)] = run_and_compare(exec, want, sums, stream, "signal " + to_string(partitions[p - 1]));
           medians[p][static_cast<size_t>(rank)] = median_call_ms(
               comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { exec.run(s); },
               [&] { finish_or_explain(exec, stream, "signal"); });
