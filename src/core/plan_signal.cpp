@@ -11,7 +11,12 @@
 //            and the order interleaves the blocks instead: position p of every block's raster runs
 //            next to each other, groups end on multiples of W, and group g's block in C_grouped is W
 //            chunks (chunk k: the group's tiles of block k) — exactly what ncclReduceScatter splits.
-//            Needs M/W to be a whole number of tile rows.
+//            Where M/W is not a whole number of tile rows (GPT-3 RS m = 512 at world 8: 64 rows per
+//            rank, a tile holds two ranks' rows), a tile cannot go to one chunk. Then tiles run down
+//            whole tile columns, groups end on whole columns, and each group has its own buffer
+//            [M, columns x tile_n] with its columns side by side: row-major, its chunk k is rows
+//            [k M/W, (k+1) M/W) of every column, rank k's rows. The overlap GEMM stores to at most 8
+//            buffers (kernels/overlap_gemm.hpp) and C_edge may take one, so there are at most 7 groups.
 // Tiles narrower than tile_n (N not a multiple of it) would leave holes in C_grouped's rows; they go
 // to C_edge, [rows, N % tile_n] in matrix row order, which gets one collective after the groups.
 // gemm_a2a (per-destination token pools) is built in plan_signal_a2a.cpp.
@@ -36,14 +41,29 @@ struct Cut {
   SignalLayout layout;
 };
 
+constexpr int kMaxColumnGroups = 7;
+
 int64_t rows_per_block(const Problem& p) { return p.op == OpKind::gemm_rs ? p.m / p.world_size : p.m; }
 
+// gemm_rs whose ranks' row blocks are not whole tile rows: groups of whole tile columns.
+bool groups_whole_columns(const Problem& p, const PlanOptions& o) { return p.op == OpKind::gemm_rs && rows_per_block(p) % o.tile_m != 0; }
+
 std::vector<SignalTile> tile_order(const Problem& p, const PlanOptions& o) {
+  if (groups_whole_columns(p, o)) {
+    const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
+    std::vector<SignalTile> order;
+    for (int64_t col = 0; col < grid.tiles_n(); ++col)
+      for (int64_t row = 0; row < grid.tiles_m(); ++row) {
+        SignalTile t;
+        t.tile = grid.tile(grid.index(row, col));
+        t.block = -1;
+        t.edge = t.tile.cols < o.tile_n;
+        order.push_back(t);
+      }
+    return order;
+  }
   const int blocks = p.op == OpKind::gemm_rs ? p.world_size : 1;
   const int64_t block_rows = rows_per_block(p);
-  if (p.op == OpKind::gemm_rs && block_rows % o.tile_m != 0)
-    throw std::invalid_argument("signal: gemm_rs needs each rank's " + std::to_string(block_rows) + " rows (M/W) to be a multiple of the " +
-                                std::to_string(o.tile_m) + "-row tile, so that every tile belongs to one rank; use another strategy for this shape");
   const TileGrid grid{block_rows, p.n, o.tile_m, o.tile_n};
   std::vector<SignalTile> order;
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle))
@@ -65,9 +85,11 @@ CollectiveKind collective_of(const Problem& p) {
 Cut cut_into_groups(const Problem& p, const PlanOptions& o, double measured_gemm_seconds = 0) {
   Cut cut;
   cut.order = tile_order(p, o);
-  cut.layout = detail::choose_wave_groups(p, o, cut.order, collective_of(p), measured_gemm_seconds);
-  // Group ends at wave ends; gemm_rs rounds them up to whole rounds of W (one tile of every block).
-  const int64_t unit = p.op == OpKind::gemm_rs ? p.world_size : 1;
+  const bool columns = groups_whole_columns(p, o);
+  cut.layout = detail::choose_wave_groups(p, o, cut.order, collective_of(p), measured_gemm_seconds, columns ? kMaxColumnGroups : 0);
+  // Group ends at wave ends; gemm_rs rounds them up to whole rounds of W (one tile of every block)
+  // or to whole tile columns.
+  const int64_t unit = columns ? (p.m + o.tile_m - 1) / o.tile_m : p.op == OpKind::gemm_rs ? p.world_size : 1;
   cut.group_start = detail::group_starts(static_cast<int64_t>(cut.order.size()), cut.layout, unit, /*keep_empty=*/false);
   return cut;
 }
@@ -75,6 +97,99 @@ Cut cut_into_groups(const Problem& p, const PlanOptions& o, double measured_gemm
 void require_signal_op(const Problem& p) {
   if (p.op != OpKind::gemm_ar && p.op != OpKind::gemm_rs)
     throw std::invalid_argument("signal builds plans for gemm_ar, gemm_rs and gemm_a2a, not " + std::string(to_string(p.op)));
+}
+
+// gemm_rs with groups of whole tile columns (see the top of the file).
+Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, const Cut& cut) {
+  const int world = p.world_size;
+  const int64_t block_rows = rows_per_block(p);
+  const int64_t edge_cols = p.n % o.tile_n;
+  const size_t groups = cut.group_start.size() - 1;
+  // The main tile columns of each group, in order; tile column j's place among them.
+  std::vector<std::vector<int64_t>> columns(groups);
+  std::vector<int64_t> edge_tiles;
+  for (size_t g = 0; g < groups; ++g)
+    for (int64_t i = cut.group_start[g]; i < cut.group_start[g + 1]; ++i) {
+      const SignalTile& t = cut.order[static_cast<size_t>(i)];
+      if (t.edge) {
+        edge_tiles.push_back(i);
+      } else if (columns[g].empty() || columns[g].back() != t.tile.col / o.tile_n) {
+        columns[g].push_back(t.tile.col / o.tile_n);
+      }
+    }
+
+  Plan plan;
+  plan.strategy = "signal";
+  plan.problem = p;
+  for (int r = 0; r < world; ++r) {
+    RankPlanBuilder b(r, detail::RestoreSteps::stream_count(o.signal_restore));
+    detail::RestoreSteps restores(b, o.signal_restore);
+    const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+    const BufferId c = b.buffer("C", BufferRole::output, block_rows, p.n, p.output_dtype);
+    std::vector<BufferId> grouped(groups, -1), received(groups, -1);
+    std::vector<SignalId> stored(groups, -1);
+    for (size_t g = 0; g < groups; ++g) {
+      if (columns[g].empty()) continue;
+      const int64_t width = static_cast<int64_t>(columns[g].size()) * o.tile_n;
+      const std::string name = "group" + std::to_string(g);
+      grouped[g] = b.buffer("C_" + name, BufferRole::scratch, p.m, width, p.output_dtype);
+      received[g] = b.buffer("C_" + name + "_received", BufferRole::scratch, block_rows, width, p.output_dtype);
+      stored[g] = b.signal(name + "_stored");
+    }
+    const BufferId edge = edge_tiles.empty() ? -1 : b.buffer("C_edge", BufferRole::scratch, p.m, edge_cols, p.output_dtype);
+    const BufferId edge_received = edge_tiles.empty() ? -1 : b.buffer("C_edge_received", BufferRole::scratch, block_rows, edge_cols, p.output_dtype);
+    const SignalId edge_stored = edge_tiles.empty() ? -1 : b.signal("edge_tiles_stored");
+
+    GemmStep gemm = detail::signal_gemm(b.whole(a), b.whole(w), o, cut.layout);
+    for (size_t g = 0; g < groups; ++g)
+      for (int64_t i = cut.group_start[g]; i < cut.group_start[g + 1]; ++i) {
+        const SignalTile& t = cut.order[static_cast<size_t>(i)];
+        GemmTile tile;
+        tile.tile = t.tile;
+        if (t.edge) {
+          tile.store = Region{r, edge, Rect{t.tile.row, 0, t.tile.rows, t.tile.cols}};
+          tile.notify = Notify{b.own(edge_stored), 1};
+        } else {
+          const auto place = std::find(columns[g].begin(), columns[g].end(), t.tile.col / o.tile_n) - columns[g].begin();
+          tile.store = Region{r, grouped[g], Rect{t.tile.row, place * o.tile_n, t.tile.rows, t.tile.cols}};
+          tile.notify = Notify{b.own(stored[g]), 1};
+        }
+        gemm.tiles.push_back(tile);
+      }
+    b.add("gemm (tiles down whole columns, counted per wave group)", 0, Engine::sm, gemm);
+
+    int collective = 0;
+    const int64_t tiles_per_column = (p.m + o.tile_m - 1) / o.tile_m;
+    for (size_t g = 0; g < groups; ++g) {
+      if (columns[g].empty()) continue;
+      const std::string name = "group " + std::to_string(g);
+      Step& step = b.add("reduce_scatter " + name, 1, Engine::nccl,
+                         CollectiveStep{CollectiveKind::reduce_scatter, collective++, b.whole(grouped[g]), b.whole(received[g]), {}, {}});
+      step.waits.push_back(Wait{b.own(stored[g]), static_cast<uint64_t>(columns[g].size() * static_cast<size_t>(tiles_per_column))});
+      MoveBoxesStep back;
+      back.src = b.whole(received[g]);
+      back.dst = b.whole(c);
+      for (size_t place = 0; place < columns[g].size(); ++place)
+        back.moves.push_back({Rect{0, static_cast<int64_t>(place) * o.tile_n, block_rows, o.tile_n},
+                              Rect{0, columns[g][place] * o.tile_n, block_rows, o.tile_n}});
+      restores.add("restore order of " + name, std::move(back));
+    }
+    if (!edge_tiles.empty()) {
+      Step& step = b.add("reduce_scatter edge tiles", 1, Engine::nccl,
+                         CollectiveStep{CollectiveKind::reduce_scatter, collective++, b.whole(edge), b.whole(edge_received), {}, {}});
+      step.waits.push_back(Wait{b.own(edge_stored), static_cast<uint64_t>(edge_tiles.size())});
+      MoveBoxesStep back;
+      back.src = b.whole(edge_received);
+      back.dst = b.whole(c);
+      back.moves.push_back({Rect{0, 0, block_rows, edge_cols}, Rect{0, p.n - edge_cols, block_rows, edge_cols}});
+      restores.add("place edge tiles", std::move(back));
+    }
+    restores.finish();
+    b.set_output(b.whole(c));
+    plan.ranks.push_back(b.finish());
+  }
+  return plan;
 }
 
 }  // namespace
@@ -91,6 +206,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
   if (p.op == OpKind::gemm_a2a) return detail::plan_signal_all_to_all(p, o);
   require_signal_op(p);
   const Cut cut = cut_into_groups(p, o);
+  if (groups_whole_columns(p, o)) return plan_reduce_scatter_by_columns(p, o, cut);
   const int world = p.world_size;
   const bool rs = p.op == OpKind::gemm_rs;
   const int64_t block_rows = rows_per_block(p);

@@ -34,7 +34,7 @@ int signal_gemm_sms(const PlanOptions& o) {
 }
 
 SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const std::vector<SignalTile>& order, CollectiveKind kind,
-                                double measured_gemm_seconds) {
+                                double measured_gemm_seconds, int max_groups) {
   const auto count = static_cast<int64_t>(order.size());
   const int sms = signal_gemm_sms(o);
   const int waves = std::max(1, static_cast<int>((count + sms - 1) / sms));
@@ -62,8 +62,15 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
   std::vector<int> partition = o.wave_partition;
   if (partition.empty()) {
     partition = search_wave_partition(model);
+    while (max_groups > 0 && static_cast<int>(partition.size()) > max_groups) {
+      partition[1] += partition[0];
+      partition.erase(partition.begin());
+    }
   } else {
     check_wave_partition(partition, waves);
+    if (max_groups > 0 && static_cast<int>(partition.size()) > max_groups)
+      throw std::invalid_argument("signal: this layout allows at most " + std::to_string(max_groups) + " wave groups; the partition " +
+                                  to_string(partition) + " has " + std::to_string(partition.size()));
   }
   SignalLayout layout;
   layout.gemm_sms = sms;

@@ -12,7 +12,7 @@ namespace weft::detail {
 // One tile of the signal GEMM's table, in execution order.
 struct SignalTile {
   Rect tile;
-  int block = 0;      // gemm_rs: the rank whose rows it holds; gemm_a2a: the rank its rows go to
+  int block = 0;      // gemm_rs: the rank whose rows it holds (-1: several); gemm_a2a: the rank its rows go to
   bool edge = false;  // gemm_ar/gemm_rs: narrower than tile_n, stored in C_edge
 };
 
@@ -22,8 +22,10 @@ int signal_gemm_sms(const PlanOptions& options);
 // The partition of `order` into wave groups: options.wave_partition, or the one the predictor finds
 // with a wave costing what one SM needs for one tile (or measured_gemm_seconds / waves) and a
 // group's `kind` collective costing what the machine's curve says for its tiles' bytes.
+// max_groups > 0 caps the number of groups: a searched partition merges its first groups until it
+// fits; a given one that does not fit is rejected.
 SignalLayout choose_wave_groups(const Problem& problem, const PlanOptions& options, const std::vector<SignalTile>& order,
-                                CollectiveKind kind, double measured_gemm_seconds);
+                                CollectiveKind kind, double measured_gemm_seconds, int max_groups = 0);
 
 // The signal GEMM over a and b with an empty table: persistent on layout.gemm_sms SMs (the rest left
 // to NCCL for the whole call), or with gemm_cta_per_tile a CTA per tile, whose SMs NCCL's kernels

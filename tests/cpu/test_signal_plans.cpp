@@ -262,14 +262,52 @@ TEST(SignalPlans, IsTheStrategyThatNeedsTheOverlapGemm) {
   for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal") << s.name;
 }
 
-TEST(SignalPlans, RejectsWhatItCannotLayOut) {
-  Problem rs{OpKind::gemm_rs, 36, 16, 8, 3, DType::bf16, DType::bf16, {}};  // 12 rows per rank, 8-row tiles
-  try {
-    plan_signal(rs, small_options(4));
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("multiple of the 8-row tile"), std::string::npos) << e.what();
+TEST(SignalPlans, ReduceScatterWhereRanksShareTilesGroupsWholeColumns) {
+  // Rows per rank not a whole number of 8-row tiles: 12 (world 3), 4 (world 8, as GPT-3 RS m = 512
+  // at world 8 with 128-row tiles), 6 with a ragged last tile row (world 5, M = 30); N = 44 leaves
+  // 4-column edge tiles. Every group's buffer splits into W chunks holding only rank k's rows.
+  struct Case {
+    int64_t m, n;
+    int world, sms;
+  };
+  for (const Case c : {Case{36, 40, 3, 4}, Case{32, 44, 8, 3}, Case{30, 44, 5, 2}, Case{36, 44, 3, 1}}) {
+    Problem p{OpKind::gemm_rs, c.m, c.n, 16, c.world, DType::bf16, DType::bf16, {}};
+    SCOPED_TRACE(describe(p));
+    PlanOptions o = small_options(c.sms);
+    o.wave_partition.assign(static_cast<size_t>(signal_layout(p, o).waves), 1);  // a group per wave, if it may
+    const int waves = signal_layout(p, PlanOptions(small_options(c.sms))).waves;
+    if (waves > 7) {
+      EXPECT_THROW(plan_signal(p, o), std::invalid_argument) << "more groups than the overlap GEMM has store targets";
+      o.wave_partition.clear();
+    }
+    const Plan plan = plan_signal(p, o);
+    const int64_t rows_per_rank = c.m / c.world;
+    for (const RankPlan& rp : plan.ranks) {
+      const GemmStep* gemm = std::get_if<GemmStep>(&rp.steps[0].body);
+      ASSERT_NE(gemm, nullptr);
+      const auto colls = collectives_of(rp);
+      EXPECT_LE(colls.size(), 8u);  // at most 7 groups and the edge tiles
+      for (const CollectiveStep* coll : colls) {
+        EXPECT_EQ(coll->kind, CollectiveKind::reduce_scatter);
+        const BufferDecl& block = rp.buffers[static_cast<size_t>(coll->src.buffer)];
+        ASSERT_EQ(coll->src.box.rows, c.m) << block.name;
+        for (const GemmTile& t : gemm->tiles) {
+          if (t.store.buffer != coll->src.buffer) continue;
+          // Row-major [M, width]: row i of the buffer is in chunk i / rows_per_rank; it must be
+          // that rank's row of the result, i.e. the same row of the full matrix.
+          EXPECT_EQ(t.store.box.row, t.tile.row) << block.name;
+          EXPECT_EQ(t.store.box.col % 8, 0);
+        }
+      }
+      EXPECT_EQ(rows_per_rank, rp.buffers[static_cast<size_t>(rp.output.buffer)].rows);
+    }
+    const CpuProof proof = prove_on_cpu(plan, 6);
+    EXPECT_TRUE(proof.passed()) << proof.explain();
+    EXPECT_THROW(reorder_map(plan, 0), std::invalid_argument) << "groups in several buffers have no single-source map";
   }
+}
+
+TEST(SignalPlans, RejectsWhatItCannotLayOut) {
   Problem ag{OpKind::ag_gemm, 16, 16, 8, 2, DType::bf16, DType::bf16, {}};
   EXPECT_THROW(plan_signal(ag, small_options(4)), std::invalid_argument);
   Problem dispatch{OpKind::a2a_gemm, 16, 16, 8, 2, DType::bf16, DType::bf16, {{0, 1}, {1, 0}}};
