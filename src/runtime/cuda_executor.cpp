@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -149,9 +150,15 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   // kernel launch, an NCCL call) while its device waits for a peer whose host thread is blocked the
   // same way, or behind a lock the first holds: seen at world 4 as a silent hang of 1,000
   // back-to-back calls. With 8 the world-4 test still hangs (2026-11-22); its cause is open.
-  if (options.max_calls_in_flight < 1)
-    throw std::invalid_argument("ExecutorOptions::max_calls_in_flight must be at least 1 (got " + std::to_string(options.max_calls_in_flight) + ")");
-  im.call_done.resize(static_cast<size_t>(options.max_calls_in_flight));
+  int in_flight = options.max_calls_in_flight;
+  if (in_flight == 0) {
+    const char* from_environment = std::getenv("WEFT_MAX_CALLS_IN_FLIGHT");
+    in_flight = from_environment ? std::atoi(from_environment) : 8;
+  }
+  if (in_flight < 1)
+    throw std::invalid_argument("ExecutorOptions::max_calls_in_flight (or WEFT_MAX_CALLS_IN_FLIGHT) must be at least 1 (got " +
+                                std::to_string(in_flight) + ")");
+  im.call_done.resize(static_cast<size_t>(in_flight));
   for (cudaEvent_t& e : im.call_done) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   WEFT_CUBLAS_CHECK(cublasLtCreate(&im.lt));
   WEFT_CUDA_CHECK(cudaMalloc(&im.workspace, kGemmWorkspaceBytes));

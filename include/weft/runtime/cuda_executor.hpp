@@ -37,7 +37,8 @@ struct ExecutorOptions {
   enum class PlainGemm { library, overlap } plain_gemm = PlainGemm::library;
   // Calls of this executor that may be queued on the device at once; run() waits (bounded) for the
   // call this many calls back before it enqueues the next. 1: every call waits for the previous one.
-  int max_calls_in_flight = 8;
+  // 0: the environment's WEFT_MAX_CALLS_IN_FLIGHT, else 8.
+  int max_calls_in_flight = 0;
 };
 
 class CudaExecutor {
