@@ -99,6 +99,22 @@ void require_signal_op(const Problem& p) {
     throw std::invalid_argument("signal builds plans for gemm_ar, gemm_rs and gemm_a2a, not " + std::string(to_string(p.op)));
 }
 
+// The edge tiles' collective, after the groups' (gemm_rs lands in `received`; gemm_ar in place,
+// received = -1), and the move of this rank's rows into C's last columns.
+void finish_edge_tiles(RankPlanBuilder& b, detail::RestoreSteps& restores, const Problem& p, int collective, BufferId edge,
+                       BufferId received, SignalId stored, int64_t count, BufferId c) {
+  const int64_t block_rows = rows_per_block(p), edge_cols = b.whole(edge).box.cols;
+  const Region landed = b.whole(received >= 0 ? received : edge);
+  Step& step = b.add(std::string(p.op == OpKind::gemm_rs ? "reduce_scatter" : "all_reduce") + " edge tiles", 1, Engine::nccl,
+                     CollectiveStep{collective_of(p), collective, b.whole(edge), landed, {}, {}});
+  step.waits.push_back(Wait{b.own(stored), static_cast<uint64_t>(count)});
+  MoveBoxesStep back;
+  back.src = landed;
+  back.dst = b.whole(c);
+  back.moves.push_back({Rect{0, 0, block_rows, edge_cols}, Rect{0, p.n - edge_cols, block_rows, edge_cols}});
+  restores.add("place edge tiles", std::move(back));
+}
+
 // gemm_rs with groups of whole tile columns (see the top of the file).
 Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, const Cut& cut) {
   const int world = p.world_size;
@@ -175,16 +191,8 @@ Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, cons
                               Rect{0, columns[g][place] * o.tile_n, block_rows, o.tile_n}});
       restores.add("restore order of " + name, std::move(back));
     }
-    if (!edge_tiles.empty()) {
-      Step& step = b.add("reduce_scatter edge tiles", 1, Engine::nccl,
-                         CollectiveStep{CollectiveKind::reduce_scatter, collective++, b.whole(edge), b.whole(edge_received), {}, {}});
-      step.waits.push_back(Wait{b.own(edge_stored), static_cast<uint64_t>(edge_tiles.size())});
-      MoveBoxesStep back;
-      back.src = b.whole(edge_received);
-      back.dst = b.whole(c);
-      back.moves.push_back({Rect{0, 0, block_rows, edge_cols}, Rect{0, p.n - edge_cols, block_rows, edge_cols}});
-      restores.add("place edge tiles", std::move(back));
-    }
+    if (!edge_tiles.empty())
+      finish_edge_tiles(b, restores, p, collective, edge, edge_received, edge_stored, static_cast<int64_t>(edge_tiles.size()), c);
     restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());
@@ -306,18 +314,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
       }
       restores.add("restore order of " + name, std::move(back));
     }
-    if (edge_count > 0) {
-      const Region whole_edge = b.whole(edge);
-      const Region landed = rs ? b.whole(edge_received) : whole_edge;
-      Step& step = b.add(std::string(rs ? "reduce_scatter" : "all_reduce") + " edge tiles", 1, Engine::nccl,
-                         CollectiveStep{collective_of(p), collective++, whole_edge, landed, {}, {}});
-      step.waits.push_back(Wait{b.own(edge_stored), static_cast<uint64_t>(edge_count)});
-      MoveBoxesStep back;
-      back.src = landed;
-      back.dst = b.whole(c);
-      back.moves.push_back({Rect{0, 0, block_rows, edge_cols}, Rect{0, p.n - edge_cols, block_rows, edge_cols}});
-      restores.add("place edge tiles", std::move(back));
-    }
+    if (edge_count > 0) finish_edge_tiles(b, restores, p, collective, edge, edge_received, edge_stored, edge_count, c);
     restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());
