@@ -91,4 +91,20 @@ double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed, int 
   return worst;
 }
 
+bool back_to_back_calls_keep_result(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options) {
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaExecutor exec(comm, plan, options);
+  fill_inputs(exec, comm.rank(), 3, stream);
+  exec.run(stream);
+  if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("the first call did not finish:\n" + exec.diagnose());
+  const HostMatrix first = download(exec.output(), stream);
+  for (int i = 0; i < calls; ++i) exec.run(stream);
+  if (!synchronize_with_timeout(stream, Communicator::timeout_ms()))
+    throw std::runtime_error(std::to_string(calls) + " back-to-back calls did not finish:\n" + exec.diagnose());
+  const HostMatrix last = download(exec.output(), stream);
+  cudaStreamDestroy(stream);
+  return first.data == last.data;
+}
+
 }  // namespace weft::testing_support

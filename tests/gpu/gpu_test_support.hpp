@@ -23,4 +23,9 @@ std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mi
 // poisoned before each, and the worst error is returned (a moving error is a race).
 double run_and_compare(Communicator& comm, const Plan& plan, uint64_t seed, int calls = 1);
 
+// Runs `plan` once, then `calls` times back to back on one stream without waiting on the host, and
+// says whether this rank's last result equals its first bit for bit. A stuck call ends in the
+// executor's bounded wait, which throws naming the unmet signals.
+bool back_to_back_calls_keep_result(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options);
+
 }  // namespace weft::testing_support

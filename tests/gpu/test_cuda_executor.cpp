@@ -168,18 +168,7 @@ void thousand_back_to_back_calls(const ExecutorOptions& options) {
     const Plan plan = plan_decomposed(p, PlanOptions{});
     std::vector<int> drifted(static_cast<size_t>(world), -1);
     for_each_rank(group(), [&](Communicator& comm) {
-      cudaStream_t stream;
-      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      CudaExecutor exec(comm, plan, options);
-      testing_support::fill_inputs(exec, comm.rank(), 3, stream);
-      exec.run(stream);
-      ASSERT_TRUE(synchronize_with_timeout(stream, 30000)) << exec.diagnose();
-      const HostMatrix first = testing_support::download(exec.output(), stream);
-      for (int i = 0; i < 1000; ++i) exec.run(stream);
-      ASSERT_TRUE(synchronize_with_timeout(stream, Communicator::timeout_ms())) << exec.diagnose();
-      const HostMatrix last = testing_support::download(exec.output(), stream);
-      drifted[static_cast<size_t>(comm.rank())] = first.data == last.data ? 0 : 1;
-      cudaStreamDestroy(stream);
+      drifted[static_cast<size_t>(comm.rank())] = testing_support::back_to_back_calls_keep_result(comm, plan, 1000, options) ? 0 : 1;
     });
     for (int r = 0; r < world; ++r) EXPECT_EQ(drifted[static_cast<size_t>(r)], 0) << to_string(op) << " rank " << r;
   }
