@@ -104,11 +104,15 @@ Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm
   WEFT_CUDA_CHECK(cudaSetDevice(device_));
   WEFT_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   WEFT_NCCL_CHECK(ncclCommCount(comm_, &world_));
+  WEFT_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int32_t)));
+  WEFT_CUDA_CHECK(cudaMemset(barrier_word_, 0, sizeof(int32_t)));
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 Communicator::~Communicator() {
   cudaSetDevice(device_);
   if (scratch_) cudaFree(scratch_);
+  if (barrier_word_) cudaFree(barrier_word_);
   if (host_stream_) cudaStreamDestroy(host_stream_);
   if (owned_ && comm_) ncclCommDestroy(comm_);
 }
@@ -207,13 +211,7 @@ void Communicator::host_barrier() {
 }
 
 void Communicator::barrier(cudaStream_t stream) {
-  if (!scratch_) {
-    WEFT_CUDA_CHECK(cudaSetDevice(device_));
-    scratch_bytes_ = 4096;
-    WEFT_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
-    WEFT_CUDA_CHECK(cudaMemset(scratch_, 0, scratch_bytes_));
-  }
-  WEFT_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream));
+  WEFT_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream));
 }
 
 void Communicator::require_agreement(uint64_t value, const std::string& what) {

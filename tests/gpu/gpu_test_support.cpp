@@ -99,6 +99,8 @@ bool back_to_back_calls_keep_result(Communicator& comm, const Plan& plan, int ca
   exec.run(stream);
   if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("the first call did not finish:\n" + exec.diagnose());
   const HostMatrix first = download(exec.output(), stream);
+  // No rank starts the loop's collectives while another is still in a driver call of its own.
+  comm.host_barrier();
   for (int i = 0; i < calls; ++i) exec.run(stream);
   if (!synchronize_with_timeout(stream, Communicator::timeout_ms()))
     throw std::runtime_error(std::to_string(calls) + " back-to-back calls did not finish:\n" + exec.diagnose());

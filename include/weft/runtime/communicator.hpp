@@ -73,7 +73,11 @@ class Communicator {
   int world_ = 1;
   bool owned_ = true;
   std::vector<PeerInfo> peers_;
-  void* scratch_ = nullptr;  // device memory for all_gather_bytes and barrier
+  void* scratch_ = nullptr;  // device memory for all_gather_bytes (one process per rank)
+  // barrier()'s one word, allocated with the communicator: in a process driving several GPUs, a
+  // rank allocating device memory can wait for a peer's device that sits in a collective waiting
+  // for this rank (NCCL's caveat for one thread per GPU), so nothing allocates lazily in a call.
+  void* barrier_word_ = nullptr;
   cudaStream_t host_stream_ = nullptr;  // the host-side collectives' own stream, so they can be bounded
   struct ProcessBarrier;
   std::shared_ptr<ProcessBarrier> process_barrier_;  // shared by the ranks of one local_group

@@ -10,6 +10,13 @@
 // symmetric memory), reduce and row permutation -> small kernels, collectives -> NCCL, step waits ->
 // cuStreamWaitValue64, notifies -> a one-thread release increment. Each plan stream is a CUDA stream
 // that forks from and joins back into the caller's stream.
+//
+// One process driving several GPUs (Communicator::local_group, a thread per rank): a rank's thread
+// that allocates or frees device memory, or loads a library, can wait for a peer's device while that
+// device sits in a collective waiting for this rank (NCCL's caveat for this mode). So construct and
+// fill every rank's executors, and finish any other such driver work, before any rank calls run()
+// (Communicator::host_barrier between the two), and destroy them together. One process per GPU
+// (torchrun, mpirun) has no such hazard.
 #pragma once
 
 #include <cuda_runtime_api.h>
