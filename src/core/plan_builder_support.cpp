@@ -45,12 +45,17 @@ AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder&
   return o;
 }
 
-GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options) {
+GemmStep gemm_over(const Region& a, const Region& b, const PlanOptions& options) {
   GemmStep gemm;
   gemm.a = a;
   gemm.b = b;
   gemm.tile_m = options.tile_m;
   gemm.tile_n = options.tile_n;
+  return gemm;
+}
+
+GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options) {
+  GemmStep gemm = gemm_over(a, b, options);
   const TileGrid grid{a.box.rows, b.box.rows, options.tile_m, options.tile_n};
   if (a.box.rows == 0 || b.box.rows == 0) return gemm;
   for (int64_t index : rasterized_order(grid, options.raster, options.swizzle)) {

@@ -38,6 +38,8 @@ struct AllGatherOperands {
 };
 AllGatherOperands declare_all_gather_operands(const Problem& problem, RankPlanBuilder& builder);
 
+// A GEMM over a ([M, K] box) and b ([N, K] box) with the options' tile and an empty table.
+GemmStep gemm_over(const Region& a, const Region& b, const PlanOptions& options);
 // A GEMM over a ([M, K] box) and b ([N, K] box) whose tile at (i, j) of the output space is stored at
 // (c.row + i, c.col + j) of c's buffer on c's rank; tiles in the options' raster order.
 GemmStep gemm_into(const Region& a, const Region& b, const Region& c, const PlanOptions& options);

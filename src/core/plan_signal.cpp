@@ -99,15 +99,43 @@ void require_signal_op(const Problem& p) {
     throw std::invalid_argument("signal builds plans for gemm_ar, gemm_rs and gemm_a2a, not " + std::string(to_string(p.op)));
 }
 
-// The edge tiles' collective, after the groups' (gemm_rs lands in `received`; gemm_ar in place,
-// received = -1), and the move of this rank's rows into C's last columns.
-void finish_edge_tiles(RankPlanBuilder& b, detail::RestoreSteps& restores, const Problem& p, int collective, BufferId edge,
-                       BufferId received, SignalId stored, int64_t count, BufferId c) {
-  const int64_t block_rows = rows_per_block(p), edge_cols = b.whole(edge).box.cols;
-  const Region landed = b.whole(received >= 0 ? received : edge);
+// The inputs and the result, declared first in every gemm_ar/gemm_rs rank plan.
+struct Operands {
+  BufferId a, w, c;
+};
+Operands declare_operands(RankPlanBuilder& b, const Problem& p) {
+  return {b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype), b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype),
+          b.buffer("C", BufferRole::output, rows_per_block(p), p.n, p.output_dtype)};
+}
+
+// Tiles narrower than tile_n: stored in matrix row order in `buffer` and counted by `stored`;
+// gemm_rs reduce-scatters them into `received`, gemm_ar all-reduces them in place (received = -1).
+struct EdgeTiles {
+  BufferId buffer = -1, received = -1;
+  SignalId stored = -1;
+  int64_t count = 0;
+};
+EdgeTiles declare_edge_tiles(RankPlanBuilder& b, const Problem& p, const PlanOptions& o, int64_t count) {
+  EdgeTiles e;
+  e.count = count;
+  if (count == 0) return e;
+  const int64_t edge_cols = p.n % o.tile_n;
+  e.buffer = b.buffer("C_edge", BufferRole::scratch, p.m, edge_cols, p.output_dtype);
+  if (p.op == OpKind::gemm_rs) e.received = b.buffer("C_edge_received", BufferRole::scratch, rows_per_block(p), edge_cols, p.output_dtype);
+  e.stored = b.signal("edge_tiles_stored");
+  return e;
+}
+
+// The edge tiles' collective, after the groups', and the move of this rank's rows into C's last
+// columns; nothing without edge tiles.
+void finish_edge_tiles(RankPlanBuilder& b, detail::RestoreSteps& restores, const Problem& p, int collective, const EdgeTiles& edge,
+                       BufferId c) {
+  if (edge.count == 0) return;
+  const int64_t block_rows = rows_per_block(p), edge_cols = b.whole(edge.buffer).box.cols;
+  const Region landed = b.whole(edge.received >= 0 ? edge.received : edge.buffer);
   Step& step = b.add(std::string(p.op == OpKind::gemm_rs ? "reduce_scatter" : "all_reduce") + " edge tiles", 1, Engine::nccl,
-                     CollectiveStep{collective_of(p), collective, b.whole(edge), landed, {}, {}});
-  step.waits.push_back(Wait{b.own(stored), static_cast<uint64_t>(count)});
+                     CollectiveStep{collective_of(p), collective, b.whole(edge.buffer), landed, {}, {}});
+  step.waits.push_back(Wait{b.own(edge.stored), static_cast<uint64_t>(edge.count)});
   MoveBoxesStep back;
   back.src = landed;
   back.dst = b.whole(c);
@@ -119,7 +147,6 @@ void finish_edge_tiles(RankPlanBuilder& b, detail::RestoreSteps& restores, const
 Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, const Cut& cut) {
   const int world = p.world_size;
   const int64_t block_rows = rows_per_block(p);
-  const int64_t edge_cols = p.n % o.tile_n;
   const size_t groups = cut.group_start.size() - 1;
   // The main tile columns of each group, in order; tile column j's place among them.
   std::vector<std::vector<int64_t>> columns(groups);
@@ -140,9 +167,7 @@ Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, cons
   for (int r = 0; r < world; ++r) {
     RankPlanBuilder b(r, detail::RestoreSteps::stream_count(o.signal_restore));
     detail::RestoreSteps restores(b, o.signal_restore);
-    const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
-    const BufferId c = b.buffer("C", BufferRole::output, block_rows, p.n, p.output_dtype);
+    const auto [a, w, c] = declare_operands(b, p);
     std::vector<BufferId> grouped(groups, -1), received(groups, -1);
     std::vector<SignalId> stored(groups, -1);
     for (size_t g = 0; g < groups; ++g) {
@@ -153,9 +178,7 @@ Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, cons
       received[g] = b.buffer("C_" + name + "_received", BufferRole::scratch, block_rows, width, p.output_dtype);
       stored[g] = b.signal(name + "_stored");
     }
-    const BufferId edge = edge_tiles.empty() ? -1 : b.buffer("C_edge", BufferRole::scratch, p.m, edge_cols, p.output_dtype);
-    const BufferId edge_received = edge_tiles.empty() ? -1 : b.buffer("C_edge_received", BufferRole::scratch, block_rows, edge_cols, p.output_dtype);
-    const SignalId edge_stored = edge_tiles.empty() ? -1 : b.signal("edge_tiles_stored");
+    const EdgeTiles edge = declare_edge_tiles(b, p, o, static_cast<int64_t>(edge_tiles.size()));
 
     GemmStep gemm = detail::signal_gemm(b.whole(a), b.whole(w), o, cut.layout);
     for (size_t g = 0; g < groups; ++g)
@@ -164,8 +187,8 @@ Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, cons
         GemmTile tile;
         tile.tile = t.tile;
         if (t.edge) {
-          tile.store = Region{r, edge, Rect{t.tile.row, 0, t.tile.rows, t.tile.cols}};
-          tile.notify = Notify{b.own(edge_stored), 1};
+          tile.store = Region{r, edge.buffer, Rect{t.tile.row, 0, t.tile.rows, t.tile.cols}};
+          tile.notify = Notify{b.own(edge.stored), 1};
         } else {
           const auto place = std::find(columns[g].begin(), columns[g].end(), t.tile.col / o.tile_n) - columns[g].begin();
           tile.store = Region{r, grouped[g], Rect{t.tile.row, place * o.tile_n, t.tile.rows, t.tile.cols}};
@@ -191,8 +214,7 @@ Plan plan_reduce_scatter_by_columns(const Problem& p, const PlanOptions& o, cons
                               Rect{0, columns[g][place] * o.tile_n, block_rows, o.tile_n}});
       restores.add("restore order of " + name, std::move(back));
     }
-    if (!edge_tiles.empty())
-      finish_edge_tiles(b, restores, p, collective, edge, edge_received, edge_stored, static_cast<int64_t>(edge_tiles.size()), c);
+    finish_edge_tiles(b, restores, p, collective, edge, c);
     restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());
@@ -218,7 +240,6 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
   const int world = p.world_size;
   const bool rs = p.op == OpKind::gemm_rs;
   const int64_t block_rows = rows_per_block(p);
-  const int64_t edge_cols = p.n % o.tile_n;
   const size_t groups = cut.group_start.size() - 1;
 
   // Where each main tile lands in C_grouped, and each group's block there (the same on every rank).
@@ -249,19 +270,14 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
   for (int r = 0; r < world; ++r) {
     RankPlanBuilder b(r, detail::RestoreSteps::stream_count(o.signal_restore));
     detail::RestoreSteps restores(b, o.signal_restore);
-    const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
-    const BufferId c = b.buffer("C", BufferRole::output, block_rows, p.n, p.output_dtype);
+    const auto [a, w, c] = declare_operands(b, p);
     const BufferId grouped = grouped_rows > 0 ? b.buffer("C_grouped", BufferRole::scratch, grouped_rows, o.tile_n, p.output_dtype) : -1;
     const BufferId received =
         rs && grouped_rows > 0 ? b.buffer("C_received", BufferRole::scratch, grouped_rows / world, o.tile_n, p.output_dtype) : -1;
-    const BufferId edge = edge_count > 0 ? b.buffer("C_edge", BufferRole::scratch, p.m, edge_cols, p.output_dtype) : -1;
-    const BufferId edge_received =
-        rs && edge_count > 0 ? b.buffer("C_edge_received", BufferRole::scratch, block_rows, edge_cols, p.output_dtype) : -1;
     std::vector<SignalId> stored(groups, -1);
     for (size_t g = 0; g < groups; ++g)
       if (group_tiles[g] > 0) stored[g] = b.signal("group" + std::to_string(g) + "_stored");
-    const SignalId edge_stored = edge_count > 0 ? b.signal("edge_tiles_stored") : -1;
+    const EdgeTiles edge = declare_edge_tiles(b, p, o, edge_count);
 
     GemmStep gemm = detail::signal_gemm(b.whole(a), b.whole(w), o, cut.layout);
     size_t g = 0;
@@ -271,8 +287,8 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
       GemmTile tile;
       tile.tile = t.tile;
       if (t.edge) {
-        tile.store = Region{r, edge, Rect{t.tile.row, 0, t.tile.rows, t.tile.cols}};
-        tile.notify = Notify{b.own(edge_stored), 1};
+        tile.store = Region{r, edge.buffer, Rect{t.tile.row, 0, t.tile.rows, t.tile.cols}};
+        tile.notify = Notify{b.own(edge.stored), 1};
       } else {
         tile.store = Region{r, grouped, Rect{slot_row[i], 0, t.tile.rows, t.tile.cols}};
         tile.notify = Notify{b.own(stored[g]), 1};
@@ -314,7 +330,7 @@ Plan plan_signal(const Problem& p, const PlanOptions& o) {
       }
       restores.add("restore order of " + name, std::move(back));
     }
-    if (edge_count > 0) finish_edge_tiles(b, restores, p, collective, edge, edge_received, edge_stored, edge_count, c);
+    finish_edge_tiles(b, restores, p, collective, edge, c);
     restores.finish();
     b.set_output(b.whole(c));
     plan.ranks.push_back(b.finish());

@@ -94,11 +94,7 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
 }
 
 GemmStep signal_gemm(const Region& a, const Region& b, const PlanOptions& o, const SignalLayout& layout) {
-  GemmStep gemm;
-  gemm.a = a;
-  gemm.b = b;
-  gemm.tile_m = o.tile_m;
-  gemm.tile_n = o.tile_n;
+  GemmStep gemm = gemm_over(a, b, o);
   gemm.persistent = !o.gemm_cta_per_tile;
   gemm.sm_limit = gemm.persistent ? layout.gemm_sms : 0;
   return gemm;
