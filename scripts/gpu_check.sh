@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Builds weft with the GPU tests on a GPU machine, runs them, then the benchmark. Used through the
-# device tool:  bash scripts/gpu_check.sh [tests|quick-tests|bench|gemm|all] [extra weft bench options...]
+# device tool:  bash scripts/gpu_check.sh [MODE[,MODE...]] [extra weft bench options...]
+#   MODE: tests, quick-tests, back-to-back, bench, gemm; all = tests,bench (the default).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
+#   back-to-back: brackets a hang of the 1,000 back-to-back calls (one process, a thread per GPU):
+#   queue depth 1 and 8 (WEFT_MAX_CALLS_IN_FLIGHT), NCCL_LAUNCH_MODE=GROUP, each bounded by
+#   WEFT_COLLECTIVE_TIMEOUT_S (the executor then prints its unmet waits); then host stacks of a hung run.
 # Logs and results go to $OUT (or ./out). CUTLASS headers come from .deps (carried; no network there).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 what=${1:-all}; shift || true
+[ "$what" = all ] && what=tests,bench
+wants() { [[ ",$what," == *",$1,"* ]]; }
 out=${OUT:-out}; mkdir -p "$out"
 nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
 cmake --version | head -1
@@ -15,22 +21,36 @@ cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Relea
 ( time cmake --build build-device ) > "$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
 tail -3 "$out/build.log"
 status=0
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if wants tests; then
   ctest --test-dir build-device -L gpu --timeout ${CTEST_TIMEOUT:-90} --output-on-failure ${CTEST_ARGS:-} > "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "Passed|Failed|\*\*\*|tests passed|tests failed|Timeout" "$out/gpu_tests.log" | tail -40
 fi
-if [ "$what" = quick-tests ]; then
+if wants quick-tests; then
   binary=build-device/tests/gpu/weft_gpu_tests
   timeout -s KILL ${TESTS_TIMEOUT:-240} $binary --gtest_filter='-*Thousand*' > "$out/gpu_tests.log" 2>&1 || status=1
   timeout -s KILL ${CTEST_TIMEOUT:-90} $binary --gtest_filter='*Thousand*' >> "$out/gpu_tests.log" 2>&1 || status=1
   ctest --test-dir build-device -L gpu -R torchrun --timeout 300 --output-on-failure >> "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests passed|tests failed|Failed|Timeout" "$out/gpu_tests.log" | tail -20
 fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if wants back-to-back; then
+  binary=build-device/tests/gpu/weft_gpu_tests
+  export WEFT_COLLECTIVE_TIMEOUT_S=${WEFT_COLLECTIVE_TIMEOUT_S:-20}
+  run=0
+  for setting in WEFT_MAX_CALLS_IN_FLIGHT=8 WEFT_MAX_CALLS_IN_FLIGHT=1 NCCL_LAUNCH_MODE=GROUP; do
+    start=$(date +%s%N); run=$((run + 1))
+    env "$setting" timeout -s KILL 60 $binary --gtest_filter='Executor.ThousandBackToBack*' > "$out/back_to_back_$run.log" 2>&1
+    code=$?
+    printf '%-28s exit %3d after %6d ms: ' "$setting" $code $(( ($(date +%s%N) - start) / 1000000 ))
+    grep -E "^\[  (PASSED|FAILED) |did not finish|has not finished|unmet|waits for" "$out/back_to_back_$run.log" | head -6 | tr '\n' ' '; echo
+    [ $code -eq 0 ] || status=1
+  done
+  [ $status -eq 0 ] || bash scripts/hang_probe.sh $binary 'Executor.ThousandBackToBack*' 1 35
+fi
+if wants bench; then
   ./build-device/weft bench --json "$out/bench.json" --csv "$out/bench.csv" "$@" 2> "$out/bench.err" | tee "$out/bench.txt" || status=1
   tail -5 "$out/bench.err"
 fi
-if [ "$what" = gemm ]; then
+if wants gemm; then
   ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1
   tail -5 "$out/gemm.err"
 fi

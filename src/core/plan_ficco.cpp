@@ -1,8 +1,9 @@
 // `ficco_*` (FiCCO, ficco.txt Section V): AllGather+GEMM with communication one level finer than the
 // shard. Each shard is cut again into W sub-chunks (by rows for the 1D schedules, by K columns for 2D);
 // in step j every rank pulls sub-chunk j of every peer's shard at once, so each step is an
-// all-to-all over every link rather than one peer at a time. Transfers are copy-engine pulls on
-// stream 1 counting into one signal per step; GEMMs are unmodified library GEMMs on stream 0.
+// all-to-all over every link rather than one peer at a time. Transfers are copy-engine pulls, one
+// stream per peer (copies queued on one stream would run one after another, one link at a time),
+// counting into one signal per step; GEMMs are unmodified library GEMMs on stream 0.
 //
 //   uniform_fused_1d : every step gathers sub-chunk j of all W shards (the local one included) into one
 //                      block and runs one GEMM on it, then scatters the output rows to their places.
@@ -30,8 +31,10 @@ using detail::RankPlanBuilder;
 namespace {
 
 constexpr int kCompute = 0;
-constexpr int kComm = 1;
-constexpr int kScatter = 2;
+constexpr int kScatter = 1;
+// The pulls from the peer `offset` ranks after this one (1 .. W-1) have a stream of their own.
+int pull_stream(int offset) { return kScatter + offset; }
+int stream_count(int world) { return pull_stream(world - 1) + 1; }
 
 void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
@@ -67,7 +70,7 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
     for (int i = 1; i < world; ++i) {
       const int src = (r + i) % world;
       const Region dst = fused ? b.rows(staged, slot(j, src), rows_of(j)) : b.rows(staged, src * p.m + starts[static_cast<size_t>(j)], rows_of(j));
-      Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), kComm, Engine::copy_engine,
+      Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), pull_stream(i), Engine::copy_engine,
                          CopyStep{b.rows(a, starts[static_cast<size_t>(j)], rows_of(j), src), dst});
       pull.notifies.push_back({b.own(arrived[static_cast<size_t>(j)]), 1});
       ++expected[static_cast<size_t>(j)];
@@ -130,7 +133,7 @@ void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     if (cuts[static_cast<size_t>(j) + 1] == cuts[static_cast<size_t>(j)]) continue;
     for (int i = 1; i < world; ++i) {
       const int src = (r + i) % world;
-      Step& pull = b.add("pull slice " + std::to_string(j) + " from rank " + std::to_string(src), kComm, Engine::copy_engine,
+      Step& pull = b.add("pull slice " + std::to_string(j) + " from rank " + std::to_string(src), pull_stream(i), Engine::copy_engine,
                          CopyStep{columns(a, 0, p.m, j, src), columns(gathered, src * p.m, p.m, j)});
       pull.notifies.push_back({b.own(arrived[static_cast<size_t>(j)]), 1});
     }
@@ -220,7 +223,7 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
         from = slice(from, j);
         to = slice(to, j);
       }
-      Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), kComm, Engine::copy_engine,
+      Step& pull = b.add("pull step " + std::to_string(j) + " from rank " + std::to_string(src), pull_stream(i), Engine::copy_engine,
                          CopyStep{from, to});
       pull.waits.push_back({b.own(grouped[static_cast<size_t>(src)]), 1});
       pull.notifies.push_back({b.own(arrived[static_cast<size_t>(j)]), 1});
@@ -307,7 +310,7 @@ Plan plan_ficco(const Problem& p, const PlanOptions& options, FiccoSchedule sche
   plan.strategy = "ficco_" + std::string(to_string(schedule));
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
-    RankPlanBuilder b(r, schedule == FiccoSchedule::uniform_fused_2d ? 2 : 3);
+    RankPlanBuilder b(r, stream_count(p.world_size));
     if (dispatch) build_a2a(p, options, schedule, b);
     else if (schedule == FiccoSchedule::uniform_fused_2d) build_2d(p, options, b);
     else build_1d(p, options, schedule, b);

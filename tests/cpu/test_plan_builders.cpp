@@ -3,6 +3,7 @@
 // result equals the op computed directly. The seed of a failing case is printed.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "../support/plan_options.hpp"
@@ -114,20 +115,28 @@ TEST(Builders, DecomposedUsesTwoStreamsAndTheRightEngines) {
 }
 
 TEST(Builders, FiccoStepsPullFromEveryPeerAtOnce) {
-  // In step j each rank pulls sub-chunk j from all W-1 peers (an all-to-all), not a whole shard from one.
+  // In step j each rank pulls sub-chunk j from all W-1 peers (an all-to-all), not a whole shard from
+  // one; each peer's pulls have their own stream, so a step's pulls run at once and a peer's steps in order.
   Problem p{OpKind::ag_gemm, 8, 16, 8, 4, DType::bf16, DType::bf16, {}};
-  const Plan plan = plan_ficco(p, {}, FiccoSchedule::uniform_fused_1d);
-  std::vector<std::string> pulls;
-  for (const auto& step : plan.ranks[1].steps)
-    if (std::holds_alternative<CopyStep>(step.body) && step.stream == 1) pulls.push_back(step.label);
-  ASSERT_EQ(pulls.size(), 12u);
-  EXPECT_EQ(pulls[0], "pull step 0 from rank 2");
-  EXPECT_EQ(pulls[2], "pull step 0 from rank 0");
-  EXPECT_EQ(pulls[3], "pull step 1 from rank 2");
-  for (const auto& step : plan.ranks[1].steps)
-    if (const auto* copy = std::get_if<CopyStep>(&step.body); copy && step.stream == 1) {
-      EXPECT_EQ(copy->src.box.rows, 2);
+  for (FiccoSchedule schedule : {FiccoSchedule::uniform_fused_1d, FiccoSchedule::hetero_unfused_1d, FiccoSchedule::uniform_fused_2d}) {
+    const Plan plan = plan_ficco(p, {}, schedule);
+    std::map<int, std::vector<std::string>> pulls_by_stream;
+    for (const auto& step : plan.ranks[1].steps)
+      if (const auto* copy = std::get_if<CopyStep>(&step.body); copy && copy->src.rank != 1) {
+        pulls_by_stream[step.stream].push_back(step.label);
+        EXPECT_EQ(schedule == FiccoSchedule::uniform_fused_2d ? copy->src.box.cols : copy->src.box.rows, 2) << step.label;
+      }
+    ASSERT_EQ(pulls_by_stream.size(), 3u) << to_string(schedule);
+    const std::string unit = schedule == FiccoSchedule::uniform_fused_2d ? "slice " : "step ";
+    for (const auto& [stream, labels] : pulls_by_stream) {
+      ASSERT_EQ(labels.size(), 4u);
+      EXPECT_NE(stream, 0) << "pulls never share the GEMMs' stream";
+      const std::string peer = labels[0].substr(labels[0].rfind(' '));
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(labels[static_cast<size_t>(j)], "pull " + unit + std::to_string(j) + " from rank" + peer);
     }
+    const CpuProof proof = prove_on_cpu(plan, 5);
+    EXPECT_TRUE(proof.passed()) << proof.explain();
+  }
 }
 
 TEST(Builders, FiccoTwoDimensionalAccumulatesOverKSlices) {
