@@ -39,7 +39,11 @@ const std::vector<Strategy>& strategies() {
       {"signal", "FlashOverlap",
        "one GEMM on fewer SMs counting stored tiles per wave group; each group, stored contiguously, goes to a plain NCCL "
        "call as soon as it is complete, then back in place",
-       {OpKind::gemm_ar, OpKind::gemm_rs, OpKind::gemm_a2a}, plan_signal, /*overlap_gemm=*/true},
+       {OpKind::gemm_ar, OpKind::gemm_rs, OpKind::gemm_a2a}, plan_signal, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/true},
+      {"fused", "Flux",
+       "one GEMM with the communication fused in: tiles wait for their pulled rows (AG), or are stored into their "
+       "rank's slot on that rank (RS)",
+       {OpKind::ag_gemm, OpKind::gemm_rs}, plan_fused, /*overlap_gemm=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
       ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,

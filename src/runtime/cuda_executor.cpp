@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "overlap_gemm_lowering.hpp"
@@ -164,6 +165,25 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   WEFT_CUDA_CHECK(cudaMalloc(&im.workspace, kGemmWorkspaceBytes));
   im.gemms.reserve(mine.steps.size());
 
+  // Counters raised by step notifies of one stream of this rank alone (no other stream or rank, no
+  // GEMM tile): that stream may write them (see SignalSet::set). Keyed by (owner rank, signal).
+  std::map<std::pair<int, int>, uint64_t> raised_in_plan;
+  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> writers;  // -> (rank, stream); stream -1: a GEMM tile
+  for (const RankPlan& rp : plan_.ranks)
+    for (const Step& s : rp.steps) {
+      for (const Notify& n : s.notifies) {
+        raised_in_plan[{n.signal.rank, n.signal.id}] += n.increment;
+        writers[{n.signal.rank, n.signal.id}].insert({rp.rank, s.stream});
+      }
+      if (const auto* g = std::get_if<GemmStep>(&s.body))
+        for (const GemmTile& t : g->tiles)
+          if (t.notify) writers[{t.notify->signal.rank, t.notify->signal.id}].insert({rp.rank, -1});
+    }
+  std::map<std::pair<int, int>, int> single_writer;  // -> this rank's stream
+  for (const auto& [key, who] : writers)
+    if (who.size() == 1 && who.begin()->first == comm_.rank() && who.begin()->second >= 0) single_writer[key] = who.begin()->second;
+  std::map<std::pair<int, int>, uint64_t> written_so_far;
+
   for (const Step& step : mine.steps) {
     Impl::Lowered low;
     low.step = &step;
@@ -312,11 +332,33 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
           }
         },
         step.body);
-    std::vector<Notify> notifies = step.notifies;
+    // A counter that only this stream raises is written (its value after this step, this call)
+    // instead of added to: no kernel, so no SM is needed to raise it.
+    struct Raise {
+      Notify notify;
+      uint64_t written_per_call = 0;  // 0: add with a kernel; else the total it reaches per call
+      uint64_t value_within_call = 0;
+    };
+    std::vector<Raise> raises;
+    for (const Notify& n : step.notifies) {
+      const auto key = std::make_pair(n.signal.rank, n.signal.id);
+      Raise raise{n};
+      if (single_writer.count(key) && single_writer.at(key) == step.stream) {
+        raise.value_within_call = (written_so_far[key] += n.increment);
+        raise.written_per_call = raised_in_plan.at(key);
+      }
+      raises.push_back(raise);
+    }
     SignalSet* signals = im.signals.get();
-    low.enqueue = [body, notifies, signals](cudaStream_t stream) {
+    const uint64_t* calls = &im.calls;
+    low.enqueue = [body, raises, signals, calls](cudaStream_t stream) {
       if (body) body(stream);
-      for (const Notify& n : notifies) signals->notify(stream, n.signal.rank, n.signal.id, n.increment);
+      for (const Raise& r : raises) {
+        if (r.written_per_call)
+          signals->set(stream, r.notify.signal.rank, r.notify.signal.id, *calls * r.written_per_call + r.value_within_call);
+        else
+          signals->notify(stream, r.notify.signal.rank, r.notify.signal.id, r.notify.increment);
+      }
     };
     im.steps.push_back(std::move(low));
   }

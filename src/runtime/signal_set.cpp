@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <cstdlib>
+#include <string>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -11,19 +12,27 @@ namespace weft {
 
 namespace {
 
-using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+// cuStreamWaitValue64 and cuStreamWriteValue64 share this signature.
+using StreamValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 
-// cuStreamWaitValue64 is a driver entry point; fetching it through the runtime keeps libcuda out of
-// the link, so the tool still starts (and says "no GPU") on machines without a driver.
-WaitValue64 wait_value_64() {
-  static WaitValue64 function = [] {
-    void* entry = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    WEFT_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &entry, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || !entry)
-      throw CudaError("the driver has no cuStreamWaitValue64; weft needs a CUDA 12 or newer driver");
-    return reinterpret_cast<WaitValue64>(entry);
-  }();
+// Stream memory operations are driver entry points; fetching them through the runtime keeps libcuda
+// out of the link, so the tool still starts (and says "no GPU") on machines without a driver.
+StreamValue64 driver_entry_point(const char* name) {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  WEFT_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &entry, 12000, cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || !entry)
+    throw CudaError(std::string("the driver has no ") + name + "; weft needs a CUDA 12 or newer driver");
+  return reinterpret_cast<StreamValue64>(entry);
+}
+
+StreamValue64 wait_value_64() {
+  static StreamValue64 function = driver_entry_point("cuStreamWaitValue64");
+  return function;
+}
+
+StreamValue64 write_value_64() {
+  static StreamValue64 function = driver_entry_point("cuStreamWriteValue64");
   return function;
 }
 
@@ -47,6 +56,16 @@ void configure_cuda_for_waits() {
 
 void SignalSet::notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const {
   signal_add(on(rank) + signal, increment, stream);
+}
+
+void SignalSet::set(cudaStream_t stream, int rank, int signal, uint64_t value) const {
+  // The default flags put a memory barrier before the write: the stream's earlier writes (a copy's
+  // data) are visible before the counter moves, as for notify().
+  const CUresult status = write_value_64()(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(on(rank) + signal),
+                                           value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (status != CUDA_SUCCESS)
+    throw CudaError("cuStreamWriteValue64 of signal " + std::to_string(signal) + " on rank " + std::to_string(rank) + " := " +
+                    std::to_string(value) + " failed with CUresult " + std::to_string(static_cast<int>(status)));
 }
 
 void SignalSet::wait(cudaStream_t stream, int signal, uint64_t at_least) const {

@@ -60,6 +60,15 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
       if (op == OpKind::gemm_rs && shape == 0) p.m = world * 128 * 2;
       calls = 3;
     }
+    if (strategy == "fused") {
+      // gemm_rs: whole 128-row tiles per rank (stored straight into the peers' slots) in the first
+      // shape, tile rows shared by two ranks (stored locally, pushed) in the others. ag_gemm: chunks
+      // of 1, 2 and 3 per shard. Three calls: the counters the copy engine writes start each call
+      // from a new epoch.
+      if (op == OpKind::gemm_rs && shape == 0) p.m = world * 128 * 2;
+      options.comm_chunks = static_cast<int>(shape) + 1;
+      calls = 3;
+    }
     if (routes_rows(op)) p.routing = random_routing(world, p.m, static_cast<uint64_t>(s.m));
     const Plan plan = find_strategy(strategy).build(p, options);
     std::vector<double> errors(static_cast<size_t>(world));

@@ -125,8 +125,10 @@ double run_and_compare(CudaExecutor& exec, const DeviceRegion& want, double* sum
 PlanOptions plan_options_for(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
   PlanOptions o = base;
   if (strategy.overlap_gemm) {
-    const int sms = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
-    const OverlapGemmShape tile = shape_of(choose_overlap_gemm_tiling(problem.m, problem.n, problem.k, sms).config);
+    const int sms = !strategy.gemm_beside_nccl ? o.machine.sm_count : o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
+    // The one GEMM of a rank: over every rank's rows for AllGather+GEMM, its own rows otherwise.
+    const int64_t rows = problem.op == OpKind::ag_gemm ? problem.m * problem.world_size : problem.m;
+    const OverlapGemmShape tile = shape_of(choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms).config);
     o.tile_m = tile.tile_m;
     o.tile_n = tile.tile_n;
   }

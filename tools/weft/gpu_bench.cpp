@@ -105,6 +105,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.gemm_cta_per_tile = o.gemm_cta_per_tile;
   plan_options.wave_partition = o.wave_partition;
   plan_options.signal_restore = o.signal_restore;
+  plan_options.comm_chunks = o.comm_chunks;
   std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {

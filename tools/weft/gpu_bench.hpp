@@ -25,6 +25,7 @@ struct GpuBenchOptions {
   bool gemm_cta_per_tile = false;   // signal: --gemm-cta-per-tile
   std::vector<int> wave_partition;  // signal: --partition
   SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
+  int comm_chunks = 0;              // fused: --comm-chunks
 };
 
 // Returns the number of rows whose verification failed.

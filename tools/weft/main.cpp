@@ -22,6 +22,7 @@ void print_help() {
       "          signal: --gemm-sms N (SMs its GEMM keeps; default the profile's) --gemm-cta-per-tile\n"
       "          --partition 1,2,2 (wave groups; default: the predictive search)\n"
       "          --restore after_each_group|own_stream|at_end (where tiles are put back in place)\n"
+      "          fused: --comm-chunks N (row chunks each peer's shard is pulled in; default 1)\n"
       "  bench gemm  the overlap GEMM (empty table; notify on every tile + remapped stores) against\n"
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"

@@ -45,6 +45,9 @@ struct PlanOptions {
   std::vector<int> wave_partition;
   // at_end measured best on 2xH200 (bench/results/README.md).
   SignalRestore signal_restore = SignalRestore::at_end;
+  // fused ag_gemm: row chunks each peer's shard is pulled in, each raising the tiles that wait for
+  // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
+  int comm_chunks = 0;
 };
 
 struct Strategy {
@@ -56,6 +59,9 @@ struct Strategy {
   // Its GEMMs carry tile tables that only the overlap GEMM runs (waits, notifies, reordered stores),
   // so their tile must be one that kernel compiles; tools pick it by that kernel's rule.
   bool overlap_gemm = false;
+  // Its GEMM shares the GPU with NCCL's kernels for the whole call, on the SMs they leave it
+  // (machine.sm_count - machine.collective_sms, or PlanOptions::gemm_sms); otherwise it has all.
+  bool gemm_beside_nccl = false;
 
   bool supports(OpKind op) const;
 };
@@ -79,6 +85,12 @@ Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedul
 // group's signal and hands the block to a plain NCCL call, then moves its tiles back into place.
 // gemm_ar, gemm_rs (plan_signal.cpp) and gemm_a2a (per-destination pools, plan_signal_a2a.cpp).
 Plan plan_signal(const Problem& problem, const PlanOptions& options);
+
+// Flux (flux.txt): one overlap GEMM with the communication fused in. ag_gemm: copy-engine pulls in
+// ring order raise a counter that each tile waits for before loading its rows; gemm_rs: each tile
+// is stored straight into its rank's receive slot on that rank, which sums its slots at the end.
+// plan_fused.cpp says the details.
+Plan plan_fused(const Problem& problem, const PlanOptions& options);
 
 // How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.
 struct SignalLayout {

@@ -1,7 +1,9 @@
 // Signals: 64-bit counters in symmetric memory, one array per rank.
 //
 // notify() adds to a counter (on this rank or a peer) from a stream, after the stream's earlier work
-// is visible (release); wait() makes a stream wait until a local counter reaches a value (acquire)
+// is visible (release), with a one-thread kernel; set() writes a counter the same way without a
+// kernel (cuStreamWriteValue64), for counters that only one stream raises, so that raising them
+// needs no free SM (a persistent GEMM may hold every SM while it waits for that counter); wait() makes a stream wait until a local counter reaches a value (acquire)
 // without occupying an SM (cuStreamWaitValue64). Counters only grow: the executor offsets every
 // expected value by (calls so far) x (increments per call), so repeated calls and graph replays
 // need no reset.
@@ -36,6 +38,7 @@ class SignalSet {
   uint64_t* on(int rank) const { return static_cast<uint64_t*>(memory_.on(rank)); }
 
   void notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const;
+  void set(cudaStream_t stream, int rank, int signal, uint64_t value) const;
   void wait(cudaStream_t stream, int signal, uint64_t at_least) const;
   // Current values, read on a private stream so that it works while other streams are blocked.
   std::vector<uint64_t> read_values() const;
