@@ -1,10 +1,10 @@
 // `fused` (Flux, flux.txt Sections 3 and 4): the communication is fused into one overlap GEMM over
 // the whole problem, which is never split into smaller GEMMs.
 //
-//   ag_gemm: stream 1 copies the local A shard into the gathered A, then pulls every peer's shard in
-//            ring order starting after the own rank (Section 4.3), in `comm_chunks` row chunks per
-//            shard; each copy raises one counter (a single stream raises it, so the executor writes
-//            it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
+//   ag_gemm: the GEMM's stream first copies the local A shard into the gathered A; stream 1 pulls
+//            every peer's shard in ring order starting after the own rank (Section 4.3), in
+//            `comm_chunks` row chunks per shard; each pull raises one counter (a single stream raises
+//            it, so the executor writes it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
 //            order of their rows, local shard first (Section 4.1's swizzle aligned with the pulls),
 //            and each waits (its prologue) until the chunks holding its rows have arrived.
 //   gemm_rs: each tile whose rows belong to one rank d is stored straight into d's receive slot for
@@ -40,23 +40,25 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
   const SignalId arrived = b.signal("chunks_arrived");
-  // Rows of the gathered A ordered by arrival: after_chunk[row] = how many copies must have landed
-  // before row `row` may be read.
+  // needed[row]: how many pulls must have landed before row `row` of the gathered A may be read
+  // (0: a row of the own shard).
   std::vector<uint64_t> needed(static_cast<size_t>(world) * static_cast<size_t>(p.m), 0);
   uint64_t copies = 0;
-  auto copy = [&](const std::string& label, const Region& from, int shard, int64_t first, int64_t rows) {
+  auto pull = [&](const std::string& label, const Region& from, int shard, int64_t first, int64_t rows) {
     if (rows == 0) return;
     Step& step = b.add(label, kComm, Engine::copy_engine, CopyStep{from, b.rows(gathered, shard * p.m + first, rows)});
     step.notifies.push_back({b.own(arrived), 1});
     ++copies;
     for (int64_t i = 0; i < rows; ++i) needed[static_cast<size_t>(shard * p.m + first + i)] = copies;
   };
-  copy("copy own shard", b.whole(a), r, 0, p.m);
+  // The own shard goes into place on the GEMM's stream, before it: a copy within one GPU runs as a
+  // kernel, which would find no free SM while the GEMM, holding them all, waits for it.
+  b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
   const auto cuts = detail::split_rows(p.m, chunks_per_shard(o, p.m));
   for (int i = 1; i < world; ++i) {
     const int src = (r + i) % world;
     for (size_t j = 0; j + 1 < cuts.size(); ++j)
-      copy("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), b.rows(a, cuts[j], cuts[j + 1] - cuts[j], src), src,
+      pull("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), b.rows(a, cuts[j], cuts[j + 1] - cuts[j], src), src,
            cuts[j], cuts[j + 1] - cuts[j]);
   }
 
@@ -72,10 +74,11 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     tile.store.box.cols = tile.tile.cols;
     uint64_t wait = 0;
     for (int64_t row = tile.tile.row; row < tile.tile.row_end(); ++row) wait = std::max(wait, needed[static_cast<size_t>(row)]);
-    tile.wait = Wait{b.own(arrived), wait};
+    if (wait > 0) tile.wait = Wait{b.own(arrived), wait};
     gemm.tiles.push_back(tile);
   }
-  std::stable_sort(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& x, const GemmTile& y) { return x.wait->value < y.wait->value; });
+  auto wait_of = [](const GemmTile& t) { return t.wait ? t.wait->value : 0; };
+  std::stable_sort(gemm.tiles.begin(), gemm.tiles.end(), [&](const GemmTile& x, const GemmTile& y) { return wait_of(x) < wait_of(y); });
   b.add("gemm (tiles wait for their rows)", kCompute, Engine::sm, std::move(gemm));
   b.set_output(b.whole(c));
 }
