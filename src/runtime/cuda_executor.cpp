@@ -36,6 +36,9 @@ struct LoweredGemm {
   const void* a = nullptr;  // our A [M, K]
   const void* b = nullptr;  // our B [N, K]
   void* c = nullptr;
+  // 1 where the GEMM adds to C. The warm-up must use the same: cuBLASLt runs another kernel for
+  // beta 0, and the first use of a kernel loads its library (see load_gemm_kernels).
+  float beta = 0.0f;
 
   void destroy() {
     if (desc) cublasLtMatmulDescDestroy(desc);
@@ -242,15 +245,15 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
                                           "); check K and N alignment (multiples of 8 elements)");
             }
             g.algo = found.algo;
+            g.beta = b.accumulate ? 1.0f : 0.0f;
             im.gemms.push_back(g);
             const LoweredGemm* lowered = &im.gemms.back();
             cublasLtHandle_t lt = im.lt;
             void* ws = im.workspace;
-            const float beta = b.accumulate ? 1.0f : 0.0f;
-            body = [lowered, lt, ws, beta](cudaStream_t stream) {
+            body = [lowered, lt, ws](cudaStream_t stream) {
               const float one = 1.0f;
               WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, lowered->desc, &one, lowered->b, lowered->weight, lowered->a, lowered->activation,
-                                               &beta, lowered->c, lowered->out, lowered->c, lowered->out, &lowered->algo, ws,
+                                               &lowered->beta, lowered->c, lowered->out, lowered->c, lowered->out, &lowered->algo, ws,
                                                kGemmWorkspaceBytes, stream));
             };
           } else if constexpr (std::is_same_v<T, CopyStep>) {
@@ -370,15 +373,18 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
 // devices too. Seen on 2xH200 (scripts/hang_probe.sh): one rank in cuLibraryLoadData under
 // cublasLtMatmul, the other's device running a collective or a signal wait that needed the first
 // rank's host to move on. So every GEMM runs once here, and no rank leaves before all have loaded,
-// through a barrier that puts no work on any device. The warm-up reads and writes the plan's own
-// buffers: outputs and scratch are rewritten by every run, and validation forbids writes to inputs.
+// through a barrier that puts no work on any device. Each GEMM runs exactly as run() will run it,
+// beta included: an accumulating GEMM warmed up with beta 0 left its own kernel to load in the
+// middle of a call (the same hang, FiCCO's 2D schedule, 1 of 4 runs of the GPU tests on 2xH200).
+// The warm-up reads and writes the plan's own buffers: outputs and scratch are rewritten by every
+// run, and validation forbids writes to inputs.
 void CudaExecutor::load_gemm_kernels() {
   Impl& im = *impl_;
   cudaStream_t warm;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&warm, cudaStreamNonBlocking));
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f;
   for (const LoweredGemm& g : im.gemms)
-    WEFT_CUBLAS_CHECK(cublasLtMatmul(im.lt, g.desc, &one, g.b, g.weight, g.a, g.activation, &zero, g.c, g.out, g.c, g.out, &g.algo,
+    WEFT_CUBLAS_CHECK(cublasLtMatmul(im.lt, g.desc, &one, g.b, g.weight, g.a, g.activation, &g.beta, g.c, g.out, g.c, g.out, &g.algo,
                                      im.workspace, kGemmWorkspaceBytes, warm));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());  // the warm-up and every upload of the constructor
   WEFT_CUDA_CHECK(cudaStreamDestroy(warm));
