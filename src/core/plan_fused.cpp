@@ -110,10 +110,15 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   // Slot q (rows [q * share, (q + 1) * share)) receives rank q's partial sums of this rank's rows.
   const BufferId received = b.buffer("received", BufferRole::scratch, p.m + spanning_rows, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);
+  // Counters only where they are raised (the same on every rank: the grid is).
   std::vector<SignalId> stored_by, pushed_by;
-  for (int q = 0; q < world; ++q) stored_by.push_back(b.signal("tiles_from_rank" + std::to_string(q)));
-  for (int q = 0; q < world; ++q) pushed_by.push_back(b.signal("pushes_from_rank" + std::to_string(q)));
-  const SignalId spanning_stored = b.signal("spanning_tiles_stored");
+  SignalId spanning_stored = -1;
+  if (spanning_rows < p.m)
+    for (int q = 0; q < world; ++q) stored_by.push_back(b.signal("tiles_from_rank" + std::to_string(q)));
+  if (spanning_rows > 0) {
+    for (int q = 0; q < world; ++q) pushed_by.push_back(b.signal("pushes_from_rank" + std::to_string(q)));
+    spanning_stored = b.signal("spanning_tiles_stored");
+  }
 
   // Each rank's parts of the spanning tile rows, as pushes from behind the slots into its slot.
   struct Push {

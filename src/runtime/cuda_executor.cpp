@@ -114,17 +114,24 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   size_t signal_count = 0;
   for (const RankPlan& rp : plan_.ranks) signal_count = std::max(signal_count, rp.signals.size());
   im.signals = std::make_unique<SignalSet>(comm_, static_cast<int>(signal_count));
-  im.raised_per_call.assign(signal_count, 0);
-  auto count_raise = [&](const Notify& n) {
-    if (n.signal.rank == comm_.rank()) im.raised_per_call[static_cast<size_t>(n.signal.id)] += n.increment;
+  // What every counter of the plan gains per call, and who raises it: (rank, stream) of each
+  // notifying step, stream -1 for a GEMM tile. Keyed by (owner rank, signal).
+  std::map<std::pair<int, int>, uint64_t> raised_in_plan;
+  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> writers;
+  auto count_raise = [&](const Notify& n, int rank, int stream) {
+    raised_in_plan[{n.signal.rank, n.signal.id}] += n.increment;
+    writers[{n.signal.rank, n.signal.id}].insert({rank, stream});
   };
   for (const RankPlan& rp : plan_.ranks)
     for (const Step& s : rp.steps) {
-      for (const Notify& n : s.notifies) count_raise(n);
+      for (const Notify& n : s.notifies) count_raise(n, rp.rank, s.stream);
       if (const auto* g = std::get_if<GemmStep>(&s.body))
         for (const GemmTile& t : g->tiles)
-          if (t.notify) count_raise(*t.notify);
+          if (t.notify) count_raise(*t.notify, rp.rank, -1);
     }
+  im.raised_per_call.assign(signal_count, 0);
+  for (const auto& [key, raised] : raised_in_plan)
+    if (key.first == comm_.rank()) im.raised_per_call[static_cast<size_t>(key.second)] = raised;
 
   im.plan_touches_peers = reaches_across_ranks(plan_);
   WEFT_CUDA_CHECK(cudaMalloc(&im.raised_per_call_device, std::max<size_t>(signal_count, 1) * sizeof(uint64_t)));
@@ -169,19 +176,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   im.gemms.reserve(mine.steps.size());
 
   // Counters raised by step notifies of one stream of this rank alone (no other stream or rank, no
-  // GEMM tile): that stream may write them (see SignalSet::set). Keyed by (owner rank, signal).
-  std::map<std::pair<int, int>, uint64_t> raised_in_plan;
-  std::map<std::pair<int, int>, std::set<std::pair<int, int>>> writers;  // -> (rank, stream); stream -1: a GEMM tile
-  for (const RankPlan& rp : plan_.ranks)
-    for (const Step& s : rp.steps) {
-      for (const Notify& n : s.notifies) {
-        raised_in_plan[{n.signal.rank, n.signal.id}] += n.increment;
-        writers[{n.signal.rank, n.signal.id}].insert({rp.rank, s.stream});
-      }
-      if (const auto* g = std::get_if<GemmStep>(&s.body))
-        for (const GemmTile& t : g->tiles)
-          if (t.notify) writers[{t.notify->signal.rank, t.notify->signal.id}].insert({rp.rank, -1});
-    }
+  // GEMM tile): that stream may write them (see SignalSet::set).
   std::map<std::pair<int, int>, int> single_writer;  // -> this rank's stream
   for (const auto& [key, who] : writers)
     if (who.size() == 1 && who.begin()->first == comm_.rank() && who.begin()->second >= 0) single_writer[key] = who.begin()->second;

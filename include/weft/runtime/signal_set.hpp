@@ -3,8 +3,9 @@
 // notify() adds to a counter (on this rank or a peer) from a stream, after the stream's earlier work
 // is visible (release), with a one-thread kernel; set() writes a counter the same way without a
 // kernel (cuStreamWriteValue64), for counters that only one stream raises, so that raising them
-// needs no free SM (a persistent GEMM may hold every SM while it waits for that counter); wait() makes a stream wait until a local counter reaches a value (acquire)
-// without occupying an SM (cuStreamWaitValue64). Counters only grow: the executor offsets every
+// needs no free SM (a persistent GEMM may hold every SM while it waits for that counter); wait()
+// makes a stream wait until a local counter reaches a value (acquire) without occupying an SM
+// (cuStreamWaitValue64). Counters only grow: the executor offsets every
 // expected value by (calls so far) x (increments per call), so repeated calls and graph replays
 // need no reset.
 //
