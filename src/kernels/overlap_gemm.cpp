@@ -1,5 +1,6 @@
-// Host side of the overlap GEMM: the compiled configurations, the rule that picks one, the checks
-// that turn a bad launch into an error message instead of a fault, and the dispatch.
+// Host side of the overlap GEMM: the compiled configurations, the checks that turn a bad launch
+// into an error message instead of a fault, and the dispatch. Which configuration a GEMM runs with
+// is the model's decision (model/tiling.hpp).
 #include "weft/kernels/overlap_gemm.hpp"
 
 #include <algorithm>
@@ -32,6 +33,16 @@ OverlapGemmShape shape_of(OverlapGemmConfig config) {
   reject("unknown configuration");
 }
 
+OverlapGemmConfig config_for(int tile_m, int tile_n) {
+  std::string compiled;
+  for (OverlapGemmConfig config : overlap_gemm_configs()) {
+    const OverlapGemmShape s = shape_of(config);
+    if (s.tile_m == tile_m && s.tile_n == tile_n) return config;
+    compiled += " " + to_string(config);
+  }
+  reject("no configuration compiled for tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) + " (compiled:" + compiled + ")");
+}
+
 std::string to_string(OverlapGemmConfig config) {
   const OverlapGemmShape s = shape_of(config);
   return std::to_string(s.tile_m) + "x" + std::to_string(s.tile_n) + "x" + std::to_string(s.tile_k);
@@ -40,102 +51,6 @@ std::string to_string(OverlapGemmConfig config) {
 std::vector<OverlapGemmConfig> overlap_gemm_configs() {
   return {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
           OverlapGemmConfig::tile_128x256};
-}
-
-namespace {
-
-// Relative time of `count` entries of `config` split `splits` ways over `k` (see the header).
-double estimated_time(int64_t count, int64_t k, OverlapGemmConfig config, int splits, int sm_count) {
-  // Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
-  // estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
-  // 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
-  auto rate_of = [](OverlapGemmConfig c) {
-    switch (c) {
-      case OverlapGemmConfig::tile_128x96: return 0.75;
-      case OverlapGemmConfig::tile_128x128: return 0.88;
-      case OverlapGemmConfig::tile_128x192: return 0.97;
-      case OverlapGemmConfig::tile_128x256: return 1.0;
-    }
-    return 1.0;
-  };
-  // What a split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
-  // 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms,
-  // so a split entry costs about 32 K-tiles more than its share (the partial tile's round trip
-  // and the wait for the previous split; a model of 2 picked splits that gained nothing).
-  constexpr double kFixupKTiles = 32.0;
-  const OverlapGemmShape s = shape_of(config);
-  const double k_tiles = static_cast<double>(ceil_div(k, s.tile_k));
-  const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
-  const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
-  return static_cast<double>(waves) * per_entry * s.tile_m * s.tile_n / rate_of(config);
-}
-
-// Widest first: on equal estimates the wider tile (fewer shared-memory bytes per FLOP) wins.
-constexpr OverlapGemmConfig widest_first[] = {OverlapGemmConfig::tile_128x256, OverlapGemmConfig::tile_128x192,
-                                              OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x96};
-
-constexpr int kMaxKSplits = 8;
-constexpr int kMinKTilesPerSplit = 4;
-
-// A GEMM that cannot keep the tensor cores busy from HBM: FLOP per byte of A, B and C below
-// Hopper's ~300 (989 TFLOP/s over 3.35 TB/s), with margin.
-bool memory_bound(int64_t m, int64_t n, int64_t k) {
-  constexpr double kComputeBoundFlopsPerByte = 250.0;
-  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
-  return 2.0 * dm * dn * dk / (2.0 * (dm * dk + dn * dk + dm * dn)) < kComputeBoundFlopsPerByte;
-}
-
-}  // namespace
-
-int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, OverlapGemmConfig config, int sm_count) {
-  // A memory-bound GEMM gains nothing from more CTAs in flight, and each split adds a partial
-  // tile's traffic. Measured on H100, m=64 n=k=12288: 8 splits 0.179 ms, none 0.135 ms.
-  if (memory_bound(m, n, k)) return 1;
-  const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
-  int best = 1;
-  double best_time = estimated_time(tile_count, k, config, 1, sm_count);
-  const double unsplit = best_time;
-  for (int splits = 2; splits <= kMaxKSplits && k_tiles / splits >= kMinKTilesPerSplit; ++splits) {
-    const double t = estimated_time(tile_count, k, config, splits, sm_count);
-    if (t < best_time) {
-      best = splits;
-      best_time = t;
-    }
-  }
-  return best_time < 0.95 * unsplit ? best : 1;
-}
-
-OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
-  if (memory_bound(m, n, k)) {
-    // Time follows the bytes the busiest SM streams: (waves) x (A rows + B rows of a tile). More,
-    // narrower tiles put more SMs to pulling from HBM (m = 64, n = 12288 on 132 SMs: 128 tiles
-    // of 96 columns rather than 96 of 128).
-    OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
-    double best_bytes = INFINITY;
-    for (OverlapGemmConfig config : widest_first) {
-      const OverlapGemmShape s = shape_of(config);
-      const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
-      const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
-      if (bytes < best_bytes * 0.97) {  // a narrower tile only for a clear gain
-        best = {config, 1};
-        best_bytes = bytes;
-      }
-    }
-    return best;
-  }
-  OverlapGemmTiling best{OverlapGemmConfig::tile_128x256, 1};
-  double best_time = INFINITY;
-  for (OverlapGemmConfig config : widest_first) {
-    const OverlapGemmShape s = shape_of(config);
-    const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
-    const int splits = choose_k_splits(tiles, m, n, k, config, sm_count);
-    const double t = estimated_time(tiles, k, config, splits, sm_count);
-    if (t < best_time) {
-      best = {config, splits};
-      best_time = t;
-    }
-  }
-  return best;
 }
 
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
@@ -251,8 +166,8 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
 
 }  // namespace
 
-OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config) : config_(config) {
-  OverlapGemmLaunch prepared = launch;
+OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config) : config_(config), launch_(launch) {
+  OverlapGemmLaunch& prepared = launch_;
   if (launch.k_splits > 1) {
     // One partial-sum tile and one counter per output tile; the counters start at zero and the
     // last split of each tile puts its counter back to zero.
@@ -272,21 +187,35 @@ OverlapGemm::~OverlapGemm() {
   if (split_memory_) cudaFree(split_memory_);
 }
 OverlapGemm::OverlapGemm(OverlapGemm&& other) noexcept
-    : config_(other.config_), prepared_(std::move(other.prepared_)), split_memory_(std::exchange(other.split_memory_, nullptr)) {}
+    : config_(other.config_),
+      launch_(other.launch_),
+      prepared_(std::move(other.prepared_)),
+      split_memory_(std::exchange(other.split_memory_, nullptr)) {}
 OverlapGemm& OverlapGemm::operator=(OverlapGemm&& other) noexcept {
   if (this != &other) {
     if (split_memory_) cudaFree(split_memory_);
     config_ = other.config_;
+    launch_ = other.launch_;
     prepared_ = std::move(other.prepared_);
     split_memory_ = std::exchange(other.split_memory_, nullptr);
   }
   return *this;
 }
 
-void OverlapGemm::launch(cudaStream_t stream, uint64_t epoch) { prepared_->launch(stream, epoch); }
+void OverlapGemm::launch(cudaStream_t stream) { prepared_->launch(stream); }
+
+void OverlapGemm::retarget(const void* a, const void* b, const OverlapGemmTarget* targets) {
+  OverlapGemmLaunch moved = launch_;
+  moved.a = a;
+  moved.b = b;
+  for (int t = 0; t < moved.target_count; ++t) moved.targets[t] = targets[t];
+  require_launchable(moved, config_);
+  prepared_->update(moved);
+  launch_ = moved;
+}
 
 void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream) {
-  OverlapGemm(launch, config).launch(stream, launch.epoch);
+  OverlapGemm(launch, config).launch(stream);
 }
 
 }  // namespace weft

@@ -80,8 +80,7 @@ CUTLASS_DEVICE void record_timeout(const OverlapGemmLaunch& launch, int tile_ind
 CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_index, const OverlapGemmTile& entry) {
   if (threadIdx.x % 32 == 0) {
     const uint64_t* flag = launch.wait_signals + entry.wait_signal;
-    const uint64_t expected =
-        entry.wait_value + (launch.raised_per_call ? launch.epoch * launch.raised_per_call[entry.wait_signal] : 0);
+    const uint64_t expected = entry.wait_value;
     uint64_t value = load_acquire_system(flag);
     if (value < expected) {
       const uint64_t start = global_timer_ns();
@@ -392,7 +391,7 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 }
 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
-// shared-memory attribute and the grid size. A call only sets the epoch and enqueues.
+// shared-memory attribute and the grid size. A call only enqueues.
 template <int TileM, int TileN, int TileK>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
@@ -406,9 +405,10 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
     ctas_ = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
   }
 
-  void launch(cudaStream_t stream, uint64_t epoch) override {
+  void update(const OverlapGemmLaunch& launch) override { params_ = Kernel::make_params(launch); }
+
+  void launch(cudaStream_t stream) override {
     if (params_.launch.tile_count == 0) return;
-    params_.launch.epoch = epoch;
     overlap_gemm_entry<Kernel><<<ctas_, Kernel::kThreads, Kernel::kSharedBytes, stream>>>(params_);
     WEFT_CUDA_CHECK(cudaGetLastError());
   }

@@ -26,7 +26,7 @@ int env_int(std::initializer_list<const char*> names, const char* what) {
     if (!env(n).empty()) return std::stoi(env(n));
   std::string tried;
   for (const char* n : names) tried += std::string(" ") + n;
-  throw std::runtime_error(std::string("Communicator::from_environment: no ") + what + " in the environment (looked for" +
+  throw Error(std::string("Communicator::from_environment: no ") + what + " in the environment (looked for" +
                            tried + "); start with torchrun --no-python, mpirun or srun");
 }
 
@@ -48,7 +48,7 @@ struct Communicator::ProcessBarrier {
   explicit ProcessBarrier(int count) : parties(count) {}
   void arrive_and_wait(int rank, int64_t timeout_ms) {
     std::unique_lock lock(mutex);
-    if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
+    if (broken) throw Error("Communicator: another rank of this process gave up at a host barrier");
     const uint64_t my_generation = generation;
     if (++arrived == parties) {
       arrived = 0;
@@ -59,11 +59,11 @@ struct Communicator::ProcessBarrier {
     if (!changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return generation != my_generation || broken; })) {
       broken = true;
       changed.notify_all();
-      throw std::runtime_error("Communicator: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_ms / 1000) +
+      throw Error("Communicator: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_ms / 1000) +
                                " s at a host barrier for the other ranks of this process; one failed or made different calls "
                                "(see its error above; WEFT_COLLECTIVE_TIMEOUT_S sets the limit)");
     }
-    if (broken) throw std::runtime_error("Communicator: another rank of this process gave up at a host barrier");
+    if (broken) throw Error("Communicator: another rank of this process gave up at a host barrier");
   }
   // All-gather on the host: every rank's bytes in rank order. Two barrier phases, so that no rank
   // overwrites its slot for the next exchange while another is still reading this one.
@@ -88,7 +88,7 @@ struct Communicator::ProcessBarrier {
       }
     }
     arrive_and_wait(rank, timeout_ms);
-    if (!mismatch.empty()) throw std::runtime_error("Communicator: ranks made different host all-gathers: " + mismatch);
+    if (!mismatch.empty()) throw std::invalid_argument("Communicator: ranks made different host all-gathers: " + mismatch);
     return all;
   }
   const int parties;
@@ -114,7 +114,21 @@ Communicator::~Communicator() {
   if (scratch_) cudaFree(scratch_);
   if (barrier_word_) cudaFree(barrier_word_);
   if (host_stream_) cudaStreamDestroy(host_stream_);
-  if (owned_ && comm_) ncclCommDestroy(comm_);
+  if (owned_ && comm_ && aborted_.empty()) ncclCommDestroy(comm_);
+}
+
+void Communicator::abort(const std::string& why) {
+  if (!aborted_.empty()) return;
+  aborted_ = why.empty() ? std::string("aborted") : why;
+  // NCCL's kernels of this communicator stop waiting for peers and return; what they computed is
+  // lost. A communicator the caller owns (wrap) is left to the caller, who must abort it too.
+  if (owned_ && comm_) ncclCommAbort(comm_);
+}
+
+void Communicator::require_usable(const char* what) const {
+  if (!aborted_.empty())
+    throw CommunicatorAborted(std::string(what) + " on rank " + std::to_string(rank_) + ": the communicator was aborted (" + aborted_ +
+                              "); make a new one");
 }
 
 std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::vector<int>& devices) {
@@ -147,7 +161,7 @@ std::unique_ptr<Communicator> Communicator::from_environment() {
     const std::string host = env("MASTER_ADDR");
     const std::string port = env("MASTER_PORT");
     if (host.empty() || port.empty())
-      throw std::runtime_error("Communicator::from_environment: set NCCL_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT");
+      throw Error("Communicator::from_environment: set NCCL_COMM_ID=host:port, or MASTER_ADDR and MASTER_PORT");
     const std::string id = host + ":" + std::to_string(std::stoi(port) + 1);  // MASTER_PORT itself is torchrun's store
     setenv("NCCL_COMM_ID", id.c_str(), 0);
   }
@@ -157,6 +171,28 @@ std::unique_ptr<Communicator> Communicator::from_environment() {
   ncclComm_t comm;
   WEFT_NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
   std::unique_ptr<Communicator> result(new Communicator(comm, local, true));
+  result->learn_peers();
+  return result;
+}
+
+NcclUniqueId Communicator::new_unique_id() {
+  ncclUniqueId id;
+  WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  NcclUniqueId bytes;
+  static_assert(sizeof id == sizeof bytes.bytes, "NCCL's unique id changed size");
+  std::memcpy(bytes.bytes.data(), &id, sizeof id);
+  return bytes;
+}
+
+std::unique_ptr<Communicator> Communicator::from_unique_id(const NcclUniqueId& unique_id, int rank, int world_size, int device) {
+  if (rank < 0 || rank >= world_size)
+    throw std::invalid_argument("Communicator::from_unique_id: rank " + std::to_string(rank) + " is not in 0.." + std::to_string(world_size - 1));
+  WEFT_CUDA_CHECK(cudaSetDevice(device));
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.bytes.data(), sizeof id);
+  ncclComm_t comm;
+  WEFT_NCCL_CHECK(ncclCommInitRank(&comm, world_size, id, rank));
+  std::unique_ptr<Communicator> result(new Communicator(comm, device, true));
   result->learn_peers();
   return result;
 }
@@ -177,6 +213,7 @@ void Communicator::learn_peers() {
 }
 
 std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t bytes) {
+  require_usable("a host all-gather");
   // Ranks of one process exchange through host memory: no kernel of one rank then waits on another
   // rank whose host thread may sit in a driver call that waits for every device of the process
   // (cudaFree of peer-mapped memory, a library load). Seen as an intermittent hang at world 4.
@@ -195,7 +232,7 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
   // A rank that failed (or took another path) never joins: say so instead of waiting forever.
   if (!synchronize_with_timeout(host_stream_, timeout_ms()))
-    throw std::runtime_error("Communicator: rank " + std::to_string(rank_) + " waited " +
+    throw Error("Communicator: rank " + std::to_string(rank_) + " waited " +
                              std::to_string(timeout_ms() / 1000) +
                              " s for its peers in a host-side all-gather of " + std::to_string(bytes) +
                              " bytes; a peer failed or made different calls (see its error above; "
@@ -211,6 +248,7 @@ void Communicator::host_barrier() {
 }
 
 void Communicator::barrier(cudaStream_t stream) {
+  require_usable("a device barrier");
   WEFT_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream));
 }
 
@@ -220,7 +258,7 @@ void Communicator::require_agreement(uint64_t value, const std::string& what) {
   std::memcpy(values.data(), all.data(), all.size());
   for (int r = 0; r < world_; ++r)
     if (values[static_cast<size_t>(r)] != values[0])
-      throw std::runtime_error("ranks disagree on " + what + ": rank 0 has " + std::to_string(values[0]) + ", rank " +
+      throw std::invalid_argument("ranks disagree on " + what + ": rank 0 has " + std::to_string(values[0]) + ", rank " +
                                std::to_string(r) + " has " + std::to_string(values[static_cast<size_t>(r)]));
 }
 

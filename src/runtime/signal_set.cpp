@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "weft/kernels/elementwise.hpp"
@@ -74,6 +75,21 @@ void SignalSet::wait(cudaStream_t stream, int signal, uint64_t at_least) const {
   if (status != CUDA_SUCCESS)
     throw CudaError("cuStreamWaitValue64 on signal " + std::to_string(signal) + " >= " + std::to_string(at_least) +
                     " failed with CUresult " + std::to_string(static_cast<int>(status)));
+}
+
+void SignalSet::reset(cudaStream_t stream) const {
+  if (count_ > 0) WEFT_CUDA_CHECK(cudaMemsetAsync(local(), 0, static_cast<size_t>(count_) * sizeof(uint64_t), stream));
+}
+
+void SignalSet::release_every_wait() const {
+  if (count_ == 0) return;
+  std::vector<uint64_t> released(static_cast<size_t>(count_), uint64_t{1} << 62);
+  std::memcpy(host_copy_, released.data(), released.size() * sizeof(uint64_t));
+  cudaStream_t writer;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(local(), host_copy_, released.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, writer));
+  synchronize_with_timeout(writer, 2000);
+  cudaStreamDestroy(writer);
 }
 
 std::vector<uint64_t> SignalSet::read_values() const {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "weft/core/ficco_heuristic.hpp"
+#include "weft/model/ficco_heuristic.hpp"
 
 namespace weft {
 namespace {

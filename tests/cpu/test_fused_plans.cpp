@@ -6,9 +6,9 @@
 #include <set>
 
 #include "../support/plan_options.hpp"
-#include "weft/core/cpu_proof.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
+#include "weft/reference/cpu_proof.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
 
 namespace weft {
 namespace {

@@ -2,7 +2,7 @@
 // what the wrong picks cost.
 #include <gtest/gtest.h>
 
-#include "weft/core/heuristic_judgement.hpp"
+#include "heuristic_judgement.hpp"
 
 namespace weft {
 namespace {

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "../support/plan_options.hpp"
-#include "weft/core/cpu_proof.hpp"
-#include "weft/core/plan_builders.hpp"
+#include "weft/reference/cpu_proof.hpp"
+#include "weft/plan/strategies.hpp"
 
 namespace weft {
 namespace {

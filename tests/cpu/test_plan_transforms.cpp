@@ -2,9 +2,9 @@
 // the original plan computes.
 #include <gtest/gtest.h>
 
-#include "weft/core/cpu_proof.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_transforms.hpp"
+#include "weft/reference/cpu_proof.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
 
 namespace weft {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "../support/plan_options.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
 
 namespace weft {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <limits>
 
-#include "weft/core/host_matrix.hpp"
-#include "weft/core/problem.hpp"
+#include "weft/reference/host_matrix.hpp"
+#include "weft/ir/problem.hpp"
 
 namespace weft {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "../support/plan_options.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/reference_executor.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/reference/reference_executor.hpp"
 
 namespace weft {
 namespace {

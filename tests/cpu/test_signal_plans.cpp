@@ -3,11 +3,11 @@
 
 #include <random>
 
-#include "weft/core/cpu_proof.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/reference_executor.hpp"
-#include "weft/core/reorder_map.hpp"
-#include "weft/core/wave_partition.hpp"
+#include "weft/reference/cpu_proof.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/reference/reference_executor.hpp"
+#include "weft/ir/reorder_map.hpp"
+#include "weft/model/wave_partition.hpp"
 
 namespace weft {
 namespace {

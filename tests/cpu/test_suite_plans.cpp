@@ -4,9 +4,9 @@
 // coverage); the reference executor proves the same builders on small shapes at world 1-8.
 #include <gtest/gtest.h>
 
-#include "weft/core/bench_suite.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
+#include "bench_suite.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
 
 namespace weft {
 namespace {

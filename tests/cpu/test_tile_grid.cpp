@@ -3,7 +3,7 @@
 #include <random>
 #include <set>
 
-#include "weft/core/tile_grid.hpp"
+#include "weft/ir/tile_grid.hpp"
 
 namespace weft {
 namespace {

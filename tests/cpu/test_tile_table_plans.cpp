@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "../support/ring_push_plan.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
-#include "weft/core/reference_executor.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
+#include "weft/reference/reference_executor.hpp"
 
 namespace weft {
 namespace {

@@ -4,8 +4,8 @@
 // Exits non-zero on any mismatch; prints one line per case from rank 0.
 #include <cstdio>
 
-#include "gpu_test_support.hpp"
-#include "weft/core/plan_builders.hpp"
+#include "check_against_host.hpp"
+#include "weft/plan/strategies.hpp"
 
 int main() {
   using namespace weft;
@@ -19,7 +19,7 @@ int main() {
         // 96 rows per rank are ragged against 128-row tiles.
         Problem p{op, 96 * comm->world_size(), 136, 72, comm->world_size(), DType::bf16, DType::bf16, {}};
         if (routes_rows(op)) p.routing = random_routing(p.world_size, p.m, 11);
-        const double error = testing_support::run_and_compare(*comm, find_strategy(strategy).build(p, {}), 5);
+        const double error = bench::run_against_host_reference(*comm, find_strategy(strategy).build(p, {}), 5);
         const bool ok = error < 1e-2;
         failures += !ok;
         std::printf("rank %d: %s %s relative error %.2e %s\n", comm->rank(), std::string(to_string(op)).c_str(), strategy,
@@ -28,7 +28,7 @@ int main() {
     // 1,000 back-to-back calls with peer copies and a barrier each, one process per GPU.
     for (OpKind op : {OpKind::gemm_rs, OpKind::ag_gemm}) {
       const Problem p{op, 64 * comm->world_size(), 256, 128, comm->world_size(), DType::bf16, DType::bf16, {}};
-      const bool kept = testing_support::back_to_back_calls_keep_result(*comm, plan_decomposed(p, {}), 1000, {});
+      const bool kept = bench::back_to_back_calls_keep_result(*comm, plan_decomposed(p, {}), 1000, {});
       failures += !kept;
       std::printf("rank %d: %s decomposed, 1,000 back-to-back calls: %s\n", comm->rank(), std::string(to_string(op)).c_str(),
                   kept ? "last result equals the first" : "DRIFTED");

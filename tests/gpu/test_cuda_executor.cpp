@@ -7,9 +7,9 @@
 #include <iterator>
 #include <mutex>
 
-#include "gpu_test_support.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/reorder_map.hpp"
+#include "check_against_host.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/ir/reorder_map.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/rmsnorm.hpp"
 #include "weft/runtime/device_reorder_map.hpp"
@@ -20,18 +20,7 @@
 namespace weft {
 namespace {
 
-const std::vector<std::unique_ptr<Communicator>>& group() {
-  static std::vector<std::unique_ptr<Communicator>> g = [] {
-    int visible = 0;
-    WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
-    int world = visible;
-    if (const char* w = std::getenv("WEFT_TEST_WORLD")) world = std::min(visible, std::atoi(w));
-    std::vector<int> devices;
-    for (int d = 0; d < world; ++d) devices.push_back(d);
-    return Communicator::local_group(devices);
-  }();
-  return g;
-}
+const std::vector<std::unique_ptr<Communicator>>& group() { return bench::test_group(); }
 
 struct Shape {
   int64_t m, n, k;
@@ -73,7 +62,7 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
     const Plan plan = find_strategy(strategy).build(p, options);
     std::vector<double> errors(static_cast<size_t>(world));
     for_each_rank(group(), [&](Communicator& comm) {
-      errors[static_cast<size_t>(comm.rank())] = testing_support::run_and_compare(comm, plan, static_cast<uint64_t>(s.n), calls);
+      errors[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, static_cast<uint64_t>(s.n), calls);
     });
     for (int r = 0; r < world; ++r) EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << describe(p) << " rank " << r;
   }
@@ -108,7 +97,7 @@ TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {
         const Plan plan = s.build(p, options);
         std::vector<double> errors(static_cast<size_t>(world));
         for_each_rank(group(), [&](Communicator& comm) {
-          errors[static_cast<size_t>(comm.rank())] = testing_support::run_and_compare(comm, plan, 5, 2);
+          errors[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, 5, 2);
         });
         for (int r = 0; r < world; ++r)
           EXPECT_LT(errors[static_cast<size_t>(r)], 1e-2) << s.name << " " << to_string(op) << (keep_own ? " keep own" : " all to last") << " rank " << r;
@@ -132,7 +121,7 @@ TEST(Executor, RmsnormFusedWithTheRemapReadsSignalsResultInPlace) {
       cudaStream_t stream;
       WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
       CudaExecutor exec(comm, plan);
-      testing_support::fill_inputs(exec, comm.rank(), 7, stream);
+      bench::fill_inputs(exec, comm.rank(), 7, stream);
       exec.run(stream);
       ASSERT_TRUE(synchronize_with_timeout(stream, 30000)) << exec.diagnose();
       const DeviceRegion x = exec.output();
@@ -146,10 +135,10 @@ TEST(Executor, RmsnormFusedWithTheRemapReadsSignalsResultInPlace) {
       const DeviceReorderMapTable table(reorder_map(plan, comm.rank()));
       rmsnorm_bf16(x, weight, plain, 1e-6f, stream);
       rmsnorm_reordered_bf16(table.view(exec), weight, fused, 1e-6f, stream);
-      const HostMatrix in = testing_support::download(x, stream);
-      const HostMatrix w = testing_support::download(DeviceRegion{weight, 1, x.cols, x.cols}, stream);
-      const HostMatrix got = testing_support::download(plain, stream);
-      identical[static_cast<size_t>(comm.rank())] = got.data == testing_support::download(fused, stream).data;
+      const HostMatrix in = bench::download(x, stream);
+      const HostMatrix w = bench::download(DeviceRegion{weight, 1, x.cols, x.cols}, stream);
+      const HostMatrix got = bench::download(plain, stream);
+      identical[static_cast<size_t>(comm.rank())] = got.data == bench::download(fused, stream).data;
       HostMatrix want(x.rows, x.cols);
       for (int64_t i = 0; i < x.rows; ++i) {
         double squares = 0;
@@ -177,7 +166,7 @@ void thousand_back_to_back_calls(const ExecutorOptions& options) {
     const Plan plan = plan_decomposed(p, PlanOptions{});
     std::vector<int> drifted(static_cast<size_t>(world), -1);
     for_each_rank(group(), [&](Communicator& comm) {
-      drifted[static_cast<size_t>(comm.rank())] = testing_support::back_to_back_calls_keep_result(comm, plan, 1000, options) ? 0 : 1;
+      drifted[static_cast<size_t>(comm.rank())] = bench::back_to_back_calls_keep_result(comm, plan, 1000, options) ? 0 : 1;
     });
     for (int r = 0; r < world; ++r) EXPECT_EQ(drifted[static_cast<size_t>(r)], 0) << to_string(op) << " rank " << r;
   }

@@ -1,11 +1,12 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
-// shapes for every compiled tile, remapped stores into several targets, notifies and epochs, waits
-// released by another stream, a wait that times out and is reported, host-side checks, and (on 2+
-// GPUs) peer stores with peer notifies through the executor.
+// shapes for every compiled tile, remapped stores into several targets, notifies and the waits that
+// see them, waits released by another stream, a wait that times out and is reported, operands
+// retargeted between launches, host-side checks, and (on 2+ GPUs) peer stores with peer notifies
+// through the executor.
 #include <gtest/gtest.h>
 
 #include "../support/ring_push_plan.hpp"
-#include "gpu_test_support.hpp"
+#include "check_against_host.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -14,7 +15,7 @@
 namespace weft {
 namespace {
 
-using testing_support::download;
+using bench::download;
 
 struct DeviceMatrix {
   void* data = nullptr;
@@ -164,7 +165,7 @@ TEST_P(OverlapGemmConfigs, RemappedStoresLandWhereTheTableSays) {
   EXPECT_LT(relative_error(got, f.want), 1e-2);
 }
 
-TEST_P(OverlapGemmConfigs, NotifiesCountEveryTileAndEpochsShiftWaits) {
+TEST_P(OverlapGemmConfigs, NotifiesCountEveryTileAndLaterWaitsSeeThem) {
   Fixture f(GetParam(), 384, 384, 64, 5);
   for (auto& e : f.table) {
     e.notify_rank = 0;
@@ -175,26 +176,36 @@ TEST_P(OverlapGemmConfigs, NotifiesCountEveryTileAndEpochsShiftWaits) {
   f.run(f.launch());
   ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
   EXPECT_EQ(f.read_signals()[1], 4 * f.table.size());
-  // Second phase: every tile waits for signal 1 >= 2 * tiles within a call; with epoch 1 and
-  // 2 * tiles raised per call, the wait is for 4 * tiles, already there: no timeout.
-  uint64_t* raised = nullptr;
-  const uint64_t per_call[4] = {0, 2 * f.table.size(), 0, 0};
-  WEFT_CUDA_CHECK(cudaMalloc(&raised, sizeof per_call));
-  WEFT_CUDA_CHECK(cudaMemcpy(raised, per_call, sizeof per_call, cudaMemcpyHostToDevice));
+  // Second phase: every tile waits for what both launches raised: met at once, no timeout.
   for (auto& e : f.table) {
     e.notify_rank = -1;
     e.wait_signal = 1;
-    e.wait_value = 2 * f.table.size();
+    e.wait_value = 4 * f.table.size();
   }
   OverlapGemmLaunch l = f.launch();
-  l.epoch = 1;
-  l.raised_per_call = raised;
   l.wait_timeout_ns = 2'000'000'000ull;
   f.run(l);
   ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
   EXPECT_EQ(f.read_error().failed, 0u);
   EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
-  cudaFree(raised);
+}
+
+TEST_P(OverlapGemmConfigs, RetargetedOperandsAreReadFromTheirNewPlace) {
+  // One prepared launch, then A, B and C moved to other memory (a caller's buffers between calls):
+  // the result must be the new operands' product in the new C.
+  Fixture f(GetParam(), 200, 264, 136, 13);
+  Fixture g(GetParam(), 200, 264, 136, 17);
+  OverlapGemmLaunch l = f.launch();
+  f.upload(l);
+  OverlapGemm prepared(l, f.config);
+  prepared.launch(f.stream);
+  const OverlapGemmTarget moved[1] = {OverlapGemmTarget{g.c.data, g.c.cols, g.c.rows, g.c.cols}};
+  prepared.retarget(g.a.data, g.b.data, moved);
+  prepared.launch(f.stream);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
+  EXPECT_LT(relative_error(download(g.c.region(), f.stream), g.want), 1e-2);
+  EXPECT_THROW(prepared.retarget(static_cast<char*>(g.a.data) + 2, g.b.data, moved), std::invalid_argument) << "misaligned A";
 }
 
 TEST_P(OverlapGemmConfigs, WaitsAreReleasedByAnotherStream) {
@@ -254,7 +265,7 @@ TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
     OverlapGemm gemm(l, f.config);
     for (int call = 0; call < 2; ++call) {
       fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
-      gemm.launch(f.stream, static_cast<uint64_t>(call));
+      gemm.launch(f.stream);
       ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
       EXPECT_EQ(f.read_error().failed, 0u) << "a split gave up waiting";
       EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2) << m << "x" << n << "x" << k << " / " << splits;
@@ -296,21 +307,6 @@ TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   EXPECT_THROW(split_along_k({f.table.front()}, 3, l.k, f.config), std::invalid_argument) << "K = 128 has 2 K-tiles";
 }
 
-TEST(OverlapGemm, TheTilingRuleSplitsKOnlyWhereTilesCannotFillTheGpu) {
-  // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 tiles of 128x256 are 1.45
-  // waves): 128x192 tiles (1.94 waves), measured faster than 2 splits. m = 64 is memory-bound: no
-  // split. Too few tiles for the GPU (a table of 16 tiles, K = 12288): split.
-  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).config, OverlapGemmConfig::tile_128x192);
-  EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, OverlapGemmConfig::tile_128x256, 132), 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).config, OverlapGemmConfig::tile_128x96)
-      << "128 narrow tiles keep more SMs streaming B than 96 or 48 wider ones";
-  EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, OverlapGemmConfig::tile_128x256, 132), 1) << "one K-tile cannot be split";
-}
-
 // Through the executor: every rank's tiles go to the next rank's memory, remapped, with a notify
 // per tile; the next rank waits for them (tests/support/ring_push_plan.hpp).
 TEST(OverlapGemm, PeerStoresAndNotifiesThroughTheExecutor) {
@@ -330,14 +326,18 @@ TEST(OverlapGemm, PeerStoresAndNotifiesThroughTheExecutor) {
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     CudaExecutor exec(comm, plan);
-    const RankTensors mine = testing_support::fill_inputs(exec, comm.rank(), 21, stream);
+    const RankTensors mine = bench::fill_inputs(exec, comm.rank(), 21, stream);
     comm.host_barrier();  // every output poisoned before anyone pushes into it
-    for (int call = 0; call < 3; ++call) exec.run(stream);  // epochs: later calls wait for later values
+    for (int call = 0; call < 3; ++call) exec.run(stream);  // counters reset per call: each call waits afresh
     if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("ring push did not finish:\n" + exec.diagnose());
     const HostMatrix got = download(exec.output(), stream);
-    const std::vector<RankTensors> all = testing_support::gather_inputs(comm, mine);
+    const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
     errors[static_cast<size_t>(comm.rank())] = relative_error(got, testing_support::ring_push_expected(all, comm.rank()));
-    device_errors[static_cast<size_t>(comm.rank())] = exec.overlap_gemm_error();
+    try {
+      exec.check();
+    } catch (const DeviceWaitTimeout& e) {
+      device_errors[static_cast<size_t>(comm.rank())] = e.what();
+    }
     cudaStreamDestroy(stream);
   });
   for (int r = 0; r < world; ++r) {

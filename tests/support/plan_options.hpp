@@ -1,7 +1,7 @@
 // PlanOptions with a given tile, raster and swizzle, everything else at its default.
 #pragma once
 
-#include "weft/core/plan_builders.hpp"
+#include "weft/plan/strategies.hpp"
 
 namespace weft::testing_support {
 

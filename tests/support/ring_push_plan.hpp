@@ -5,9 +5,9 @@
 // reversed. Used by the CPU tests (validation + reference executor) and the GPU tests (overlap GEMM).
 #pragma once
 
-#include "weft/core/host_matrix.hpp"
-#include "weft/core/plan.hpp"
-#include "weft/core/tile_grid.hpp"
+#include "weft/reference/host_matrix.hpp"
+#include "weft/ir/plan.hpp"
+#include "weft/ir/tile_grid.hpp"
 
 namespace weft::testing_support {
 

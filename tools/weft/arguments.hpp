@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "weft/core/plan_builders.hpp"
+#include "weft/plan/strategies.hpp"
 
 namespace weft::cli {
 

@@ -3,18 +3,21 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "bench_support.hpp"
-#include "weft/core/plan_builders.hpp"
+#include "measure.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft::cli {
+
+using namespace weft::bench;
 
 namespace {
 
 double gemm_flops_per_s(Communicator& comm, int64_t m, int64_t n, int64_t k, int warmup, int iterations) {
   PlanOptions options;
   options.tile_n = 256;
-  const Plan gemm = keep_steps(plan_sequential(Problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}}, options), true);
+  const Plan gemm = steps_of_kind(plan_sequential(Problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}}, options), StepKind::gemm);
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   double ms = 0;
@@ -84,7 +87,7 @@ CollectiveCurve collective_curve(CollectiveKind kind, int world, int warmup, int
         for (int64_t i = 0; i < rows; ++i) p.routing.back().push_back(static_cast<int>((i + r) % world));
       }
     }
-    const Plan plan = keep_steps(plan_sequential(p, PlanOptions{}), false);
+    const Plan plan = steps_of_kind(plan_sequential(p, PlanOptions{}), StepKind::collective);
     curve.bytes.push_back(static_cast<double>(bytes));
     curve.seconds.push_back(slowest_rank_median_ms(group, plan, 1, warmup, iterations, "calibration collective") * 1e-3);
   }

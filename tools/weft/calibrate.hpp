@@ -5,7 +5,7 @@
 // repetitions after warm-up.
 #pragma once
 
-#include "weft/core/machine_profile.hpp"
+#include "weft/model/machine_profile.hpp"
 
 namespace weft::cli {
 

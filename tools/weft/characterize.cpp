@@ -6,14 +6,16 @@
 #include <fstream>
 #include <memory>
 
-#include "bench_support.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_transforms.hpp"
-#include "weft/core/plan_validation.hpp"
+#include "measure.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
+#include "weft/plan/validation.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft::cli {
+
+using namespace weft::bench;
 
 namespace {
 
@@ -70,15 +72,15 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
       auto cut = [&](GemmSplitAxis axis, int parts) {
         const Plan whole = split_gemms(sequential, axis, parts);
         require_valid(whole);
-        return keep_steps(whole, true);
+        return steps_of_kind(whole, StepKind::gemm);
       };
-      std::vector<Plan> plans = {keep_steps(sequential, true),
+      std::vector<Plan> plans = {steps_of_kind(sequential, StepKind::gemm),
                                  cut(GemmSplitAxis::rows, world),
                                  cut(GemmSplitAxis::rows, world * world),
                                  cut(GemmSplitAxis::k, world),
                                  cut(GemmSplitAxis::k, world * world),
                                  copy_engine_transfers(plan_decomposed(problem, plan_options)),
-                                 keep_steps(sequential, false)};
+                                 steps_of_kind(sequential, StepKind::collective)};
       std::vector<std::vector<double>> medians(plans.size() + 2, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::barrier sync(world);
       for_each_rank(group, [&](Communicator& comm) {
@@ -88,7 +90,7 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
           WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
         std::vector<std::unique_ptr<CudaExecutor>> execs;
         for (const Plan& plan : plans) {
-          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{false}));
+          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{.validate = false}));
           fill_buffers(*execs.back(), comm.rank(), o.seed, stream);
         }
         auto meet = [&] { sync.arrive_and_wait(); };

@@ -8,11 +8,11 @@
 #include "commands.hpp"
 #include "gemm_bench.hpp"
 #include "rmsnorm_bench.hpp"
-#include "weft/core/bench_suite.hpp"
-#include "weft/core/wave_partition.hpp"
+#include "bench_suite.hpp"
+#include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "gpu_bench.hpp"
-#include "weft/runtime/device_info.hpp"
+#include "device_info.hpp"
 #endif
 
 namespace weft::cli {

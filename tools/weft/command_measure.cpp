@@ -8,11 +8,11 @@
 #include "characterize.hpp"
 #include "commands.hpp"
 #include "partition_study.hpp"
-#include "weft/core/bench_suite.hpp"
-#include "weft/core/machine_profile.hpp"
+#include "bench_suite.hpp"
+#include "weft/model/machine_profile.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "calibrate.hpp"
-#include "weft/runtime/device_info.hpp"
+#include "device_info.hpp"
 #endif
 
 namespace weft::cli {

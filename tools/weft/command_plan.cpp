@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "commands.hpp"
-#include "weft/core/cpu_proof.hpp"
+#include "weft/reference/cpu_proof.hpp"
 
 namespace weft::cli {
 

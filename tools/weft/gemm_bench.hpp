@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "weft/core/bench_suite.hpp"
+#include "bench_suite.hpp"
 
 namespace weft::cli {
 

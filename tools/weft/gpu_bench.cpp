@@ -9,11 +9,12 @@
 #include <iostream>
 #include <mutex>
 
-#include "bench_support.hpp"
-#include "weft/core/heuristic_judgement.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
-#include "weft/core/wave_partition.hpp"
+#include "measure.hpp"
+#include "heuristic_judgement.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
+#include "weft/plan/validation.hpp"
+#include "weft/model/wave_partition.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
@@ -21,6 +22,8 @@
 #include "weft/runtime/signal_set.hpp"
 
 namespace weft::cli {
+
+using namespace weft::bench;
 
 namespace {
 
@@ -123,14 +126,14 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       // Plans are built and validated once, here; executors skip validating them again per rank.
       std::vector<Plan> plans;  // [0] gemm-only, [1] communication-only, [2] sequential, then strategies
       const Plan sequential = plan_sequential(problem, plan_options);
-      plans.push_back(keep_steps(sequential, true));
-      plans.push_back(keep_steps(sequential, false));
+      plans.push_back(steps_of_kind(sequential, StepKind::gemm));
+      plans.push_back(steps_of_kind(sequential, StepKind::collective));
       plans.push_back(sequential);
       require_valid(sequential);
       for (const auto& name : o.strategies) {
         const Strategy& s = find_strategy(name);
         if (name == "sequential" || !s.supports(problem.op)) continue;
-        const PlanOptions options = plan_options_for(s, problem, plan_options);
+        const PlanOptions options = resolve_options(s, problem, plan_options);
         try {
           plans.push_back(s.build(problem, options));
         } catch (const std::invalid_argument& e) {
@@ -155,7 +158,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         std::vector<std::unique_ptr<CudaExecutor>> execs;
         for (const Plan& plan : plans) {
-          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{false}));
+          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{.validate = false}));
           fill_buffers(*execs.back(), rank, o.seed, stream);
         }
         double* sums = nullptr;
@@ -165,7 +168,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         finish_or_explain(*execs[2], stream, "sequential");
         const DeviceRegion want = execs[2]->output();
         for (size_t p = 3; p < count; ++p)
-          errors[p][static_cast<size_t>(rank)] = run_and_compare(*execs[p], want, sums, stream, plans[p].strategy);
+          errors[p][static_cast<size_t>(rank)] = run_against_device_result(*execs[p], want, sums, stream, plans[p].strategy);
         for (size_t p = 0; p < count; ++p)
           medians[p][static_cast<size_t>(rank)] = median_call_ms(
               comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },

@@ -9,15 +9,18 @@
 #include <random>
 #include <set>
 
-#include "bench_support.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/plan_validation.hpp"
-#include "weft/core/wave_partition.hpp"
+#include "measure.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
+#include "weft/plan/validation.hpp"
+#include "weft/model/wave_partition.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft::cli {
+
+using namespace weft::bench;
 
 namespace {
 
@@ -134,14 +137,14 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
       Plan automatic;
       try {
         problem = problem_for(row, world, o.seed);
-        options = plan_options_for(find_strategy("signal"), problem, base);
+        options = resolve_options(find_strategy("signal"), problem, base);
         automatic = plan_signal(problem, options);
       } catch (const std::invalid_argument& e) {
         std::fprintf(stderr, "weft tune: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
         continue;
       }
       // The offline stage: the signal GEMM alone (its tile table, on its SMs, no communication).
-      const Plan gemm_alone = keep_steps(automatic, true);
+      const Plan gemm_alone = steps_of_kind(automatic, StepKind::gemm);
       const Plan sequential = plan_sequential(problem, base);
       const double gemm_seconds = slowest_rank_median_ms(group, gemm_alone, o.seed, o.warmup, o.iterations, "signal GEMM") * 1e-3;
       PlanOptions searching = options;
@@ -170,16 +173,16 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
         WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         double* sums = nullptr;
         WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
-        CudaExecutor reference(comm, plans[0], ExecutorOptions{false});
+        CudaExecutor reference(comm, plans[0], ExecutorOptions{.validate = false});
         fill_buffers(reference, rank, o.seed, stream);
         reference.run(stream);
         finish_or_explain(reference, stream, "sequential");
         const DeviceRegion want = reference.output();
         // One executor at a time: every candidate holds C-sized scratch.
         for (size_t p = 1; p < count; ++p) {
-          CudaExecutor exec(comm, plans[p], ExecutorOptions{false});
+          CudaExecutor exec(comm, plans[p], ExecutorOptions{.validate = false});
           fill_buffers(exec, rank, o.seed, stream);
-          errors[p][static_cast<size_t>(rank)] = run_and_compare(exec, want, sums, stream, "signal " + to_string(partitions[p - 1]));
+          errors[p][static_cast<size_t>(rank)] = run_against_device_result(exec, want, sums, stream, "signal " + to_string(partitions[p - 1]));
           medians[p][static_cast<size_t>(rank)] = median_call_ms(
               comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { exec.run(s); },
               [&] { finish_or_explain(exec, stream, "signal"); });

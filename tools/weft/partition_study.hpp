@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "weft/core/bench_suite.hpp"
-#include "weft/core/machine_profile.hpp"
-#include "weft/core/plan_builders.hpp"
+#include "bench_suite.hpp"
+#include "weft/model/machine_profile.hpp"
+#include "weft/plan/strategies.hpp"
 
 namespace weft::cli {
 

@@ -4,15 +4,17 @@
 #include <fstream>
 #include <map>
 
-#include "bench_support.hpp"
-#include "weft/core/plan_builders.hpp"
-#include "weft/core/reorder_map.hpp"
+#include "measure.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/ir/reorder_map.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/rmsnorm.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/device_reorder_map.hpp"
 
 namespace weft::cli {
+
+using namespace weft::bench;
 
 namespace {
 
@@ -67,7 +69,7 @@ int run_rmsnorm_bench(const std::vector<BenchSuite>& suites, const RmsnormBenchO
         p = problem_for(row, o.world, o.seed);
         PlanOptions base;
         base.machine = o.machine;
-        plan = signal.build(p, plan_options_for(signal, p, base));
+        plan = signal.build(p, resolve_options(signal, p, base));
       } catch (const std::invalid_argument& e) {
         std::printf("%-20s %-9s n/a: %s\n", row.name.c_str(), std::string(to_string(row.op)).c_str(), e.what());
         continue;

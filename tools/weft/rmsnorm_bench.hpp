@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "weft/core/bench_suite.hpp"
-#include "weft/core/machine_profile.hpp"
+#include "bench_suite.hpp"
+#include "weft/model/machine_profile.hpp"
 
 namespace weft::cli {
 

@@ -13,7 +13,7 @@
 //   OverlapGemmLaunch launch{...};                   // pointers, shapes, device tile table
 //   require_valid_table(launch, config, table);     // alignment, shape and table checks, clear errors
 //   OverlapGemm gemm(launch, config);               // once per plan: TMA descriptors, kernel attributes
-//   gemm.launch(stream, epoch);                     // per call
+//   gemm.launch(stream);                            // per call
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,7 +43,7 @@ struct OverlapGemmTile {
   int64_t store_col = 0;
   int32_t store_target = 0;    // index into OverlapGemmLaunch::targets
   int32_t wait_signal = -1;    // index into this rank's signal array, -1: no wait
-  uint64_t wait_value = 0;     // within one call; see OverlapGemmLaunch::epoch
+  uint64_t wait_value = 0;     // counters start each call at 0 (signal_set.hpp)
   int32_t notify_rank = -1;    // rank whose signal array is notified, -1: no notify
   int32_t notify_signal = 0;
   uint64_t notify_increment = 0;
@@ -90,9 +90,6 @@ struct OverlapGemmLaunch {
   const OverlapGemmTile* tiles = nullptr;  // device memory, tile_count entries
   int tile_count = 0;
   const uint64_t* wait_signals = nullptr;             // this rank's signal array (device)
-  // Counters only grow (signal_set.hpp): an entry waits for wait_value + epoch * raised_per_call[signal].
-  uint64_t epoch = 0;
-  const uint64_t* raised_per_call = nullptr;          // device, one per signal; null: epoch ignored
   uint64_t* notify_signals[kMaxSignalRanks] = {};     // every rank's signal array, as this GPU sees it
   OverlapGemmError* error = nullptr;                  // device or mapped memory; may be null
   uint64_t wait_timeout_ns = 10'000'000'000ull;
@@ -111,20 +108,9 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
-// The rule until the tuner exists: the tile and K split with the smallest estimated time,
-// (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
-// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles
-// of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken when it is estimated 5% faster. Memory-
-// bound GEMMs (FLOP per byte below Hopper's ridge) are never split and take the tile that puts
-// the most SMs to streaming A and B (m = 64, n = 12288: 128x96).
-struct OverlapGemmTiling {
-  OverlapGemmConfig config;
-  int k_splits = 1;
-};
-OverlapGemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
-// The K split for `tile_count` entries of one config (a table may hold fewer tiles than the grid)
-// of an m x n x k GEMM; 1 for memory-bound shapes.
-int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, OverlapGemmConfig config, int sm_count);
+// The configuration compiled for a tile shape of the model (model/tiling.hpp); throws
+// std::invalid_argument listing the compiled ones when there is none.
+OverlapGemmConfig config_for(int tile_m, int tile_n);
 // Each entry becomes `splits` consecutive entries over K; waits stay on every split (each loads A
 // and B), stores and notifies stay on the last.
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
@@ -146,22 +132,29 @@ class OverlapGemm {
   OverlapGemm& operator=(OverlapGemm&&) noexcept;
 
   OverlapGemmConfig config() const { return config_; }
-  // Enqueues one run; waits are for wait_value + epoch * raised_per_call[signal].
-  void launch(cudaStream_t stream, uint64_t epoch);
+  const OverlapGemmLaunch& arguments() const { return launch_; }
+  // Enqueues one run.
+  void launch(cudaStream_t stream);
+  // Points the prepared launch at other operands and store targets of the same shapes (a caller's
+  // buffers that moved between calls): the TMA descriptors are encoded again, nothing is allocated.
+  // Throws like require_launchable when the new pointers are not usable.
+  void retarget(const void* a, const void* b, const OverlapGemmTarget* targets);
 
   // One per compiled tile shape (src/kernels/overlap_gemm_<tile>.cu).
   struct Prepared {
     virtual ~Prepared() = default;
-    virtual void launch(cudaStream_t stream, uint64_t epoch) = 0;
+    virtual void launch(cudaStream_t stream) = 0;
+    virtual void update(const OverlapGemmLaunch& launch) = 0;
   };
 
  private:
   OverlapGemmConfig config_;
+  OverlapGemmLaunch launch_;  // as prepared, split workspace included
   std::unique_ptr<Prepared> prepared_;
   void* split_memory_ = nullptr;  // partial sums and counters when the launch splits K
 };
 
-// Prepares and launches once (tests, one-off runs): OverlapGemm(launch, config).launch(stream, launch.epoch).
+// Prepares and launches once (tests, one-off runs): OverlapGemm(launch, config).launch(stream).
 void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream);
 
 }  // namespace weft

@@ -1,22 +1,30 @@
 // A Communicator is one rank's handle on the group: its NCCL communicator, rank, world size, device,
 // and what it knows of its peers (same process? same node? reachable by load/store?).
 //
-// Three ways to get one:
+// Four ways to get one:
 //   auto group = Communicator::local_group({0, 1, 2, 3});   // one process, one thread per GPU
 //   auto comm  = Communicator::from_environment();          // one process per GPU (torchrun, mpirun, SLURM)
-//   auto comm  = Communicator::wrap(existing_comm, device); // a communicator the caller owns (PyTorch)
+//   auto comm  = Communicator::from_unique_id(id, rank, world, device);  // id made by one rank and sent
+//                                                            // to the others (weft.torch.init does so)
+//   auto comm  = Communicator::wrap(existing_comm, device); // a communicator the caller owns
 // Every rank must then make the same calls in the same order (NCCL's rule); each rank's calls come
 // from the thread that owns it.
 #pragma once
 
 #include <nccl.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace weft {
+
+// NCCL's bootstrap id as plain bytes, for sending over another channel.
+struct NcclUniqueId {
+  std::array<char, 128> bytes{};
+};
 
 struct PeerInfo {
   int device = -1;
@@ -35,6 +43,9 @@ class Communicator {
   // SLURM_NTASKS/SLURM_LOCALID, and bootstraps NCCL through NCCL_COMM_ID (set from MASTER_ADDR and
   // MASTER_PORT + 1 when absent). Throws naming the missing variable.
   static std::unique_ptr<Communicator> from_environment();
+  // A fresh id (on one rank); every rank then calls from_unique_id with it (collective).
+  static NcclUniqueId new_unique_id();
+  static std::unique_ptr<Communicator> from_unique_id(const NcclUniqueId& id, int rank, int world_size, int device);
   // Does not take ownership: the caller destroys `comm` after this object.
   static std::unique_ptr<Communicator> wrap(ncclComm_t comm, int device);
 
@@ -59,9 +70,16 @@ class Communicator {
   static int64_t timeout_ms();
   // A device-side barrier on `stream`: a one-element all-reduce.
   void barrier(cudaStream_t stream);
-  // Throws unless every rank passes the same value (shapes, plan fingerprints): a mismatch
-  // becomes an error naming the ranks, not a hang inside a collective.
+  // Throws std::invalid_argument unless every rank passes the same value (shapes, plan
+  // fingerprints): a mismatch becomes an error naming the ranks, not a hang inside a collective.
   void require_agreement(uint64_t value, const std::string& what);
+  // After a call that cannot finish (a peer died or hangs): NCCL's kernels of this communicator are
+  // stopped (ncclCommAbort, as NCCL's watchdog in PyTorch does) where weft owns the communicator,
+  // and every later use throws CommunicatorAborted naming `why`.
+  void abort(const std::string& why);
+  bool aborted() const { return !aborted_.empty(); }
+  // Throws CommunicatorAborted when aborted; `what` names the use.
+  void require_usable(const char* what) const;
 
  private:
   Communicator(ncclComm_t comm, int device, bool owned);
@@ -72,6 +90,7 @@ class Communicator {
   int rank_ = 0;
   int world_ = 1;
   bool owned_ = true;
+  std::string aborted_;  // why, once aborted
   std::vector<PeerInfo> peers_;
   void* scratch_ = nullptr;  // device memory for all_gather_bytes (one process per rank)
   // barrier()'s one word, allocated with the communicator: in a process driving several GPUs, a

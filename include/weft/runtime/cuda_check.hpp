@@ -9,15 +9,11 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <stdexcept>
 #include <string>
 
-namespace weft {
+#include "weft/runtime/errors.hpp"
 
-class CudaError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace weft {
 
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_nccl_error(ncclResult_t status, const char* call, const char* file, int line);

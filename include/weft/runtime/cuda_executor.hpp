@@ -1,15 +1,29 @@
-// The CUDA executor: runs one rank's part of a plan on that rank's GPU.
+// The CUDA executor: runs one rank's part of a plan on that rank's GPU. Most users call an Op
+// (runtime/op.hpp), which keeps one executor per row count; the executor is for running a plan of
+// one's own.
 //
-//   CudaExecutor exec(comm, plan);          // collective; allocates buffers, signals, streams
+//   CudaExecutor exec(comm, plan);          // collective; places buffers, lowers every step
 //   fill(exec.buffer("A")); fill(exec.buffer("B"));
 //   exec.run(stream);                       // enqueue one call; may be repeated or graph-captured
-//   if (!synchronize_with_timeout(stream, 10000)) throw ... exec.diagnose();
+//   exec.finish(stream);                    // bounded wait; raises what went wrong on the device
 //
-// Lowering, step by step: GEMM -> cuBLASLt for plain tile tables, the overlap GEMM (weft's
-// table-driven kernel) for tables with waits, notifies or remapped stores; copy -> cudaMemcpy2DAsync (copy engine; peers through
-// symmetric memory), reduce and row permutation -> small kernels, collectives -> NCCL, step waits ->
-// cuStreamWaitValue64, notifies -> a one-thread release increment. Each plan stream is a CUDA stream
-// that forks from and joins back into the caller's stream.
+// Buffers: a plan's non-symmetric inputs named in ExecutorOptions::caller_buffers are the caller's,
+// given per call with bind(); a symmetric input so named is copied in from the bound pointer after
+// the call's barrier (peers read it); with caller_output the result lands in memory given with
+// bind_output() (directly where the output is a whole plain buffer, else copied there at the end of
+// the call); everything else lives in the workspace.
+//
+// One call (run): counters reset, then a device barrier where the plan reaches peers (a peer may
+// still read what this call overwrites), then every plan stream forks from the caller's stream,
+// runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back.
+// Nothing in a call waits on the host, so a call can be captured into a CUDA graph and replayed;
+// capture after one eager call (or prepare()) so that nothing is allocated while capturing.
+//
+// Lowering, one function per step kind (src/runtime/lowering/): GEMM -> cuBLASLt for plain tile
+// tables, the overlap GEMM for tables with waits, notifies or remapped stores; copy ->
+// cudaMemcpy2DAsync (copy engine; peers through symmetric memory); reduce, row permutation, box
+// moves -> small kernels; collectives -> NCCL; notifies -> a write (one writer) or a one-thread
+// release increment.
 //
 // One process driving several GPUs (Communicator::local_group, a thread per rank): a rank's thread
 // that allocates or frees device memory, or loads a library, can wait for a peer's device while that
@@ -26,13 +40,12 @@
 #include <string_view>
 #include <vector>
 
-#include "weft/core/plan.hpp"
+#include "weft/ir/plan.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/communicator.hpp"
+#include "weft/runtime/workspace.hpp"
 
 namespace weft {
-
-struct OverlapGemmPlanContext;
 
 struct ExecutorOptions {
   // Off only for plans that time one part of another plan (its GEMMs alone, its collectives alone),
@@ -44,8 +57,22 @@ struct ExecutorOptions {
   enum class PlainGemm { library, overlap } plain_gemm = PlainGemm::library;
   // Calls of this executor that may be queued on the device at once; run() waits (bounded) for the
   // call this many calls back before it enqueues the next. 1: every call waits for the previous one.
-  // 0: the environment's WEFT_MAX_CALLS_IN_FLIGHT, else 8.
+  // 0: the environment's WEFT_MAX_CALLS_IN_FLIGHT, else 8. Not applied while a stream is captured.
   int max_calls_in_flight = 0;
+  // Input buffers given per call with bind() instead of living in the workspace (see the header).
+  std::vector<std::string> caller_buffers = {};
+  // The result lands in memory given per call with bind_output().
+  bool caller_output = false;
+  // A symmetric input of caller_buffers may be written in place (into buffer(name)) instead of
+  // being copied from a bound pointer; then every call ends with a second barrier, so that no
+  // rank's producer overwrites it while a peer still reads it.
+  bool symmetric_inputs_in_place = false;
+  // Where buffers, signals and the device error record live; null: a workspace of its own.
+  Workspace* workspace = nullptr;
+  // A device-side wait gives up after this many ms (0: WEFT_DEVICE_WAIT_TIMEOUT_MS, else 10,000).
+  int64_t device_wait_timeout_ms = 0;
+  // A call not finished after this many ms fails with CallTimeout (0: Communicator::timeout_ms()).
+  int64_t call_timeout_ms = 0;
 };
 
 class CudaExecutor {
@@ -57,25 +84,45 @@ class CudaExecutor {
 
   const Plan& plan() const { return plan_; }
   const RankPlan& rank_plan() const { return plan_.ranks.at(static_cast<size_t>(comm_.rank())); }
-  // This rank's device memory of buffer `name` (throws naming it when absent).
+  // This rank's device memory of buffer `name` (throws naming it when absent; null for a caller's
+  // buffer not bound yet).
   void* buffer(std::string_view name) const;
   DeviceRegion region(const Region& region) const;
-  DeviceRegion output() const { return region(rank_plan().output); }
+  // Where this rank's result is after a call: the caller's memory with caller_output.
+  DeviceRegion output() const;
 
+  // Gives a caller buffer's memory for the next calls (throws std::invalid_argument for a buffer
+  // not in ExecutorOptions::caller_buffers, a null pointer, or one not 16-byte aligned). A symmetric
+  // input's `data` may be null when symmetric_inputs_in_place: the caller writes buffer(name).
+  void bind(std::string_view name, const void* data);
+  // With caller_output: the result lands at `data`, row-major [rows, cols] of the plan's output,
+  // contiguous (16-byte aligned).
+  void bind_output(void* data);
+
+  // Enqueues one call on `stream`. Raises first what an earlier call left (DeviceWaitTimeout), and
+  // CallTimeout when the call max_calls_in_flight back has not finished in time.
   void run(cudaStream_t stream);
+  // Waits (bounded by call_timeout_ms) until `stream` is done, then raises what went wrong.
+  void finish(cudaStream_t stream);
+  // Raises DeviceWaitTimeout if a device-side wait of an earlier call gave up; never waits.
+  void check();
   // Which waits of the last call are not met yet, with the signals' current values, and any
   // overlap GEMM tile that gave up waiting.
   std::string diagnose() const;
-  // Empty while no overlap GEMM tile has timed out in a wait; else which tile, signal and value.
-  std::string overlap_gemm_error() const;
 
  private:
   struct Impl;
-  OverlapGemmPlanContext overlap_context() const;
+  void place_buffers();
+  void lower_steps();
   void load_gemm_kernels();
+  [[noreturn]] void fail_stuck_call(const std::string& what);
   Communicator& comm_;
   Plan plan_;
+  ExecutorOptions options_;
   std::unique_ptr<Impl> impl_;
 };
+
+// The workspace a plan needs on every rank (symmetric bytes: the largest of any rank's).
+WorkspaceSize workspace_size(const Plan& plan, const ExecutorOptions& options);
 
 }  // namespace weft

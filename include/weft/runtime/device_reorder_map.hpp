@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "weft/core/reorder_map.hpp"
+#include "weft/ir/reorder_map.hpp"
 #include "weft/kernels/rmsnorm.hpp"
 
 namespace weft {

@@ -5,9 +5,9 @@
 // kernel (cuStreamWriteValue64), for counters that only one stream raises, so that raising them
 // needs no free SM (a persistent GEMM may hold every SM while it waits for that counter); wait()
 // makes a stream wait until a local counter reaches a value (acquire) without occupying an SM
-// (cuStreamWaitValue64). Counters only grow: the executor offsets every
-// expected value by (calls so far) x (increments per call), so repeated calls and graph replays
-// need no reset.
+// (cuStreamWaitValue64). reset() zeroes this rank's counters from a stream: the executor does so at
+// the start of every call, before the call's barrier, so every wait and write is a value within
+// one call, fixed when the call is enqueued, and a captured call replays unchanged.
 //
 // Two CUDA defaults can turn a stream wait into a deadlock, so call configure_cuda_for_waits()
 // before the process's first CUDA call: a stream blocked in a wait also blocks work queued behind it
@@ -41,6 +41,11 @@ class SignalSet {
   void notify(cudaStream_t stream, int rank, int signal, uint64_t increment) const;
   void set(cudaStream_t stream, int rank, int signal, uint64_t value) const;
   void wait(cudaStream_t stream, int signal, uint64_t at_least) const;
+  // Zeroes this rank's counters, ordered on `stream`.
+  void reset(cudaStream_t stream) const;
+  // Sets every counter of this rank to a value no wait expects, from a private stream: a call that
+  // cannot finish (a peer is gone) is released instead of leaving the device stuck.
+  void release_every_wait() const;
   // Current values, read on a private stream so that it works while other streams are blocked.
   std::vector<uint64_t> read_values() const;
 

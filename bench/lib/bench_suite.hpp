@@ -1,0 +1,40 @@
+// Benchmark suites: named lists of GEMM shapes taken from the papers, stored as JSON under bench/.
+//
+// A row gives the op and (m, n, k). With "split": "tensor" (the default) they are the layer's shapes
+// before tensor parallelism, as Flux and TileLink quote them, and problem_for() cuts them for W ranks:
+//   ag_gemm : A's rows and B's rows (column-parallel weight) are split: m/W, n/W, k per rank;
+//   gemm_rs, gemm_ar: K is split (row-parallel weight): m, n, k/W per rank;
+//   gemm_a2a: tokens are split: m/W, n, k per rank.
+// With "split": "none" they are per-rank shapes already (FlashOverlap's Table 3 is given per GPU).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/json.hpp"
+#include "weft/ir/problem.hpp"
+
+namespace weft {
+
+struct SuiteRow {
+  std::string name;
+  OpKind op = OpKind::gemm_ar;
+  int64_t m = 0, n = 0, k = 0;
+  bool tensor_split = true;
+  std::string source;
+};
+
+struct BenchSuite {
+  std::string name;
+  std::string description;
+  std::vector<SuiteRow> rows;
+};
+
+BenchSuite parse_suite(const Json& json);
+BenchSuite load_suite(const std::string& path);  // throws naming the file on any error
+
+// The per-rank problem of `row` at world size `world` (routing drawn from `seed` for gemm_a2a).
+// Throws std::invalid_argument when a split dimension is not divisible by `world`.
+Problem problem_for(const SuiteRow& row, int world, uint64_t seed);
+
+}  // namespace weft

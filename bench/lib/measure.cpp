@@ -1,0 +1,144 @@
+#include "measure.hpp"
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/rank_threads.hpp"
+
+namespace weft::bench {
+
+namespace {
+
+constexpr int64_t kHangTimeoutMs = 30000;
+
+uint64_t buffer_seed(uint64_t seed, int rank, const std::string& name) {
+  return seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + std::hash<std::string>{}(name);
+}
+
+}  // namespace
+
+void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
+  for (const BufferDecl& decl : exec.rank_plan().buffers) {
+    void* data = exec.buffer(decl.name);
+    const int64_t count = decl.rows * decl.cols;
+    if (decl.role == BufferRole::output) fill_u16(data, count, kBf16Nan, stream);
+    else fill_random_bf16(data, count, buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name), stream);
+  }
+}
+
+void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what) {
+  if (synchronize_with_timeout(stream, kHangTimeoutMs)) {
+    exec.check();
+    return;
+  }
+  std::fprintf(stderr, "weft bench: %s did not finish within %lld ms; unmet waits:\n%s", what.c_str(),
+               static_cast<long long>(kHangTimeoutMs), exec.diagnose().c_str());
+  std::fflush(stderr);
+  std::_Exit(3);
+}
+
+double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
+                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish) {
+  cudaEvent_t start, stop;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int it = 0; it < warmup + iterations; ++it) {
+    ranks_meet();
+    comm.barrier(stream);
+    WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+    enqueue(stream);
+    WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    finish();
+    float ms = 0;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (it >= warmup) times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(times);
+}
+
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                          int iterations, const std::function<void(size_t)>& finish) {
+  cudaEvent_t start, stop;
+  WEFT_CUDA_CHECK(cudaEventCreate(&start));
+  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<std::vector<double>> times(variants.size());
+  for (int i = 0; i < warmup + iterations; ++i)
+    for (size_t turn = 0; turn < variants.size(); ++turn) {
+      const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
+      WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+      variants[v](stream);
+      WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
+      finish(v);
+      float ms = 0;
+      WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (i >= warmup) times[v].push_back(ms);
+    }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+double relative_difference(const std::vector<DifferenceRun>& runs, double* sums, cudaStream_t stream) {
+  WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
+  for (const DifferenceRun& run : runs) accumulate_difference_bf16(run.a, run.b, run.count, sums, stream);
+  double host[3];
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (host[2] > 0) return INFINITY;
+  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+}
+
+double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {
+  return relative_difference({DifferenceRun{a, b, count}}, sums, stream);
+}
+
+double run_against_device_result(CudaExecutor& exec, const DeviceRegion& want, double* sums, cudaStream_t stream,
+                                 const std::string& what) {
+  const DeviceRegion got = exec.output();
+  fill_u16(got.data, got.rows * got.stride, kBf16Nan, stream);
+  exec.run(stream);
+  finish_or_explain(exec, stream, what);
+  return relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
+}
+
+std::vector<std::unique_ptr<Communicator>> first_gpus(int world) {
+  std::vector<int> devices(static_cast<size_t>(world));
+  for (int d = 0; d < world; ++d) devices[static_cast<size_t>(d)] = d;
+  return Communicator::local_group(devices);
+}
+
+double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
+                              int iterations, const std::string& what) {
+  std::vector<double> ms(group.size(), 0.0);
+  std::barrier sync(static_cast<std::ptrdiff_t>(group.size()));
+  for_each_rank(group, [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      CudaExecutor exec(comm, plan, ExecutorOptions{.validate = false});
+      fill_buffers(exec, comm.rank(), seed, stream);
+      ms[static_cast<size_t>(comm.rank())] = median_call_ms(
+          comm, [&] { sync.arrive_and_wait(); }, stream, warmup, iterations, [&](cudaStream_t s) { exec.run(s); },
+          [&] { finish_or_explain(exec, stream, what); });
+    }
+    cudaStreamDestroy(stream);
+  });
+  return *std::max_element(ms.begin(), ms.end());
+}
+
+}  // namespace weft::bench

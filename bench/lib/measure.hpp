@@ -1,0 +1,59 @@
+// How weft measures, in one place (the `weft` tool and the GPU tests use it): fills that never leave
+// a buffer at zero, a bounded finish that explains a hang instead of hanging, timing by CUDA events
+// (median over iterations, a barrier before each, the slowest rank; variants interleaved), and a
+// device-side relative difference for results too large to copy to the host.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/plan/strategies.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+
+namespace weft::bench {
+
+// Inputs get the same random values in every executor of a rank for a seed (so results are
+// comparable); scratch gets random values too, so nothing is ever timed on zeros; outputs are
+// poisoned (NaN), so an element nobody writes shows.
+void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);
+// Returns once `stream` is done and raises what the executor's device-side waits recorded
+// (DeviceWaitTimeout); after 30 s prints the executor's diagnosis and ends the process (device work
+// is stuck: unwinding would block in CUDA teardown).
+void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what);
+double median(std::vector<double> values);
+// Ranks on GPUs 0 .. world-1 of this process, one communicator each.
+std::vector<std::unique_ptr<Communicator>> first_gpus(int world);
+// `plan` alone on every rank of `group` (buffers filled from `seed`, not validated again), timed as
+// median_call_ms says; the slowest rank's median. `what` names it if it hangs.
+double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
+                              int iterations, const std::string& what);
+// One rank's timing of a call: per iteration the rank threads meet (`ranks_meet`), a device barrier
+// on `stream`, CUDA events around `enqueue(stream)`, then `finish()`; the median of `iterations`
+// after `warmup`. Every rank calls it together.
+double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
+                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
+// Median time of each variant on one GPU. Iterations visit the variants in turn, so that clock and
+// power drift over a long measurement reaches all of them alike instead of whichever runs last;
+// iteration i starts at variant i % count, so that no variant always runs right after the same
+// one (the GPU idles between calls, and what ran before sets the clocks a call starts at).
+// `finish(v)` returns once variant v's work on `stream` is done (a bounded wait that explains a hang).
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                          int iterations, const std::function<void(size_t)>& finish);
+// sqrt(sum (a-b)^2 / sum b^2) over `count` contiguous bf16 elements, infinite when `a` holds a NaN.
+// `sums` is 3 doubles of device memory; the stream is synchronized.
+double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);
+// The same, accumulated over several (a, b, count) runs.
+struct DifferenceRun {
+  const void* a;
+  const void* b;
+  int64_t count;
+};
+double relative_difference(const std::vector<DifferenceRun>& runs, double* sums, cudaStream_t stream);
+// Poisons exec's output, runs it once (finish_or_explain names `what` on a hang) and returns the
+// relative difference of its output to `want` on the device. Outputs are whole-width row blocks.
+double run_against_device_result(CudaExecutor& exec, const DeviceRegion& want, double* sums, cudaStream_t stream,
+                                 const std::string& what);
+
+}  // namespace weft::bench

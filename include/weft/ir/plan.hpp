@@ -1,0 +1,245 @@
+// The plan IR: plain data that says, for every rank, what runs where and when.
+//
+// Every strategy is a plan builder (plan_builders.hpp); three executors consume plans: the CUDA
+// executor, the reference executor on the CPU (reference_executor.hpp) and the simulator. A plan
+// holds one RankPlan per rank. A RankPlan declares buffers and signals and lists steps. Each step
+// runs on one of the rank's streams; steps on one stream run in the order they appear in `steps`.
+// Order across streams and ranks comes only from signals (a counter per SignalRef: notify adds,
+// wait blocks until the counter reaches a value; acquire/release) and from collectives (every
+// rank joins collective #id; it completes on all ranks together). A GEMM step carries a tile table:
+// its tiles run in table order, each may wait before loading and notify after storing.
+//
+// Conventions the validator (plan_validation.hpp) enforces: a rank only waits on its own signals;
+// memory of another rank is touched only through symmetric buffers; every signal is raised exactly as
+// often as its highest wait expects, so the next call can start from a new epoch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "weft/ir/problem.hpp"
+#include "weft/ir/tile_grid.hpp"
+
+namespace weft {
+
+using BufferId = int32_t;
+using SignalId = int32_t;
+
+// input: filled by the caller before the plan starts; output: holds the op's result;
+// scratch: the plan's own. A symmetric buffer exists with the same shape on every rank and peers may
+// read or write it (load/store, copy engine).
+enum class BufferRole { input, output, scratch };
+
+struct BufferDecl {
+  std::string name;
+  BufferRole role = BufferRole::scratch;
+  int64_t rows = 0;
+  int64_t cols = 0;  // row-major, leading dimension == cols
+  DType dtype = DType::bf16;
+  bool symmetric = false;
+
+  bool operator==(const BufferDecl&) const = default;
+};
+
+// A box of one buffer on one rank.
+struct Region {
+  int rank = 0;
+  BufferId buffer = 0;
+  Rect box;
+
+  bool operator==(const Region&) const = default;
+};
+
+struct SignalRef {
+  int rank = 0;
+  SignalId id = 0;
+
+  bool operator==(const SignalRef&) const = default;
+};
+
+// Block until signal >= value (acquire: the notifier's writes are visible afterwards).
+struct Wait {
+  SignalRef signal;
+  uint64_t value = 1;
+
+  bool operator==(const Wait&) const = default;
+};
+
+// Add `increment` to the signal once this step's writes are visible to the signal's owner (release).
+struct Notify {
+  SignalRef signal;
+  uint64_t increment = 1;
+
+  bool operator==(const Notify&) const = default;
+};
+
+// Who performs a step. The CUDA executor lowers each to its mechanism; the simulator costs each.
+enum class Engine { sm, copy_engine, nccl, gemm_epilogue };
+std::string_view to_string(Engine engine);
+
+// One entry of a GEMM's tile table: compute `tile` (a box of the GEMM's [M, N] output space) and
+// store it with its top-left corner at `store` (a box the tile's size: local C, a remapped position,
+// or a peer's symmetric buffer).
+struct GemmTile {
+  Rect tile;
+  std::optional<Wait> wait;
+  Region store;
+  std::optional<Notify> notify;
+
+  bool operator==(const GemmTile&) const = default;
+};
+
+// out[i, j] = sum_k a[i, k] * b[j, k] over the boxes `a` ([M, K]) and `b` ([N, K]); with
+// `accumulate` the tiles add to what their store targets hold (K split over several GEMMs).
+struct GemmStep {
+  Region a;
+  Region b;
+  int tile_m = 128;
+  int tile_n = 128;
+  std::vector<GemmTile> tiles;
+  bool accumulate = false;
+  // SMs the GEMM may occupy (0: all). FlashOverlap leaves the rest to the NCCL kernels that run
+  // while it computes: a persistent GEMM on every SM would hold them back until it ends.
+  int sm_limit = 0;
+  // false: one CTA per tile instead of a persistent CTA per SM, so that an SM whose tile is done can
+  // go to another kernel (NCCL's, on a higher-priority stream) before the GEMM ends. Tiles still
+  // start in table order.
+  bool persistent = true;
+  // Each tile computed as this many pieces along K whose partial sums add up in a fixed order
+  // (the overlap GEMM's split K, for tables too small to fill the GPU); the model decides it
+  // (model/tiling.hpp). Only for persistent GEMMs on every SM: a wave-grouped table must keep its
+  // waves. Invisible to everything else: a tile still waits, stores and notifies once.
+  int k_splits = 1;
+
+  bool operator==(const GemmStep&) const = default;
+};
+
+// dst = src (same shape). A copy whose src or dst is on another rank is a pull or a push.
+struct CopyStep {
+  Region src;
+  Region dst;
+
+  bool operator==(const CopyStep&) const = default;
+};
+
+// dst = sum of srcs (+ dst itself when accumulate).
+struct ReduceStep {
+  std::vector<Region> srcs;
+  Region dst;
+  bool accumulate = false;
+
+  bool operator==(const ReduceStep&) const = default;
+};
+
+// dst row i = src row source_rows[i] (rows relative to the boxes).
+struct PermuteRowsStep {
+  Region src;
+  Region dst;
+  std::vector<int64_t> source_rows;
+
+  bool operator==(const PermuteRowsStep&) const = default;
+};
+
+// dst box `to` = src box `from` (same shape); both relative to the step's src / dst boxes.
+struct BoxMove {
+  Rect from;
+  Rect to;
+
+  bool operator==(const BoxMove&) const = default;
+};
+
+// Many boxes moved between two buffers of one rank by one kernel: FlashOverlap's reorders, which put
+// tiles stored in execution order (so that each wave group is one contiguous block for NCCL) back
+// in matrix order.
+struct MoveBoxesStep {
+  Region src;
+  Region dst;
+  std::vector<BoxMove> moves;
+
+  bool operator==(const MoveBoxesStep&) const = default;
+};
+
+enum class CollectiveKind { all_gather, reduce_scatter, all_reduce, all_to_all };
+std::string_view to_string(CollectiveKind kind);
+
+// One rank's part of a collective; every rank of the plan joins collective `id` with the same kind.
+//   all_gather    : dst (W * src.rows rows) holds every rank's src, rank order.
+//   reduce_scatter: src has W * dst.rows rows; dst = sum over ranks of src block `rank`.
+//   all_reduce    : dst = sum over ranks of src (src == dst is in place).
+//   all_to_all    : src holds send_rows[d] rows for each rank d in rank order; dst receives
+//                   recv_rows[s] rows from each rank s in rank order.
+struct CollectiveStep {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int id = 0;
+  Region src;
+  Region dst;
+  std::vector<int64_t> send_rows;
+  std::vector<int64_t> recv_rows;
+
+  bool operator==(const CollectiveStep&) const = default;
+};
+
+// Does nothing but wait: makes a rank's end depend on signals raised by peers.
+struct JoinStep {
+  bool operator==(const JoinStep&) const = default;
+};
+
+using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, MoveBoxesStep, CollectiveStep, JoinStep>;
+
+struct Step {
+  std::string label;  // names the step in messages and traces
+  int stream = 0;
+  Engine engine = Engine::sm;
+  std::vector<Wait> waits;       // before the step starts
+  std::vector<Notify> notifies;  // after all of its writes are visible
+  StepBody body;
+
+  bool operator==(const Step&) const = default;
+};
+
+struct RankPlan {
+  int rank = 0;
+  int stream_count = 1;
+  std::vector<BufferDecl> buffers;
+  std::vector<std::string> signals;  // names; the index is the SignalId
+  std::vector<Step> steps;
+  Region output;  // where this rank's result lies when the plan ends
+
+  bool operator==(const RankPlan&) const = default;
+};
+
+struct Plan {
+  std::string strategy;
+  Problem problem;
+  std::vector<RankPlan> ranks;
+
+  int world_size() const { return static_cast<int>(ranks.size()); }
+  bool operator==(const Plan&) const = default;
+};
+
+std::string_view to_string(BufferRole role);
+std::string to_string(const Plan& plan);
+std::string describe_step(const Plan& plan, int rank, const Step& step);
+// "C@1[0:64,0:128]": buffer name, owning rank, rows and columns.
+std::string describe_region(const Plan& plan, const Region& region);
+// "signal 'shard1_arrived' (#1 on rank 0)".
+std::string describe_signal(const Plan& plan, const SignalRef& ref);
+
+// Whether any rank's step reads or writes another rank's memory or raises another rank's signal.
+// Executors barrier between calls (and before freeing) exactly when this holds; it is a property of
+// the whole plan, so every rank agrees on it.
+bool reaches_across_ranks(const Plan& plan);
+
+// Whether a GEMM's tile table is what one library GEMM computes: every tile at its own place in one
+// output box, no waits, no notifies. Executors run such tables on a library GEMM, others on the
+// overlap GEMM.
+bool is_plain_tile_table(const GemmStep& gemm);
+
+// Looks a buffer up by name on a rank; throws std::out_of_range naming it when absent.
+BufferId find_buffer(const RankPlan& rank_plan, std::string_view name);
+
+}  // namespace weft

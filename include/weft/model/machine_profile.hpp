@@ -1,0 +1,72 @@
+// What a machine can do, as the cost model and the heuristics need it: peak matrix rate and memory
+// bandwidth of one GPU, its SM count, and how long each NCCL collective takes against its size
+// (FlashOverlap's bandwidth curves, Section 4.2.1). Defaults are the figures measured on this
+// workplace's H200s (a bf16 8192^3 GEMM at about 790 TFLOP/s; a device-to-device copy at about
+// 4.3 TB/s counting bytes read and written; 256 MB all-reduce 1.28 ms and reduce-scatter 0.76 ms on
+// 4 GPUs). `weft tune --calibrate` measures them on the local GPUs and writes a JSON file that
+// `--machine FILE` (weft bench, plan, check, tune) reads back:
+//   { "device": "NVIDIA H200", "peak_flops": 7.9e14, "memory_bytes_per_s": 4.3e12, "sm_count": 132,
+//     "collective_sms": 16, "collectives": [ { "kind": "all_reduce", "world_size": 4,
+//     "bytes": [...], "seconds": [...] }, ... ], "source": "..." }
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/ir/plan.hpp"
+
+namespace weft {
+
+// Latency of one NCCL call against the bytes of the buffer each rank passes (the send buffer:
+// all_reduce and reduce_scatter its whole input), sampled at increasing sizes.
+struct CollectiveCurve {
+  CollectiveKind kind = CollectiveKind::all_reduce;
+  int world_size = 2;
+  std::vector<double> bytes;    // strictly increasing
+  std::vector<double> seconds;  // one per entry of bytes
+  // How much longer the collective takes while a GEMM runs beside it on the other SMs (fewer SMs,
+  // shared HBM and L2): signal's predictor multiplies the curve by it. Fitted by `weft tune
+  // --partitions` against measured partitions; 1 until then.
+  double overlapped_slowdown = 1.0;
+
+  bool operator==(const CollectiveCurve&) const = default;
+};
+
+struct MachineProfile {
+  double peak_flops = 790e12;           // bf16 dense, FLOP/s
+  double memory_bytes_per_s = 4.3e12;   // HBM, bytes read + written per second
+  int sm_count = 132;
+  // SMs a wave-grouped GEMM leaves to the NCCL kernels that run beside it (FlashOverlap, Alg. 1
+  // line 3); the GEMM's waves are sm_count - collective_sms tiles.
+  // 32: on 2xH200 a signal GEMM on 100 SMs beat 116 (bench/results/README.md).
+  int collective_sms = 32;
+  std::vector<CollectiveCurve> collectives;
+  // What each extra collective costs when it runs beside the GEMM, beyond its curve (launch, the
+  // stream wait, NCCL's start on the few SMs it has): FlashOverlap's "frequent API calls" (Section
+  // 4.1.1). Fitted by `weft tune --partitions` against measured partitions.
+  double overlapped_call_seconds = 0;
+  // FiCCO's machine threshold (ficco_heuristic.hpp): the GEMM time at peak rate below which
+  // uniform_fused_1d is picked, above five times which hetero_unfused_1d. The paper tunes it once per
+  // machine ("one-time tuning cost for thresholds"); 1 ms is our reading of its Figure 12(a).
+  double ficco_threshold_seconds = 1e-3;
+  std::string device = "defaults (H200 figures)";
+  std::string source = "built-in defaults";
+
+  // Interpolates the curve of (kind, world_size) linearly in bytes (below the first sample: its
+  // time; above the last: the last segment extended). Without a curve, a latency-bandwidth line
+  // through the built-in figures above.
+  double collective_seconds(CollectiveKind kind, int world_size, double bytes) const;
+  const CollectiveCurve* curve(CollectiveKind kind, int world_size) const;
+  // The curve's overlapped_slowdown; 1 without a curve.
+  double overlapped_slowdown(CollectiveKind kind, int world_size) const;
+};
+
+std::string machine_profile_json(const MachineProfile& profile);
+// Throws std::invalid_argument naming the field when one is missing or not positive.
+MachineProfile parse_machine_profile(std::string_view json);
+MachineProfile load_machine_profile(const std::string& path);
+
+CollectiveKind parse_collective_kind(std::string_view text);  // throws std::invalid_argument
+
+}  // namespace weft

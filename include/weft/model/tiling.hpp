@@ -1,0 +1,39 @@
+// The tiling rule: which of the overlap GEMM's compiled tiles, and which K split, a GEMM of a given
+// shape runs with. The one place this is decided: make_plan (plan/strategies.hpp) asks it and writes
+// the answer into the plan's GEMM steps (tile_m, tile_n, k_splits); the CUDA executor only obeys.
+//
+// The rule until the tuner exists: the tile and K split with the smallest estimated time,
+// (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
+// waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles of
+// 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
+// when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) are never
+// split and take the tile that puts the most SMs to streaming A and B (m = 64, n = 12288: 128x96).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace weft {
+
+struct TileShape {
+  int tile_m = 128;
+  int tile_n = 128;
+  int tile_k = 64;
+  bool operator==(const TileShape&) const = default;
+};
+
+// The tiles the overlap GEMM compiles (src/kernels/overlap_gemm_<M>x<N>.cu), widest first; the
+// kernel layer checks at start-up that it compiles exactly these.
+const std::vector<TileShape>& overlap_gemm_tiles();
+
+struct GemmTiling {
+  TileShape tile;
+  int k_splits = 1;
+};
+
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
+// The K split for `tile_count` entries of one tile shape (a table may hold fewer tiles than the
+// grid) of an m x n x k GEMM; 1 for memory-bound shapes.
+int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count);
+
+}  // namespace weft

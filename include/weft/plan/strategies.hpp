@@ -1,0 +1,122 @@
+// Strategies: each is a plan builder, a pure function from (problem, options) to a Plan.
+//
+//   const Strategy& s = find_strategy("decomposed");
+//   Plan plan = s.build(problem, PlanOptions{});
+//
+// strategies() lists every strategy weft knows, with a one-line description (the README's table and
+// `weft --help` print it). Builders check the problem (check_problem) and throw std::invalid_argument
+// for ops they do not implement.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/model/machine_profile.hpp"
+#include "weft/ir/plan.hpp"
+
+namespace weft {
+
+// signal: where the steps that put each group's tiles back in place run. after_each_group: on the
+// communication stream between the group's collective and the next one's; own_stream: on a third
+// stream, each waiting for its group's collective, so that the collectives run back to back; at_end:
+// one step after the last collective, when the GEMM has given back its SMs.
+enum class SignalRestore { after_each_group, own_stream, at_end };
+std::string_view to_string(SignalRestore restore);
+SignalRestore parse_signal_restore(std::string_view text);  // throws std::invalid_argument naming the text
+
+struct PlanOptions {
+  int tile_m = 128;
+  int tile_n = 128;
+  // Pieces along K of each overlap GEMM tile (GemmStep::k_splits).
+  int k_splits = 1;
+  Raster raster = Raster::along_m;
+  // Strips of 8 tile columns: a wave of ~132 tiles then covers ~16 row blocks x 8 column blocks,
+  // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down
+  // whole columns and re-reads all of A every wave.
+  int swizzle = 8;
+  // For strategies that pick by the machine (ficco's heuristic, signal's wave groups); --machine FILE.
+  MachineProfile machine;
+  // signal: SMs its persistent GEMM keeps (0: machine.sm_count - machine.collective_sms), the rest
+  // left to NCCL for the whole call; a wave is that many tiles. With gemm_cta_per_tile the GEMM
+  // launches a CTA per tile instead and NCCL's kernels take SMs as tiles finish. And the wave groups
+  // (empty: the best the predictor finds, see wave_partition.hpp).
+  int gemm_sms = 0;
+  bool gemm_cta_per_tile = false;
+  std::vector<int> wave_partition;
+  // at_end measured best on 2xH200 (bench/results/README.md).
+  SignalRestore signal_restore = SignalRestore::at_end;
+  // fused ag_gemm: row chunks each peer's shard is pulled in, each raising the tiles that wait for
+  // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
+  int comm_chunks = 0;
+};
+
+struct Strategy {
+  std::string name;
+  std::string paper;
+  std::string description;
+  std::vector<OpKind> ops;  // the ops it builds plans for
+  std::function<Plan(const Problem&, const PlanOptions&)> build;
+  // Its GEMMs carry tile tables that only the overlap GEMM runs (waits, notifies, reordered stores),
+  // so their tile must be one that kernel compiles; tools pick it by that kernel's rule.
+  bool overlap_gemm = false;
+  // Its GEMM shares the GPU with NCCL's kernels for the whole call, on the SMs they leave it
+  // (machine.sm_count - machine.collective_sms, or PlanOptions::gemm_sms); otherwise it has all.
+  bool gemm_beside_nccl = false;
+
+  bool supports(OpKind op) const;
+};
+
+const std::vector<Strategy>& strategies();
+// Throws std::invalid_argument listing the known names when `name` is unknown.
+const Strategy& find_strategy(std::string_view name);
+
+// The options `strategy` builds `problem`'s plan with: `base`, with the tile and K split of the
+// overlap GEMM chosen by the model (model/tiling.hpp) for the SMs the GEMM keeps, where the
+// strategy runs on it (Strategy::overlap_gemm); other strategies keep `base`'s tile (their plain
+// tables run on cuBLASLt, which picks its own).
+PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
+// The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)).
+Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
+
+// Library GEMM, then the NCCL collective: the baseline every figure is measured against.
+Plan plan_sequential(const Problem& problem, const PlanOptions& options);
+// AsyncTP-style: per-shard GEMMs on one stream, per-shard transfers on another, ordered by signals.
+Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
+
+// FiCCO's four schedules (ficco.txt Figure 11(b)) for ag_gemm; plan_ficco.cpp says what each does.
+enum class FiccoSchedule { uniform_fused_1d, hetero_fused_1d, hetero_unfused_1d, uniform_fused_2d };
+std::string_view to_string(FiccoSchedule schedule);
+Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedule schedule);
+
+// FlashOverlap (flashoverlap.txt): one GEMM whose tiles count, per group of waves, into a signal and
+// land in execution order, so that each group is one contiguous block; a second stream waits on each
+// group's signal and hands the block to a plain NCCL call, then moves its tiles back into place.
+// gemm_ar, gemm_rs (plan_signal.cpp) and gemm_a2a (per-destination pools, plan_signal_a2a.cpp).
+Plan plan_signal(const Problem& problem, const PlanOptions& options);
+
+// Flux (flux.txt): one overlap GEMM with the communication fused in. ag_gemm: copy-engine pulls in
+// ring order raise a counter that each tile waits for before loading its rows; gemm_rs: each tile
+// is stored straight into its rank's receive slot on that rank, which sums its slots at the end.
+// plan_fused.cpp says the details.
+Plan plan_fused(const Problem& problem, const PlanOptions& options);
+
+// How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.
+struct SignalLayout {
+  int gemm_sms = 0;
+  int64_t tiles = 0;
+  int waves = 0;
+  std::vector<int> partition;     // waves per group
+  double predicted_seconds = 0;   // Algorithm 1 with the machine profile, plus prologue and restore
+  double predicted_gemm_seconds = 0;
+  double prologue_seconds = 0;    // steps before the GEMM (gemm_a2a: tokens grouped by destination)
+  double restore_seconds = 0;     // the restore steps after the last collective (memory bound)
+  CollectiveKind collective = CollectiveKind::all_reduce;  // what each group's call is
+};
+// With measured_gemm_seconds > 0 (the signal GEMM timed alone, as the paper's offline stage does)
+// the model takes that instead of estimating the GEMM from the machine's peak rate. The partition is
+// options.wave_partition, or the searched one when that is empty.
+SignalLayout signal_layout(const Problem& problem, const PlanOptions& options, double measured_gemm_seconds = 0);
+
+}  // namespace weft

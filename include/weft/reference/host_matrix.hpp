@@ -1,0 +1,40 @@
+// Small row-major float matrices on the host: the inputs and results of the reference executor and
+// of the direct (mathematical) computation that every plan is compared with.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "weft/ir/problem.hpp"
+
+namespace weft {
+
+struct HostMatrix {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<float> data;
+
+  HostMatrix() = default;
+  HostMatrix(int64_t r, int64_t c, float fill = 0.0f) : rows(r), cols(c), data(static_cast<size_t>(r * c), fill) {}
+  float& at(int64_t r, int64_t c) { return data[static_cast<size_t>(r * cols + c)]; }
+  float at(int64_t r, int64_t c) const { return data[static_cast<size_t>(r * cols + c)]; }
+};
+
+// Buffers of one rank by name ("A", "B", "C", ...).
+using RankTensors = std::map<std::string, HostMatrix>;
+
+// Fresh random A and B for every rank (uniform in [-1, 1], rounded to bf16 so that a GPU run on the
+// same values computes the same function). Deterministic in seed.
+std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
+
+// The op's result on every rank, computed directly from its definition (problem.hpp) in double.
+std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vector<RankTensors>& inputs);
+
+// ||got - want|| / ||want|| in the Frobenius norm; infinity when shapes differ or got holds NaN.
+double relative_error(const HostMatrix& got, const HostMatrix& want);
+
+float round_to_bf16(float value);
+
+}  // namespace weft

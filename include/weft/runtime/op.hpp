@@ -1,0 +1,137 @@
+// An Op: one GEMM and the communication that depends on it, made once per layer and called every
+// step on the caller's buffers and stream.
+//
+//   weft::Op up(comm, {.op = weft::OpKind::ag_gemm, .n = 14336 / W, .k = 4096, .max_rows = 8192 / W});
+//   up.run({.a = x_shard, .b = w_up, .c = y, .rows = tokens / W}, stream);
+//
+// What `rows` is and what the buffers hold, per op (row-major bf16; B is [n, k], a linear layer's
+// weight; `rows` may change from call to call up to max_rows):
+//   ag_gemm : a = this rank's A shard [rows, k];        c = gather(A) * B^T          [W * rows, n]
+//   gemm_rs : a = this rank's A [rows, k] (a K shard);  c = rows r*rows/W.. of sum_r A_r B_r^T
+//             [rows / W, n]; rows must be a multiple of W
+//   gemm_ar : a = [rows, k];                             c = sum_r A_r B_r^T           [rows, n]
+//   gemm_a2a: a = [rows, k]; row i of A_r B_r^T goes to rank routing[r][i];  c = the rows routed
+//             here, by source rank then row                                 [output_rows(args), n]
+//   a2a_gemm: a = tokens [rows, k]; row i goes to rank routing[r][i]; c = (the rows routed here) * B^T
+// Each op's sequential equivalent is the `sequential` strategy: cuBLASLt GEMM, then the NCCL
+// collective (before it, for ag_gemm and a2a_gemm), on one stream.
+//
+// Timeline of a call on `stream`: the counters of the op's signals reset, a device barrier where the
+// strategy reaches peers' memory, the caller's A shard copied into symmetric memory where the
+// strategy gathers from there (unless the producer wrote it in place: a_in_workspace), then the
+// strategy's streams fork from `stream` and join back into it, and the result lands in c. Nothing
+// waits on the host, so a call can be captured in a CUDA graph; capture after a first eager call
+// with the same rows (or prepare(rows)): planning and lowering allocate, capturing may not.
+//
+// What it allocates: once, at construction, the symmetric memory and signals for max_rows (grown,
+// never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing, for
+// the MoE ops), a plan and its lowering, cached. Nothing per call.
+//
+// Errors: std::invalid_argument before anything is launched (null or misaligned pointers, rows
+// above max_rows, rows not a multiple of W for gemm_rs, a routing that does not fit, ranks that
+// disagree on the spec or on a call's plan); DeviceWaitTimeout at the next run, finish or check
+// after a call whose device-side wait gave up; CallTimeout (communicator aborted) when a call does
+// not finish within WEFT_COLLECTIVE_TIMEOUT_S.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/ir/problem.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/runtime/communicator.hpp"
+
+namespace weft {
+
+class CudaExecutor;
+class Workspace;
+
+struct OpSpec {
+  OpKind op = OpKind::gemm_ar;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t max_rows = 0;  // the largest `rows` a call will pass
+  DType input_dtype = DType::bf16;
+  DType output_dtype = DType::bf16;
+  // A strategy of strategies() or "default": the fastest measured so far for the op and world size
+  // (default_strategy); `auto` replaces it once it exists.
+  std::string strategy = "default";
+  // Knobs of the strategies (machine profile, signal's wave groups, ...); the tile and K split are
+  // the model's (model/tiling.hpp).
+  PlanOptions plan;
+  // Device-side waits give up after this (0: WEFT_DEVICE_WAIT_TIMEOUT_MS, else 10 s); a call that has
+  // not finished after call_timeout_ms fails (0: WEFT_COLLECTIVE_TIMEOUT_S, else 120 s).
+  int64_t device_wait_timeout_ms = 0;
+  int64_t call_timeout_ms = 0;
+};
+
+struct RunArgs {
+  const void* a = nullptr;  // this rank's A (see the header); 16-byte aligned, like b and c
+  const void* b = nullptr;  // B [n, k]
+  void* c = nullptr;        // the result
+  int64_t rows = 0;
+  // gemm_a2a and a2a_gemm: routing[r][i] is the destination of row i of rank r, for every rank (the
+  // same table on every rank); other ops: empty.
+  std::vector<std::vector<int>> routing;
+};
+
+// The strategy "default" stands for: sequential at world 1 (nothing to hide), else decomposed, the
+// fastest on most suite rows measured at world 2 and 4 (bench/results/README.md).
+std::string default_strategy(OpKind op, int world_size);
+
+class Op {
+ public:
+  // Collective: every rank constructs its op with the same spec (checked).
+  Op(Communicator& comm, OpSpec spec);
+  ~Op();
+  Op(const Op&) = delete;
+  Op& operator=(const Op&) = delete;
+
+  const OpSpec& spec() const { return spec_; }
+  // The strategy that runs (the one "default" stands for, resolved at construction).
+  const std::string& strategy() const { return strategy_; }
+  Communicator& communicator() const { return comm_; }
+
+  // Enqueues one call on `stream` (see the header). Collective: every rank calls it with the same
+  // rows (and routing).
+  void run(const RunArgs& args, cudaStream_t stream);
+  // Plans and lowers for `rows` (and routing) now, so that a later run can be captured; collective.
+  void prepare(int64_t rows, const std::vector<std::vector<int>>& routing = {});
+  // Where the strategy keeps this rank's A shard in symmetric memory for `rows`, so that a producer
+  // can write it there and pass it as args.a: the op then copies nothing in, and ends each call with
+  // a barrier so that no rank overwrites its shard while a peer still reads it. Null where the
+  // strategy does not read A from symmetric memory. Collective the first time (it prepares `rows`).
+  void* a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& routing = {});
+  // Rows of c for these arguments.
+  int64_t output_rows(const RunArgs& args) const;
+
+  // Waits (bounded) until `stream` is done, then raises what went wrong in the op's calls.
+  void finish(cudaStream_t stream);
+  // Raises a device-side error recorded by an earlier call (DeviceWaitTimeout); never waits.
+  void check();
+  // The plan a call with these rows (and routing) runs; collective the first time.
+  const Plan& plan(int64_t rows, const std::vector<std::vector<int>>& routing = {});
+  // Which waits of the last call are unmet (for a stuck call's report).
+  std::string diagnose() const;
+
+ private:
+  struct Lowered;
+  Lowered& lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, const char* caller);
+  Problem problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const;
+
+  Communicator& comm_;
+  OpSpec spec_;
+  std::string strategy_;
+  std::unique_ptr<Workspace> workspace_;
+  std::map<uint64_t, std::unique_ptr<Lowered>> cache_;  // by (rows, routing, in place)
+  std::deque<uint64_t> routed_order_;                    // routed ops: cache keys, oldest first
+  Lowered* last_ = nullptr;
+};
+
+}  // namespace weft

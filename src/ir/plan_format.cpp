@@ -1,0 +1,146 @@
+// Text form of a plan: one line per buffer, signal and step; GEMM tile tables one line per tile.
+#include <sstream>
+#include <stdexcept>
+
+#include "weft/ir/plan.hpp"
+
+namespace weft {
+
+std::string_view to_string(Engine engine) {
+  switch (engine) {
+    case Engine::sm: return "sm";
+    case Engine::copy_engine: return "copy_engine";
+    case Engine::nccl: return "nccl";
+    case Engine::gemm_epilogue: return "gemm_epilogue";
+  }
+  return "?";
+}
+
+std::string_view to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::all_to_all: return "all_to_all";
+  }
+  return "?";
+}
+
+std::string_view to_string(BufferRole role) {
+  switch (role) {
+    case BufferRole::input: return "input";
+    case BufferRole::output: return "output";
+    case BufferRole::scratch: return "scratch";
+  }
+  return "?";
+}
+
+BufferId find_buffer(const RankPlan& rank_plan, std::string_view name) {
+  for (size_t i = 0; i < rank_plan.buffers.size(); ++i)
+    if (rank_plan.buffers[i].name == name) return static_cast<BufferId>(i);
+  throw std::out_of_range("rank " + std::to_string(rank_plan.rank) + " has no buffer '" + std::string(name) + "'");
+}
+
+namespace {
+
+void sync_text(std::ostream& out, const Plan& plan, const std::vector<Wait>& waits,
+               const std::vector<Notify>& notifies) {
+  for (const auto& w : waits) out << " wait(" << describe_signal(plan, w.signal) << " >= " << w.value << ")";
+  for (const auto& n : notifies) out << " notify(" << describe_signal(plan, n.signal) << " += " << n.increment << ")";
+}
+
+std::string body_text(const Plan& plan, const StepBody& body) {
+  std::ostringstream out;
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, GemmStep>) {
+          out << (b.accumulate ? "gemm+= a=" : "gemm a=") << describe_region(plan, b.a) << " b=" << describe_region(plan, b.b) << " tile=" << b.tile_m
+              << "x" << b.tile_n << " tiles=" << b.tiles.size();
+        } else if constexpr (std::is_same_v<T, CopyStep>) {
+          out << "copy " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);
+        } else if constexpr (std::is_same_v<T, ReduceStep>) {
+          out << "reduce" << (b.accumulate ? "+=" : "") << " ->" << describe_region(plan, b.dst) << " from";
+          for (const auto& s : b.srcs) out << " " << describe_region(plan, s);
+        } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
+          out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
+              << b.source_rows.size() << " rows)";
+        } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+          out << "move_boxes " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
+              << b.moves.size() << " boxes)";
+        } else if constexpr (std::is_same_v<T, CollectiveStep>) {
+          out << to_string(b.kind) << "#" << b.id << " " << describe_region(plan, b.src) << " -> "
+              << describe_region(plan, b.dst);
+        } else {
+          out << "join";
+        }
+      },
+      body);
+  return out.str();
+}
+
+}  // namespace
+
+std::string describe_region(const Plan& plan, const Region& r) {
+  std::string name = "<bad buffer>";
+  if (r.rank >= 0 && r.rank < plan.world_size()) {
+    const auto& buffers = plan.ranks[static_cast<size_t>(r.rank)].buffers;
+    if (r.buffer >= 0 && r.buffer < static_cast<BufferId>(buffers.size())) name = buffers[static_cast<size_t>(r.buffer)].name;
+  }
+  std::ostringstream out;
+  out << name << "@" << r.rank << "[" << r.box.row << ":" << r.box.row_end() << "," << r.box.col << ":" << r.box.col_end()
+      << "]";
+  return out.str();
+}
+
+std::string describe_signal(const Plan& plan, const SignalRef& ref) {
+  std::string name = "?";
+  if (ref.rank >= 0 && ref.rank < plan.world_size()) {
+    const auto& signals = plan.ranks[static_cast<size_t>(ref.rank)].signals;
+    if (ref.id >= 0 && ref.id < static_cast<SignalId>(signals.size())) name = signals[static_cast<size_t>(ref.id)];
+  }
+  return "signal '" + name + "' (#" + std::to_string(ref.id) + " on rank " + std::to_string(ref.rank) + ")";
+}
+
+std::string describe_step(const Plan& plan, int rank, const Step& step) {
+  std::ostringstream out;
+  out << "rank " << rank << " stream " << step.stream << " step '" << step.label << "' (" << body_text(plan, step.body)
+      << ")";
+  return out.str();
+}
+
+std::string to_string(const Plan& plan) {
+  std::ostringstream out;
+  out << "plan " << plan.strategy << " for " << describe(plan.problem) << "\n";
+  for (const auto& rp : plan.ranks) {
+    out << "rank " << rp.rank << ": " << rp.stream_count << " stream(s), output " << describe_region(plan, rp.output)
+        << "\n";
+    for (size_t i = 0; i < rp.buffers.size(); ++i) {
+      const auto& b = rp.buffers[i];
+      out << "  buffer " << i << " " << b.name << " " << to_string(b.role) << " [" << b.rows << "x" << b.cols << "] "
+          << to_string(b.dtype) << (b.symmetric ? " symmetric" : "") << "\n";
+    }
+    for (size_t i = 0; i < rp.signals.size(); ++i) out << "  signal " << i << " " << rp.signals[i] << "\n";
+    for (const auto& step : rp.steps) {
+      out << "  [s" << step.stream << " " << to_string(step.engine) << "] " << step.label << ": "
+          << body_text(plan, step.body);
+      sync_text(out, plan, step.waits, step.notifies);
+      out << "\n";
+      if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
+        for (const auto& t : gemm->tiles) {
+          out << "      tile [" << t.tile.row << ":" << t.tile.row_end() << "," << t.tile.col << ":" << t.tile.col_end()
+              << "] -> " << describe_region(plan, t.store);
+          std::vector<Wait> waits;
+          std::vector<Notify> notifies;
+          if (t.wait) waits.push_back(*t.wait);
+          if (t.notify) notifies.push_back(*t.notify);
+          sync_text(out, plan, waits, notifies);
+          out << "\n";
+        }
+      }
+    }
+  }
+  return out.str();
+}
+
+}  // namespace weft

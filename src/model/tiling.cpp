@@ -1,0 +1,105 @@
+#include "weft/model/tiling.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
+// estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
+// 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
+double rate_of(TileShape tile) {
+  switch (tile.tile_n) {
+    case 96: return 0.75;
+    case 128: return 0.88;
+    case 192: return 0.97;
+    default: return 1.0;
+  }
+}
+
+// Relative time of `count` entries of `tile` split `splits` ways over `k`.
+double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count) {
+  // What a split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
+  // 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms,
+  // so a split entry costs about 32 K-tiles more than its share (the partial tile's round trip
+  // and the wait for the previous split).
+  constexpr double kFixupKTiles = 32.0;
+  const double k_tiles = static_cast<double>(ceil_div(k, tile.tile_k));
+  const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
+  const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
+  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / rate_of(tile);
+}
+
+constexpr int kMaxKSplits = 8;
+constexpr int kMinKTilesPerSplit = 4;
+
+// A GEMM that cannot keep the tensor cores busy from HBM: FLOP per byte of A, B and C below
+// Hopper's ~300 (989 TFLOP/s over 3.35 TB/s), with margin.
+bool memory_bound(int64_t m, int64_t n, int64_t k) {
+  constexpr double kComputeBoundFlopsPerByte = 250.0;
+  const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
+  return 2.0 * dm * dn * dk / (2.0 * (dm * dk + dn * dk + dm * dn)) < kComputeBoundFlopsPerByte;
+}
+
+}  // namespace
+
+const std::vector<TileShape>& overlap_gemm_tiles() {
+  static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64}};
+  return tiles;
+}
+
+int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count) {
+  // A memory-bound GEMM gains nothing from more CTAs in flight, and each split adds a partial
+  // tile's traffic. Measured on H100, m=64 n=k=12288: 8 splits 0.179 ms, none 0.135 ms.
+  if (memory_bound(m, n, k)) return 1;
+  const int64_t k_tiles = ceil_div(k, tile.tile_k);
+  int best = 1;
+  double best_time = estimated_time(tile_count, k, tile, 1, sm_count);
+  const double unsplit = best_time;
+  for (int splits = 2; splits <= kMaxKSplits && k_tiles / splits >= kMinKTilesPerSplit; ++splits) {
+    const double t = estimated_time(tile_count, k, tile, splits, sm_count);
+    if (t < best_time) {
+      best = splits;
+      best_time = t;
+    }
+  }
+  return best_time < 0.95 * unsplit ? best : 1;
+}
+
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+  // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins.
+  if (memory_bound(m, n, k)) {
+    // Time follows the bytes the busiest SM streams: (waves) x (A rows + B rows of a tile). More,
+    // narrower tiles put more SMs to pulling from HBM (m = 64, n = 12288 on 132 SMs: 128 tiles
+    // of 96 columns rather than 96 of 128).
+    GemmTiling best{overlap_gemm_tiles().front(), 1};
+    double best_bytes = INFINITY;
+    for (const TileShape& s : overlap_gemm_tiles()) {
+      const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
+      const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
+      if (bytes < best_bytes * 0.97) {  // a narrower tile only for a clear gain
+        best = {s, 1};
+        best_bytes = bytes;
+      }
+    }
+    return best;
+  }
+  GemmTiling best{overlap_gemm_tiles().front(), 1};
+  double best_time = INFINITY;
+  for (const TileShape& s : overlap_gemm_tiles()) {
+    const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
+    const int splits = choose_k_splits(tiles, m, n, k, s, sm_count);
+    const double t = estimated_time(tiles, k, s, splits, sm_count);
+    if (t < best_time) {
+      best = {s, splits};
+      best_time = t;
+    }
+  }
+  return best;
+}
+
+}  // namespace weft

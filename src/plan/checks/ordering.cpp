@@ -1,0 +1,352 @@
+// Happens-before over every step and GEMM tile of a plan, and the checks built on it: no data race,
+// no read before the write it depends on, no write to an input, every output element produced
+// exactly once and before its rank ends.
+//
+// Nodes are steps (a GEMM is begin -> tiles -> end; tiles of one GEMM are unordered among themselves,
+// as on the GPU) and collectives (one node shared by all ranks). Edges come from stream order and from
+// signals. A wait for `s >= v` is known to follow notify X only if the notifies of s that could have
+// fired without X (those not ordered after X and not ordered after the wait) add up to less than v;
+// since that test uses happens-before itself, edges are added until nothing changes.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "checks.hpp"
+
+namespace weft::detail {
+
+namespace {
+
+enum class AccessKind { read, define, update };
+
+struct Access {
+  Region region;
+  AccessKind kind;
+  int node;
+};
+
+struct Node {
+  std::string what;
+  std::vector<Wait> waits;
+  std::vector<Notify> notifies;
+};
+
+class Bitset {
+ public:
+  explicit Bitset(size_t bits = 0) : words_((bits + 63) / 64, 0) {}
+  void set(size_t i) { words_[i / 64] |= uint64_t{1} << (i % 64); }
+  bool test(size_t i) const { return (words_[i / 64] >> (i % 64)) & 1U; }
+  void merge(const Bitset& other) {
+    for (size_t w = 0; w < words_.size(); ++w) words_[w] |= other.words_[w];
+  }
+
+ private:
+  std::vector<uint64_t> words_;
+};
+
+class OrderingChecker {
+ public:
+  OrderingChecker(const Plan& plan, ValidationReport& report) : plan_(plan), report_(report) {}
+
+  void run() {
+    build_graph();
+    if (!close_over_signals()) return;
+    check_accesses();
+  }
+
+ private:
+  const Plan& plan_;
+  ValidationReport& report_;
+  std::vector<Node> nodes_;
+  std::vector<std::vector<int>> preds_;
+  std::set<std::pair<int, int>> edges_;
+  std::vector<Access> accesses_;
+  std::vector<int> rank_end_;
+  std::vector<Bitset> before_;  // before_[v].test(u): u happens before v
+  std::map<std::string, int> reported_;
+
+  int add_node(std::string what) {
+    nodes_.push_back({std::move(what), {}, {}});
+    preds_.emplace_back();
+    return static_cast<int>(nodes_.size()) - 1;
+  }
+  void add_edge(int from, int to) {
+    if (from < 0 || from == to || !edges_.insert({from, to}).second) return;
+    preds_[static_cast<size_t>(to)].push_back(from);
+  }
+  void access(int node, const Region& region, AccessKind kind) {
+    if (!region.box.empty()) accesses_.push_back({region, kind, node});
+  }
+  bool happens_before(int u, int v) const { return u != v && before_[static_cast<size_t>(v)].test(static_cast<size_t>(u)); }
+  bool ordered(int u, int v) const { return u == v || happens_before(u, v) || happens_before(v, u); }
+
+  void error(const std::string& rule, const std::string& key, const std::string& message) {
+    constexpr int kMaxPerRule = 12;  // one broken plan should not print thousands of lines
+    if (reported_.count(key)) return;
+    int& count = reported_["#" + rule];
+    reported_[key] = 1;
+    if (++count <= kMaxPerRule) report_.errors.push_back({rule, message});
+  }
+
+  void build_graph() {
+    std::map<int, int> collective_node;
+    for (const RankPlan& rp : plan_.ranks) {
+      const int r = rp.rank;
+      std::vector<int> last(static_cast<size_t>(rp.stream_count), -1);
+      for (const Step& step : rp.steps) {
+        const std::string what = "rank " + std::to_string(r) + " stream " + std::to_string(step.stream) + " step '" + step.label + "'";
+        int entry = -1, exit = -1;
+        if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
+          entry = add_node(what + " (start)");
+          nodes_[static_cast<size_t>(entry)].waits = step.waits;
+          exit = add_node(what);
+          nodes_[static_cast<size_t>(exit)].notifies = step.notifies;
+          add_edge(entry, exit);
+          for (size_t i = 0; i < gemm->tiles.size(); ++i) {
+            const GemmTile& t = gemm->tiles[i];
+            const int tile = add_node(what + " tile " + std::to_string(i));
+            if (t.wait) nodes_[static_cast<size_t>(tile)].waits.push_back(*t.wait);
+            if (t.notify) nodes_[static_cast<size_t>(tile)].notifies.push_back(*t.notify);
+            add_edge(entry, tile);
+            add_edge(tile, exit);
+            Region a = gemm->a;
+            a.box = {gemm->a.box.row + t.tile.row, gemm->a.box.col, t.tile.rows, gemm->a.box.cols};
+            Region b = gemm->b;
+            b.box = {gemm->b.box.row + t.tile.col, gemm->b.box.col, t.tile.cols, gemm->b.box.cols};
+            access(tile, a, AccessKind::read);
+            access(tile, b, AccessKind::read);
+            access(tile, t.store, gemm->accumulate ? AccessKind::update : AccessKind::define);
+          }
+        } else if (const auto* coll = std::get_if<CollectiveStep>(&step.body)) {
+          auto [it, fresh] = collective_node.try_emplace(coll->id, -1);
+          if (fresh) it->second = add_node(std::string(to_string(coll->kind)) + " #" + std::to_string(coll->id));
+          entry = exit = it->second;
+          auto& node = nodes_[static_cast<size_t>(entry)];
+          node.waits.insert(node.waits.end(), step.waits.begin(), step.waits.end());
+          node.notifies.insert(node.notifies.end(), step.notifies.begin(), step.notifies.end());
+          const bool in_place = coll->src == coll->dst;
+          if (!in_place) access(entry, coll->src, AccessKind::read);
+          access(entry, coll->dst, in_place ? AccessKind::update : AccessKind::define);
+        } else {
+          entry = exit = add_node(what);
+          nodes_[static_cast<size_t>(entry)].waits = step.waits;
+          nodes_[static_cast<size_t>(entry)].notifies = step.notifies;
+          std::visit(
+              [&](const auto& body) {
+                using T = std::decay_t<decltype(body)>;
+                if constexpr (std::is_same_v<T, CopyStep>) {
+                  access(entry, body.src, AccessKind::read);
+                  access(entry, body.dst, AccessKind::define);
+                } else if constexpr (std::is_same_v<T, ReduceStep>) {
+                  for (const auto& src : body.srcs)
+                    if (!(src == body.dst)) access(entry, src, AccessKind::read);
+                  access(entry, body.dst, body.accumulate ? AccessKind::update : AccessKind::define);
+                } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
+                  // Source rows, merged into runs so a sorted permutation costs one access per run.
+                  std::vector<int64_t> rows = body.source_rows;
+                  std::sort(rows.begin(), rows.end());
+                  for (size_t i = 0; i < rows.size();) {
+                    size_t j = i + 1;
+                    while (j < rows.size() && rows[j] <= rows[j - 1] + 1) ++j;
+                    Region run = body.src;
+                    run.box = {body.src.box.row + rows[i], body.src.box.col, rows[j - 1] - rows[i] + 1, body.src.box.cols};
+                    access(entry, run, AccessKind::read);
+                    i = j;
+                  }
+                  access(entry, body.dst, AccessKind::define);
+                } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+                  for (const BoxMove& move : body.moves) {
+                    Region from = body.src, to = body.dst;
+                    from.box = {body.src.box.row + move.from.row, body.src.box.col + move.from.col, move.from.rows, move.from.cols};
+                    to.box = {body.dst.box.row + move.to.row, body.dst.box.col + move.to.col, move.to.rows, move.to.cols};
+                    access(entry, from, AccessKind::read);
+                    access(entry, to, AccessKind::define);
+                  }
+                }
+              },
+              step.body);
+        }
+        add_edge(last[static_cast<size_t>(step.stream)], entry);
+        last[static_cast<size_t>(step.stream)] = exit;
+      }
+      const int end = add_node("end of rank " + std::to_string(r));
+      for (int l : last) add_edge(l, end);
+      rank_end_.push_back(end);
+    }
+  }
+
+  bool compute_order() {
+    const size_t n = nodes_.size();
+    std::vector<int> indegree(n, 0);
+    std::vector<std::vector<int>> succs(n);
+    for (size_t v = 0; v < n; ++v)
+      for (int u : preds_[v]) {
+        succs[static_cast<size_t>(u)].push_back(static_cast<int>(v));
+        ++indegree[v];
+      }
+    std::vector<int> ready, topo;
+    for (size_t v = 0; v < n; ++v)
+      if (indegree[v] == 0) ready.push_back(static_cast<int>(v));
+    while (!ready.empty()) {
+      const int v = ready.back();
+      ready.pop_back();
+      topo.push_back(v);
+      for (int s : succs[static_cast<size_t>(v)])
+        if (--indegree[static_cast<size_t>(s)] == 0) ready.push_back(s);
+    }
+    if (topo.size() != n) {
+      for (size_t v = 0; v < n; ++v)
+        if (indegree[v] > 0) {
+          error("liveness", "cycle", "deadlock: " + nodes_[v].what + " is on a cycle of waits");
+          return false;
+        }
+    }
+    before_.assign(n, Bitset(n));
+    for (int v : topo)
+      for (int u : preds_[static_cast<size_t>(v)]) {
+        before_[static_cast<size_t>(v)].merge(before_[static_cast<size_t>(u)]);
+        before_[static_cast<size_t>(v)].set(static_cast<size_t>(u));
+      }
+    return true;
+  }
+
+  bool close_over_signals() {
+    struct Raise {
+      int node;
+      uint64_t increment;
+    };
+    std::map<std::pair<int, SignalId>, std::vector<Raise>> raises;
+    for (size_t v = 0; v < nodes_.size(); ++v)
+      for (const auto& n : nodes_[v].notifies) raises[{n.signal.rank, n.signal.id}].push_back({static_cast<int>(v), n.increment});
+    for (;;) {
+      if (!compute_order()) return false;
+      bool changed = false;
+      for (size_t w = 0; w < nodes_.size(); ++w)
+        for (const Wait& wait : nodes_[w].waits) {
+          const auto& candidates = raises[{wait.signal.rank, wait.signal.id}];
+          for (const Raise& x : candidates) {
+            if (edges_.count({x.node, static_cast<int>(w)})) continue;
+            uint64_t without_x = 0;
+            for (const Raise& other : candidates) {
+              if (other.node == x.node) continue;
+              if (happens_before(x.node, other.node) || happens_before(static_cast<int>(w), other.node) ||
+                  other.node == static_cast<int>(w))
+                continue;
+              without_x += other.increment;
+            }
+            if (without_x < wait.value) {
+              add_edge(x.node, static_cast<int>(w));
+              changed = true;
+            }
+          }
+        }
+      if (!changed) return true;
+    }
+  }
+
+  std::string cell_text(const Region& region, const Rect& cell) const {
+    Region r = region;
+    r.box = cell;
+    return describe_region(plan_, r);
+  }
+
+  void check_accesses() {
+    std::map<std::pair<int, BufferId>, std::vector<int>> by_buffer;
+    for (size_t i = 0; i < accesses_.size(); ++i)
+      by_buffer[{accesses_[i].region.rank, accesses_[i].region.buffer}].push_back(static_cast<int>(i));
+    for (const RankPlan& rp : plan_.ranks) by_buffer[{rp.rank, rp.output.buffer}];  // outputs nobody writes
+    for (const auto& [key, list] : by_buffer) check_buffer(key.first, key.second, list);
+  }
+
+  void check_buffer(int rank, BufferId buffer, const std::vector<int>& list) {
+    const RankPlan& owner = plan_.ranks[static_cast<size_t>(rank)];
+    const BufferDecl& decl = owner.buffers[static_cast<size_t>(buffer)];
+    const bool is_output = owner.output.buffer == buffer && !owner.output.box.empty();
+    // Cells: the grid cut by every access box edge, so each cell is touched wholly or not at all.
+    std::vector<int64_t> rows{0, decl.rows}, cols{0, decl.cols};
+    auto cut = [&](const Rect& b) {
+      rows.insert(rows.end(), {b.row, b.row_end()});
+      cols.insert(cols.end(), {b.col, b.col_end()});
+    };
+    for (int a : list) cut(accesses_[static_cast<size_t>(a)].region.box);
+    if (is_output) cut(owner.output.box);
+    for (auto* v : {&rows, &cols}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    const size_t cell_cols = cols.size() - 1;
+    std::vector<std::vector<int>> cells((rows.size() - 1) * cell_cols);
+    auto index_of = [](const std::vector<int64_t>& v, int64_t x) {
+      return static_cast<size_t>(std::lower_bound(v.begin(), v.end(), x) - v.begin());
+    };
+    for (int a : list) {
+      const Rect& b = accesses_[static_cast<size_t>(a)].region.box;
+      for (size_t i = index_of(rows, b.row); i < index_of(rows, b.row_end()); ++i)
+        for (size_t j = index_of(cols, b.col); j < index_of(cols, b.col_end()); ++j) cells[i * cell_cols + j].push_back(a);
+    }
+    const Region whole{rank, buffer, {}};
+    for (size_t i = 0; i + 1 < rows.size(); ++i)
+      for (size_t j = 0; j < cell_cols; ++j) {
+        const Rect cell{rows[i], cols[j], rows[i + 1] - rows[i], cols[j + 1] - cols[j]};
+        if (cell.empty()) continue;
+        const bool in_output = is_output && contains(owner.output.box, cell);
+        check_cell(decl, whole, cell, cells[i * cell_cols + j], in_output);
+      }
+  }
+
+  void check_cell(const BufferDecl& decl, const Region& whole, const Rect& cell, const std::vector<int>& here,
+                  bool in_output) {
+    std::vector<const Access*> writes, reads;
+    int defines = 0;
+    for (int a : here) {
+      const Access& acc = accesses_[static_cast<size_t>(a)];
+      if (acc.kind != AccessKind::read) writes.push_back(&acc);
+      if (acc.kind != AccessKind::define) reads.push_back(&acc);
+      defines += acc.kind == AccessKind::define;
+    }
+    const std::string where = cell_text(whole, cell);
+    auto name = [&](const Access* a) { return nodes_[static_cast<size_t>(a->node)].what; };
+    auto pair_key = [](const char* rule, int a, int b) {
+      return std::string(rule) + std::to_string(std::min(a, b)) + "/" + std::to_string(std::max(a, b));
+    };
+    if (decl.role == BufferRole::input && !writes.empty()) {
+      error("ordering", "input" + std::to_string(writes[0]->node), name(writes[0]) + " writes " + where + " of input buffer '" + decl.name + "'");
+    }
+    for (size_t x = 0; x < writes.size(); ++x)
+      for (size_t y = x + 1; y < writes.size(); ++y)
+        if (!ordered(writes[x]->node, writes[y]->node))
+          error("ordering", pair_key("ww", writes[x]->node, writes[y]->node),
+                "race: " + name(writes[x]) + " and " + name(writes[y]) + " both write " + where +
+                    " with nothing ordering them");
+    for (const Access* r : reads) {
+      bool produced = decl.role == BufferRole::input;
+      for (const Access* w : writes) {
+        if (w->node == r->node) continue;
+        if (!ordered(w->node, r->node))
+          error("ordering", pair_key("rw", r->node, w->node),
+                "race: " + name(r) + " reads " + where + " while " + name(w) +
+                    " may still write it (no signal orders them)");
+        produced = produced || happens_before(w->node, r->node);
+      }
+      if (!produced)
+        error("ordering", "unproduced" + std::to_string(r->node),
+              name(r) + " reads " + where + " but no write of it is guaranteed to come first: the signal that guards it is missing");
+    }
+    if (!in_output) return;
+    if (defines != 1)
+      error("coverage", "cover" + std::to_string(whole.rank) + "/" + where,
+            "output " + where + " is produced " + std::to_string(defines) + " times (expected exactly once)");
+    for (const Access* w : writes)
+      if (!happens_before(w->node, rank_end_[static_cast<size_t>(whole.rank)]))
+        error("coverage", "late" + std::to_string(w->node),
+              name(w) + " writes output " + where + " but rank " + std::to_string(whole.rank) +
+                  " may end before it finishes (nothing waits for it)");
+  }
+};
+
+}  // namespace
+
+void check_ordering_and_coverage(const Plan& plan, ValidationReport& report) { OrderingChecker(plan, report).run(); }
+
+}  // namespace weft::detail

@@ -1,0 +1,252 @@
+// Structural checks: everything a plan names exists, shapes agree, peers are reached only through
+// symmetric buffers, and every rank joins every collective with matching arguments.
+#include <map>
+
+#include "checks.hpp"
+
+namespace weft::detail {
+
+namespace {
+
+struct StructureChecker {
+  const Plan& plan;
+  ValidationReport& report;
+
+  void fail(const std::string& where, const std::string& what) {
+    report.errors.push_back({"structure", where + ": " + what});
+  }
+
+  const BufferDecl* buffer(const Region& r) const {
+    if (r.rank < 0 || r.rank >= plan.world_size()) return nullptr;
+    const auto& buffers = plan.ranks[static_cast<size_t>(r.rank)].buffers;
+    if (r.buffer < 0 || r.buffer >= static_cast<BufferId>(buffers.size())) return nullptr;
+    return &buffers[static_cast<size_t>(r.buffer)];
+  }
+
+  // A region must name an existing buffer, lie inside it, and be local unless the buffer is symmetric.
+  bool region(const std::string& where, int own_rank, const Region& r, const char* what) {
+    const BufferDecl* decl = buffer(r);
+    if (!decl) {
+      fail(where, std::string(what) + " names buffer " + std::to_string(r.buffer) + " on rank " + std::to_string(r.rank) +
+                      ", which does not exist");
+      return false;
+    }
+    if (r.box.rows < 0 || r.box.cols < 0 || r.box.row < 0 || r.box.col < 0 || r.box.row_end() > decl->rows ||
+        r.box.col_end() > decl->cols) {
+      fail(where, std::string(what) + " " + describe_region(plan, r) + " lies outside buffer '" + decl->name + "' [" +
+                      std::to_string(decl->rows) + "x" + std::to_string(decl->cols) + "]");
+      return false;
+    }
+    if (r.rank != own_rank && !decl->symmetric) {
+      fail(where, std::string(what) + " " + describe_region(plan, r) + " is on another rank but buffer '" + decl->name +
+                      "' is not symmetric, so peers cannot reach it");
+      return false;
+    }
+    return true;
+  }
+
+  void signal(const std::string& where, const SignalRef& ref, int own_rank, bool is_wait) {
+    if (ref.rank < 0 || ref.rank >= plan.world_size() || ref.id < 0 ||
+        ref.id >= static_cast<SignalId>(plan.ranks[static_cast<size_t>(ref.rank)].signals.size())) {
+      fail(where, "names " + describe_signal(plan, ref) + ", which does not exist");
+      return;
+    }
+    if (is_wait && ref.rank != own_rank) fail(where, "waits on " + describe_signal(plan, ref) + " of another rank; waits must be local");
+  }
+
+  void same_shape(const std::string& where, const Rect& a, const Rect& b, const char* what) {
+    if (a.rows != b.rows || a.cols != b.cols)
+      fail(where, std::string(what) + ": shapes differ (" + std::to_string(a.rows) + "x" + std::to_string(a.cols) +
+                      " vs " + std::to_string(b.rows) + "x" + std::to_string(b.cols) + ")");
+  }
+
+  void gemm(const std::string& where, int rank, const GemmStep& g) {
+    bool ok = region(where, rank, g.a, "operand a");
+    ok = region(where, rank, g.b, "operand b") && ok;
+    if (!ok) return;
+    if (g.a.box.cols != g.b.box.cols)
+      fail(where, "operand a has K=" + std::to_string(g.a.box.cols) + " but operand b has K=" + std::to_string(g.b.box.cols));
+    if (g.tile_m < 1 || g.tile_n < 1) fail(where, "tile size must be positive");
+    if (g.sm_limit < 0) fail(where, "sm_limit must be 0 (all SMs) or positive");
+    if (g.k_splits < 1) fail(where, "k_splits must be at least 1");
+    if (g.k_splits > 1 && (g.sm_limit != 0 || !g.persistent))
+      fail(where, "a GEMM on limited SMs or with a CTA per tile keeps its waves and cannot split K (k_splits " +
+                      std::to_string(g.k_splits) + ")");
+    const Rect space{0, 0, g.a.box.rows, g.b.box.rows};
+    for (size_t i = 0; i < g.tiles.size(); ++i) {
+      const auto& t = g.tiles[i];
+      const std::string tile_where = where + " tile " + std::to_string(i);
+      if (t.tile.empty() || !contains(space, t.tile))
+        fail(tile_where, "tile box [" + std::to_string(t.tile.row) + "+" + std::to_string(t.tile.rows) + "," +
+                             std::to_string(t.tile.col) + "+" + std::to_string(t.tile.cols) + "] is empty or outside the " +
+                             std::to_string(space.rows) + "x" + std::to_string(space.cols) + " output");
+      if (region(tile_where, rank, t.store, "store")) same_shape(tile_where, t.tile, t.store.box, "store target");
+      if (t.wait) signal(tile_where, t.wait->signal, rank, true);
+      if (t.notify) signal(tile_where, t.notify->signal, rank, false);
+    }
+  }
+
+  void run() {
+    if (plan.ranks.empty()) {
+      fail("plan", "has no ranks");
+      return;
+    }
+    if (plan.world_size() != plan.problem.world_size)
+      fail("plan", "has " + std::to_string(plan.world_size()) + " ranks but the problem's world size is " +
+                       std::to_string(plan.problem.world_size));
+    std::map<int, std::vector<std::pair<int, const CollectiveStep*>>> collectives;
+    for (int rank = 0; rank < plan.world_size(); ++rank) {
+      const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
+      const std::string rank_where = "rank " + std::to_string(rank);
+      if (rp.rank != rank) fail(rank_where, "is labelled rank " + std::to_string(rp.rank));
+      if (rp.stream_count < 1) fail(rank_where, "has no streams");
+      // Symmetric buffers must be declared alike everywhere: peers compute addresses from their own copy.
+      for (size_t b = 0; b < rp.buffers.size(); ++b) {
+        const auto& decl = rp.buffers[b];
+        if (decl.rows < 0 || decl.cols < 0) fail(rank_where, "buffer '" + decl.name + "' has a negative size");
+        if (decl.symmetric) {
+          const auto& peers0 = plan.ranks[0].buffers;
+          if (b >= peers0.size() || !(peers0[b] == decl))
+            fail(rank_where, "symmetric buffer '" + decl.name + "' (#" + std::to_string(b) +
+                                 ") is not declared identically on rank 0");
+        }
+      }
+      region(rank_where + " output", rank, rp.output, "output");
+      if (auto* decl = buffer(rp.output); decl && decl->role != BufferRole::output)
+        fail(rank_where, "output region lies in buffer '" + decl->name + "', which is not an output buffer");
+      for (size_t s = 0; s < rp.steps.size(); ++s) {
+        const Step& step = rp.steps[s];
+        const std::string where = rank_where + " step " + std::to_string(s) + " '" + step.label + "'";
+        if (step.stream < 0 || step.stream >= rp.stream_count)
+          fail(where, "runs on stream " + std::to_string(step.stream) + " of " + std::to_string(rp.stream_count));
+        for (const auto& w : step.waits) signal(where, w.signal, rank, true);
+        for (const auto& n : step.notifies) signal(where, n.signal, rank, false);
+        std::visit(
+            [&](const auto& body) {
+              using T = std::decay_t<decltype(body)>;
+              if constexpr (std::is_same_v<T, GemmStep>) {
+                gemm(where, rank, body);
+              } else if constexpr (std::is_same_v<T, CopyStep>) {
+                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst"))
+                  same_shape(where, body.src.box, body.dst.box, "copy");
+              } else if constexpr (std::is_same_v<T, ReduceStep>) {
+                if (body.srcs.empty() && !body.accumulate) fail(where, "reduces nothing");
+                if (region(where, rank, body.dst, "dst"))
+                  for (const auto& src : body.srcs)
+                    if (region(where, rank, src, "src")) same_shape(where, src.box, body.dst.box, "reduce");
+              } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
+                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
+                  if (body.src.box.cols != body.dst.box.cols) fail(where, "permute changes the column count");
+                  if (static_cast<int64_t>(body.source_rows.size()) != body.dst.box.rows)
+                    fail(where, "permute lists " + std::to_string(body.source_rows.size()) + " rows for a destination of " +
+                                    std::to_string(body.dst.box.rows));
+                  for (int64_t r : body.source_rows)
+                    if (r < 0 || r >= body.src.box.rows) {
+                      fail(where, "permute reads source row " + std::to_string(r) + " outside the source");
+                      break;
+                    }
+                }
+              } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
+                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
+                  const Rect src_frame{0, 0, body.src.box.rows, body.src.box.cols};
+                  const Rect dst_frame{0, 0, body.dst.box.rows, body.dst.box.cols};
+                  for (const BoxMove& move : body.moves) {
+                    if (move.from.rows != move.to.rows || move.from.cols != move.to.cols || move.from.empty()) {
+                      fail(where, "a box move changes shape or moves nothing");
+                      break;
+                    }
+                    if (!contains(src_frame, move.from) || !contains(dst_frame, move.to)) {
+                      fail(where, "a box move reaches outside its source or destination box");
+                      break;
+                    }
+                  }
+                }
+              } else if constexpr (std::is_same_v<T, CollectiveStep>) {
+                if (body.src.rank != rank || body.dst.rank != rank)
+                  fail(where, "a collective's src and dst must be on its own rank");
+                region(where, rank, body.src, "src");
+                region(where, rank, body.dst, "dst");
+                collectives[body.id].push_back({rank, &body});
+              }
+            },
+            step.body);
+      }
+    }
+    for (const auto& [id, parts] : collectives) check_collective(id, parts);
+  }
+
+  void check_collective(int id, const std::vector<std::pair<int, const CollectiveStep*>>& parts) {
+    const std::string where = "collective #" + std::to_string(id);
+    const int world = plan.world_size();
+    std::vector<const CollectiveStep*> by_rank(static_cast<size_t>(world), nullptr);
+    for (auto [rank, step] : parts) {
+      if (by_rank[static_cast<size_t>(rank)]) {
+        fail(where, "is joined twice by rank " + std::to_string(rank));
+        return;
+      }
+      by_rank[static_cast<size_t>(rank)] = step;
+    }
+    for (int r = 0; r < world; ++r)
+      if (!by_rank[static_cast<size_t>(r)]) {
+        fail(where, "is never joined by rank " + std::to_string(r) + " (every rank must join; a missing rank hangs NCCL)");
+        return;
+      }
+    const CollectiveStep& first = *by_rank[0];
+    for (int r = 0; r < world; ++r) {
+      const CollectiveStep& c = *by_rank[static_cast<size_t>(r)];
+      const std::string rw = where + " on rank " + std::to_string(r);
+      if (c.kind != first.kind) {
+        fail(rw, std::string("is ") + std::string(to_string(c.kind)) + " but rank 0 calls " + std::string(to_string(first.kind)));
+        continue;
+      }
+      if (c.src.box.cols != first.src.box.cols || c.dst.box.cols != c.src.box.cols)
+        fail(rw, "column counts differ across ranks or between src and dst");
+      switch (c.kind) {
+        case CollectiveKind::all_gather:
+          if (c.src.box.rows != first.src.box.rows || c.dst.box.rows != world * c.src.box.rows)
+            fail(rw, "all_gather needs equal src rows on all ranks and dst rows = world x src rows");
+          break;
+        case CollectiveKind::reduce_scatter:
+          if (c.dst.box.rows != first.dst.box.rows || c.src.box.rows != world * c.dst.box.rows)
+            fail(rw, "reduce_scatter needs equal dst rows on all ranks and src rows = world x dst rows");
+          break;
+        case CollectiveKind::all_reduce:
+          if (c.src.box != first.src.box || c.dst.box.rows != c.src.box.rows)
+            fail(rw, "all_reduce needs the same shape on every rank");
+          break;
+        case CollectiveKind::all_to_all: {
+          if (static_cast<int>(c.send_rows.size()) != world || static_cast<int>(c.recv_rows.size()) != world) {
+            fail(rw, "all_to_all needs one send and one receive count per rank");
+            break;
+          }
+          int64_t sent = 0, received = 0;
+          for (int p = 0; p < world; ++p) {
+            sent += c.send_rows[static_cast<size_t>(p)];
+            received += c.recv_rows[static_cast<size_t>(p)];
+          }
+          if (sent != c.src.box.rows || received != c.dst.box.rows)
+            fail(rw, "all_to_all counts (" + std::to_string(sent) + " sent, " + std::to_string(received) +
+                         " received) do not match src/dst rows");
+          break;
+        }
+      }
+    }
+    if (first.kind == CollectiveKind::all_to_all)
+      for (int s = 0; s < world; ++s)
+        for (int d = 0; d < world; ++d) {
+          const auto& cs = *by_rank[static_cast<size_t>(s)];
+          const auto& cd = *by_rank[static_cast<size_t>(d)];
+          if (cs.send_rows.size() != static_cast<size_t>(world) || cd.recv_rows.size() != static_cast<size_t>(world)) return;
+          if (cs.send_rows[static_cast<size_t>(d)] != cd.recv_rows[static_cast<size_t>(s)])
+            fail(where, "rank " + std::to_string(s) + " sends " + std::to_string(cs.send_rows[static_cast<size_t>(d)]) +
+                            " rows to rank " + std::to_string(d) + ", which expects " +
+                            std::to_string(cd.recv_rows[static_cast<size_t>(s)]));
+        }
+  }
+};
+
+}  // namespace
+
+void check_structure(const Plan& plan, ValidationReport& report) { StructureChecker{plan, report}.run(); }
+
+}  // namespace weft::detail

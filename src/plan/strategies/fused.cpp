@@ -1,0 +1,210 @@
+// `fused` (Flux, flux.txt Sections 3 and 4): the communication is fused into one overlap GEMM over
+// the whole problem, which is never split into smaller GEMMs.
+//
+//   ag_gemm: the GEMM's stream first copies the local A shard into the gathered A; stream 1 pulls
+//            every peer's shard in ring order starting after the own rank (Section 4.3), in
+//            `comm_chunks` row chunks per shard; each pull raises one counter (a single stream raises
+//            it, so the executor writes it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
+//            order of their rows, local shard first (Section 4.1's swizzle aligned with the pulls),
+//            and each waits (its prologue) until the chunks holding its rows have arrived.
+//   gemm_rs: each tile whose rows belong to one rank d is stored straight into d's receive slot for
+//            this rank (the epilogue's peer store) and counted on d; rank r starts with rank r+1's
+//            rows and ends with its own (Section 4.1: no two ranks write to one peer at once). Each
+//            rank sums its W slots when every slot is complete (the Reduce branch of Section 3.1,
+//            as a separate step). Where M/W is not a multiple of the tile height, a tile row spans
+//            two ranks: those tiles run first and are stored locally, behind the slots of the
+//            receive buffer, and stream 1 pushes each rank's part with the copy engine.
+#include <algorithm>
+#include <stdexcept>
+
+#include "builder_support.hpp"
+
+namespace weft {
+
+using detail::RankPlanBuilder;
+
+namespace {
+
+constexpr int kCompute = 0;
+constexpr int kComm = 1;
+
+int chunks_per_shard(const PlanOptions& o, int64_t shard_rows) {
+  if (o.comm_chunks < 0) throw std::invalid_argument("fused: comm_chunks must be >= 0, got " + std::to_string(o.comm_chunks));
+  // Flux tunes this between one chunk per shard and one per GEMM tile row (Figure 10); one per
+  // shard is the coarsest, and the default until tuned.
+  const int64_t chunks = o.comm_chunks == 0 ? 1 : o.comm_chunks;
+  return static_cast<int>(std::clamp<int64_t>(chunks, 1, std::max<int64_t>(shard_rows, 1)));
+}
+
+void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
+  const SignalId arrived = b.signal("chunks_arrived");
+  // needed[row]: how many pulls must have landed before row `row` of the gathered A may be read
+  // (0: a row of the own shard).
+  std::vector<uint64_t> needed(static_cast<size_t>(world) * static_cast<size_t>(p.m), 0);
+  uint64_t copies = 0;
+  auto pull = [&](const std::string& label, const Region& from, int shard, int64_t first, int64_t rows) {
+    if (rows == 0) return;
+    Step& step = b.add(label, kComm, Engine::copy_engine, CopyStep{from, b.rows(gathered, shard * p.m + first, rows)});
+    step.notifies.push_back({b.own(arrived), 1});
+    ++copies;
+    for (int64_t i = 0; i < rows; ++i) needed[static_cast<size_t>(shard * p.m + first + i)] = copies;
+  };
+  // The own shard goes into place on the GEMM's stream, before it: a copy within one GPU runs as a
+  // kernel, which would find no free SM while the GEMM, holding them all, waits for it.
+  b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
+  const auto cuts = detail::split_rows(p.m, chunks_per_shard(o, p.m));
+  for (int i = 1; i < world; ++i) {
+    const int src = (r + i) % world;
+    for (size_t j = 0; j + 1 < cuts.size(); ++j)
+      pull("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), b.rows(a, cuts[j], cuts[j + 1] - cuts[j], src), src,
+           cuts[j], cuts[j + 1] - cuts[j]);
+  }
+
+  // Tiles in arrival order of their rows (Flux aligns the tile order with the signals' order), the
+  // raster and swizzle kept among the tiles one copy completes.
+  GemmStep gemm = detail::gemm_over(b.whole(gathered), b.whole(w), o);
+  const TileGrid grid{world * p.m, p.n, o.tile_m, o.tile_n};
+  for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
+    GemmTile tile;
+    tile.tile = grid.tile(index);
+    tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
+    tile.store.box.col = tile.tile.col;
+    tile.store.box.cols = tile.tile.cols;
+    uint64_t wait = 0;
+    for (int64_t row = tile.tile.row; row < tile.tile.row_end(); ++row) wait = std::max(wait, needed[static_cast<size_t>(row)]);
+    if (wait > 0) tile.wait = Wait{b.own(arrived), wait};
+    gemm.tiles.push_back(tile);
+  }
+  auto wait_of = [](const GemmTile& t) { return t.wait ? t.wait->value : 0; };
+  std::stable_sort(gemm.tiles.begin(), gemm.tiles.end(), [&](const GemmTile& x, const GemmTile& y) { return wait_of(x) < wait_of(y); });
+  b.add("gemm (tiles wait for their rows)", kCompute, Engine::sm, std::move(gemm));
+  b.set_output(b.whole(c));
+}
+
+// Rows [first, first + rows) of the output.
+struct RowSpan {
+  int64_t first = 0, rows = 0;
+};
+
+void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const int64_t share = p.m / world;  // rows each rank receives
+  const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
+  auto owner = [&](int64_t row) { return static_cast<int>(row / share); };
+  // Tile rows that span two ranks' rows; they are stored locally, compactly, behind the slots.
+  std::vector<int64_t> spanning_rows_before(static_cast<size_t>(grid.tiles_m()) + 1, 0);
+  for (int64_t t = 0; t < grid.tiles_m(); ++t) {
+    const Rect first = grid.tile(grid.index(t, 0));
+    const bool spans = owner(first.row) != owner(first.row_end() - 1);
+    spanning_rows_before[static_cast<size_t>(t) + 1] = spanning_rows_before[static_cast<size_t>(t)] + (spans ? first.rows : 0);
+  }
+  const int64_t spanning_rows = spanning_rows_before.back();
+  auto spans = [&](int64_t tile_row) {
+    return spanning_rows_before[static_cast<size_t>(tile_row) + 1] > spanning_rows_before[static_cast<size_t>(tile_row)];
+  };
+
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  // Slot q (rows [q * share, (q + 1) * share)) receives rank q's partial sums of this rank's rows.
+  const BufferId received = b.buffer("received", BufferRole::scratch, p.m + spanning_rows, p.n, p.output_dtype, /*symmetric=*/true);
+  const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);
+  // Counters only where they are raised (the same on every rank: the grid is).
+  std::vector<SignalId> stored_by, pushed_by;
+  SignalId spanning_stored = -1;
+  if (spanning_rows < p.m)
+    for (int q = 0; q < world; ++q) stored_by.push_back(b.signal("tiles_from_rank" + std::to_string(q)));
+  if (spanning_rows > 0) {
+    for (int q = 0; q < world; ++q) pushed_by.push_back(b.signal("pushes_from_rank" + std::to_string(q)));
+    spanning_stored = b.signal("spanning_tiles_stored");
+  }
+
+  // Each rank's parts of the spanning tile rows, as pushes from behind the slots into its slot.
+  struct Push {
+    int destination;
+    RowSpan rows;  // output rows
+  };
+  std::vector<Push> pushes;
+  for (int64_t t = 0; t < grid.tiles_m(); ++t) {
+    if (!spans(t)) continue;
+    const Rect first = grid.tile(grid.index(t, 0));
+    for (int64_t row = first.row; row < first.row_end();) {
+      const int d = owner(row);
+      const int64_t end = std::min(first.row_end(), static_cast<int64_t>(d + 1) * share);
+      pushes.push_back({d, {row, end - row}});
+      row = end;
+    }
+  }
+  std::vector<uint64_t> pushes_into(static_cast<size_t>(world), 0), tiles_into(static_cast<size_t>(world), 0);
+  for (const Push& push : pushes) ++pushes_into[static_cast<size_t>(push.destination)];
+
+  GemmStep gemm = detail::gemm_over(b.whole(a), b.whole(w), o);
+  auto order = rank_shifted_order(grid, rasterized_order(grid, o.raster, o.swizzle), share, world, r, /*first_offset=*/1);
+  std::stable_partition(order.begin(), order.end(), [&](int64_t index) { return spans(grid.tile(index).row / o.tile_m); });
+  int64_t spanning_tiles = 0;
+  for (int64_t index : order) {
+    GemmTile tile;
+    tile.tile = grid.tile(index);
+    const int64_t tile_row = tile.tile.row / o.tile_m;
+    if (spans(tile_row)) {
+      tile.store = Region{r, received, Rect{p.m + spanning_rows_before[static_cast<size_t>(tile_row)], tile.tile.col, tile.tile.rows, tile.tile.cols}};
+      tile.notify = Notify{b.own(spanning_stored), 1};
+      ++spanning_tiles;
+    } else {
+      const int d = owner(tile.tile.row);
+      tile.store = Region{d, received, Rect{r * share + tile.tile.row - d * share, tile.tile.col, tile.tile.rows, tile.tile.cols}};
+      tile.notify = Notify{b.signal_on(stored_by[static_cast<size_t>(r)], d), 1};
+      ++tiles_into[static_cast<size_t>(d)];
+    }
+    gemm.tiles.push_back(tile);
+  }
+  b.add("gemm (tiles stored into their rank's slot)", kCompute, Engine::sm, std::move(gemm));
+
+  // Pushes in ring order after the own rank, like the tiles.
+  std::stable_sort(pushes.begin(), pushes.end(),
+                   [&](const Push& x, const Push& y) { return (x.destination - r - 1 + world) % world < (y.destination - r - 1 + world) % world; });
+  bool first_push = true;
+  for (const Push& push : pushes) {
+    const int64_t behind = p.m + spanning_rows_before[static_cast<size_t>(push.rows.first / o.tile_m)] + push.rows.first % o.tile_m;
+    const int d = push.destination;
+    Step& step = b.add("push rows " + std::to_string(push.rows.first) + ".." + std::to_string(push.rows.first + push.rows.rows) + " to rank " +
+                           std::to_string(d),
+                       kComm, Engine::copy_engine,
+                       CopyStep{b.rows(received, behind, push.rows.rows), b.rows(received, r * share + push.rows.first - d * share, push.rows.rows, d)});
+    if (first_push) step.waits.push_back({b.own(spanning_stored), static_cast<uint64_t>(spanning_tiles)});
+    first_push = false;
+    step.notifies.push_back({b.signal_on(pushed_by[static_cast<size_t>(r)], d), 1});
+  }
+
+  ReduceStep sum;
+  for (int q = 0; q < world; ++q) sum.srcs.push_back(b.rows(received, q * share, share));
+  sum.dst = b.whole(c);
+  Step& reduce = b.add("sum the slots", kCompute, Engine::sm, std::move(sum));
+  // Every rank stores the same tiles into this rank's slot (the grid is the same on every rank).
+  for (int q = 0; q < world; ++q) {
+    if (tiles_into[static_cast<size_t>(r)]) reduce.waits.push_back({b.own(stored_by[static_cast<size_t>(q)]), tiles_into[static_cast<size_t>(r)]});
+    if (pushes_into[static_cast<size_t>(r)]) reduce.waits.push_back({b.own(pushed_by[static_cast<size_t>(q)]), pushes_into[static_cast<size_t>(r)]});
+  }
+  b.set_output(b.whole(c));
+}
+
+}  // namespace
+
+Plan plan_fused(const Problem& p, const PlanOptions& options) {
+  check_problem(p);
+  if (p.op != OpKind::ag_gemm && p.op != OpKind::gemm_rs)
+    throw std::invalid_argument("fused plans are built for ag_gemm and gemm_rs, not " + std::string(to_string(p.op)));
+  Plan plan;
+  plan.strategy = "fused";
+  plan.problem = p;
+  for (int r = 0; r < p.world_size; ++r) {
+    RankPlanBuilder b(r, 2);
+    if (p.op == OpKind::ag_gemm) build_ag_gemm(p, options, b);
+    else build_gemm_rs(p, options, b);
+    plan.ranks.push_back(b.finish());
+  }
+  return plan;
+}
+
+}  // namespace weft

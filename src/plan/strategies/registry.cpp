@@ -1,0 +1,92 @@
+#include <stdexcept>
+
+#include "weft/model/ficco_heuristic.hpp"
+#include "weft/model/tiling.hpp"
+#include "weft/plan/strategies.hpp"
+
+namespace weft {
+
+bool Strategy::supports(OpKind op) const {
+  for (OpKind o : ops)
+    if (o == op) return true;
+  return false;
+}
+
+namespace {
+
+Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const std::string& description) {
+  return {"ficco_" + schedule_name, "FiCCO", description, {OpKind::ag_gemm, OpKind::a2a_gemm},
+          [schedule](const Problem& p, const PlanOptions& o) { return plan_ficco(p, o, schedule); }, false};
+}
+
+}  // namespace
+
+const std::vector<Strategy>& strategies() {
+  static const std::vector<Strategy> all = {
+      {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_sequential, false},
+      {"decomposed", "AsyncTP",
+       "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed, false},
+      {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
+       {OpKind::ag_gemm, OpKind::a2a_gemm},
+       [](const Problem& p, const PlanOptions& o) {
+         const FiccoSchedule pick = pick_ficco_schedule(p, o.machine).schedule;
+         Plan plan = plan_ficco(p, o, pick);
+         plan.strategy = "ficco=" + std::string(to_string(pick));  // tables show what was picked
+         return plan;
+       },
+       false},
+      {"signal", "FlashOverlap",
+       "one GEMM on fewer SMs counting stored tiles per wave group; each group, stored contiguously, goes to a plain NCCL "
+       "call as soon as it is complete, then back in place",
+       {OpKind::gemm_ar, OpKind::gemm_rs, OpKind::gemm_a2a}, plan_signal, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/true},
+      {"fused", "Flux",
+       "one GEMM with the communication fused in: tiles wait for their pulled rows (AG), or are stored into their "
+       "rank's slot on that rank (RS)",
+       {OpKind::ag_gemm, OpKind::gemm_rs}, plan_fused, /*overlap_gemm=*/true},
+      ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
+            "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
+      ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,
+            "local shard first; then per step one GEMM over the peers' sub-chunks, scattered into place"),
+      ficco("hetero_unfused_1d", FiccoSchedule::hetero_unfused_1d,
+            "local shard first; then per step one GEMM per received sub-chunk, in place"),
+      ficco("uniform_fused_2d", FiccoSchedule::uniform_fused_2d,
+            "K-column slices from every peer per step; GEMMs over all rows accumulate into C (for M <= K)"),
+  };
+  return all;
+}
+
+const Strategy& find_strategy(std::string_view name) {
+  std::string known;
+  for (const auto& s : strategies()) {
+    if (s.name == name) return s;
+    known += (known.empty() ? "" : ", ") + s.name;
+  }
+  throw std::invalid_argument("unknown strategy '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace weft
+
+namespace weft {
+
+PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
+  PlanOptions o = base;
+  if (!strategy.overlap_gemm) return o;
+  const MachineProfile& machine = o.machine;
+  const int sms = !strategy.gemm_beside_nccl ? machine.sm_count : o.gemm_sms > 0 ? o.gemm_sms : machine.sm_count - machine.collective_sms;
+  // The one GEMM of a rank: over every rank's rows for AllGather+GEMM, its own rows otherwise.
+  const int64_t rows = problem.op == OpKind::ag_gemm ? problem.m * problem.world_size : problem.m;
+  const GemmTiling tiling = choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms);
+  o.tile_m = tiling.tile.tile_m;
+  o.tile_n = tiling.tile.tile_n;
+  // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave).
+  o.k_splits = strategy.gemm_beside_nccl ? 1 : tiling.k_splits;
+  return o;
+}
+
+Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
+  return strategy.build(problem, resolve_options(strategy, problem, base));
+}
+
+}  // namespace weft

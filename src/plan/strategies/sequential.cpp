@@ -1,0 +1,73 @@
+// `sequential`: one library GEMM, then one NCCL collective, on one stream. Every figure weft reports
+// is measured against this plan.
+#include "builder_support.hpp"
+
+namespace weft {
+
+using detail::RankPlanBuilder;
+
+Plan plan_sequential(const Problem& p, const PlanOptions& options) {
+  check_problem(p);
+  const int world = p.world_size;
+  Plan plan;
+  plan.strategy = "sequential";
+  plan.problem = p;
+  for (int r = 0; r < world; ++r) {
+    RankPlanBuilder b(r, 1);
+    const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+    switch (p.op) {
+      case OpKind::ag_gemm: {
+        const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
+        b.add("all_gather A", 0, Engine::nccl,
+              CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
+        b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(gathered), b.whole(w), b.whole(c), options));
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::gemm_rs: {
+        const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, p.m / world, p.n, p.output_dtype);
+        b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.whole(partial), options));
+        b.add("reduce_scatter P", 0, Engine::nccl,
+              CollectiveStep{CollectiveKind::reduce_scatter, 0, b.whole(partial), b.whole(c), {}, {}});
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::gemm_ar: {
+        const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+        b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.whole(c), options));
+        b.add("all_reduce C", 0, Engine::nccl,
+              CollectiveStep{CollectiveKind::all_reduce, 0, b.whole(c), b.whole(c), {}, {}});
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::gemm_a2a: {
+        const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
+        const BufferId sorted = b.buffer("P_by_destination", BufferRole::scratch, p.m, p.n, p.output_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
+        b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.whole(partial), options));
+        // NCCL's all-to-all sends contiguous blocks, so rows are first grouped by destination.
+        b.add("group rows by destination", 0, Engine::sm, detail::rows_by_destination(p, r, b.whole(partial), b.whole(sorted)));
+        b.add("all_to_all rows", 0, Engine::nccl, detail::all_to_all_by_destination(p, r, b.whole(sorted), b.whole(c)));
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::a2a_gemm: {
+        const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
+        const BufferId gathered = b.buffer("X", BufferRole::scratch, output_rows(p, r), p.k, p.input_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
+        b.add("group rows by destination", 0, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
+        b.add("all_to_all tokens", 0, Engine::nccl, detail::all_to_all_by_destination(p, r, b.whole(sorted), b.whole(gathered)));
+        b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(gathered), b.whole(w), b.whole(c), options));
+        b.set_output(b.whole(c));
+        break;
+      }
+    }
+    plan.ranks.push_back(b.finish());
+  }
+  return plan;
+}
+
+}  // namespace weft

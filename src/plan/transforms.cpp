@@ -1,0 +1,94 @@
+#include "weft/plan/transforms.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "strategies/builder_support.hpp"
+#include "weft/plan/strategies.hpp"
+
+namespace weft {
+
+Plan steps_of_kind(Plan plan, StepKind kind) {
+  plan.strategy += kind == StepKind::gemm ? "/gemm-only" : "/communication-only";
+  for (RankPlan& rp : plan.ranks) {
+    std::erase_if(rp.steps, [&](const Step& s) {
+      return kind == StepKind::gemm ? !std::holds_alternative<GemmStep>(s.body) : !std::holds_alternative<CollectiveStep>(s.body);
+    });
+    for (Step& s : rp.steps) {
+      s.waits.clear();
+      if (auto* gemm = std::get_if<GemmStep>(&s.body))
+        for (GemmTile& t : gemm->tiles) t.wait.reset();
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+// The output region a plain tile table covers: the store of its tile (0, 0), grown to the GEMM.
+Region output_of(const GemmStep& gemm) {
+  const GemmTile& first = gemm.tiles.front();
+  Region c = first.store;
+  c.box = Rect{first.store.box.row - first.tile.row, first.store.box.col - first.tile.col, gemm.a.box.rows, gemm.b.box.rows};
+  return c;
+}
+
+Region rows_of(Region r, int64_t first, int64_t count) {
+  r.box.row += first;
+  r.box.rows = count;
+  return r;
+}
+
+Region cols_of(Region r, int64_t first, int64_t count) {
+  r.box.col += first;
+  r.box.cols = count;
+  return r;
+}
+
+}  // namespace
+
+Plan split_gemms(const Plan& plan, GemmSplitAxis axis, int parts) {
+  if (parts < 1) throw std::invalid_argument("split_gemms: parts must be >= 1, got " + std::to_string(parts));
+  Plan result = plan;
+  result.strategy += axis == GemmSplitAxis::rows ? "/rows" : "/k";
+  result.strategy += std::to_string(parts);
+  for (RankPlan& rp : result.ranks) {
+    std::vector<Step> steps;
+    for (const Step& step : rp.steps) {
+      const auto* gemm = std::get_if<GemmStep>(&step.body);
+      if (!gemm || gemm->tiles.empty() || parts == 1) {
+        steps.push_back(step);
+        continue;
+      }
+      if (!is_plain_tile_table(*gemm) || gemm->accumulate)
+        throw std::invalid_argument("split_gemms: step '" + step.label + "' has waits, notifies, remapped stores or accumulates");
+      const Region c = output_of(*gemm);
+      PlanOptions options;
+      options.tile_m = gemm->tile_m;
+      options.tile_n = gemm->tile_n;
+      // Cut points: rows anywhere; K on multiples of 64 (at most as many pieces as 64-deep slices).
+      const int64_t extent = axis == GemmSplitAxis::rows ? gemm->a.box.rows : gemm->a.box.cols;
+      const int64_t unit = axis == GemmSplitAxis::rows ? 1 : 64;
+      const int64_t units = (extent + unit - 1) / unit;
+      const int pieces = static_cast<int>(std::min<int64_t>(parts, units));
+      for (int p = 0; p < pieces; ++p) {
+        const int64_t begin = std::min(extent, units * p / pieces * unit);
+        const int64_t end = p + 1 == pieces ? extent : std::min(extent, units * (p + 1) / pieces * unit);
+        GemmStep piece = axis == GemmSplitAxis::rows
+                             ? detail::gemm_into(rows_of(gemm->a, begin, end - begin), gemm->b, rows_of(c, begin, end - begin), options)
+                             : detail::gemm_into(cols_of(gemm->a, begin, end - begin), cols_of(gemm->b, begin, end - begin), c, options);
+        piece.accumulate = axis == GemmSplitAxis::k && p > 0;
+        Step s = step;
+        s.label = step.label + (axis == GemmSplitAxis::rows ? " rows " : " k ") + std::to_string(p + 1) + "/" + std::to_string(pieces);
+        s.body = std::move(piece);
+        if (p > 0) s.waits.clear();
+        if (p + 1 < pieces) s.notifies.clear();
+        steps.push_back(std::move(s));
+      }
+    }
+    rp.steps = std::move(steps);
+  }
+  return result;
+}
+
+}  // namespace weft

@@ -1,0 +1,129 @@
+#include "weft/reference/host_matrix.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace weft {
+
+float round_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7f800000U) == 0x7f800000U) return value;  // inf and NaN stay as they are
+  bits += 0x7fffU + ((bits >> 16) & 1U);                   // round to nearest even
+  bits &= 0xffff0000U;
+  std::memcpy(&value, &bits, sizeof bits);
+  return value;
+}
+
+std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
+  check_problem(p);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<RankTensors> inputs(static_cast<size_t>(p.world_size));
+  for (auto& rank : inputs) {
+    HostMatrix a(a_rows(p), p.k), b(p.n, p.k);
+    for (auto& x : a.data) x = round_to_bf16(uniform(rng));
+    for (auto& x : b.data) x = round_to_bf16(uniform(rng));
+    rank["A"] = std::move(a);
+    rank["B"] = std::move(b);
+  }
+  return inputs;
+}
+
+namespace {
+
+// P = A * B^T in double.
+std::vector<double> product(const HostMatrix& a, const HostMatrix& b) {
+  std::vector<double> out(static_cast<size_t>(a.rows * b.rows), 0.0);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double sum = 0.0;
+      for (int64_t k = 0; k < a.cols; ++k) sum += static_cast<double>(a.at(i, k)) * b.at(j, k);
+      out[static_cast<size_t>(i * b.rows + j)] = sum;
+    }
+  return out;
+}
+
+}  // namespace
+
+std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<RankTensors>& inputs) {
+  check_problem(p);
+  const int world = p.world_size;
+  std::vector<HostMatrix> out;
+  for (int r = 0; r < world; ++r) out.emplace_back(output_rows(p, r), p.n);
+  auto a_of = [&](int r) -> const HostMatrix& { return inputs.at(static_cast<size_t>(r)).at("A"); };
+  auto b_of = [&](int r) -> const HostMatrix& { return inputs.at(static_cast<size_t>(r)).at("B"); };
+  switch (p.op) {
+    case OpKind::ag_gemm:
+      for (int r = 0; r < world; ++r)
+        for (int s = 0; s < world; ++s) {
+          auto block = product(a_of(s), b_of(r));
+          for (int64_t i = 0; i < p.m; ++i)
+            for (int64_t j = 0; j < p.n; ++j)
+              out[static_cast<size_t>(r)].at(s * p.m + i, j) = static_cast<float>(block[static_cast<size_t>(i * p.n + j)]);
+        }
+      break;
+    case OpKind::gemm_rs:
+    case OpKind::gemm_ar: {
+      std::vector<double> sum(static_cast<size_t>(p.m * p.n), 0.0);
+      for (int s = 0; s < world; ++s) {
+        auto part = product(a_of(s), b_of(s));
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      }
+      for (int r = 0; r < world; ++r) {
+        const int64_t first = p.op == OpKind::gemm_rs ? r * output_rows(p, r) : 0;
+        for (int64_t i = 0; i < out[static_cast<size_t>(r)].rows; ++i)
+          for (int64_t j = 0; j < p.n; ++j)
+            out[static_cast<size_t>(r)].at(i, j) = static_cast<float>(sum[static_cast<size_t>((first + i) * p.n + j)]);
+      }
+      break;
+    }
+    case OpKind::gemm_a2a: {
+      std::vector<int64_t> filled(static_cast<size_t>(world), 0);
+      for (int s = 0; s < world; ++s) {
+        auto part = product(a_of(s), b_of(s));
+        for (int64_t i = 0; i < p.m; ++i) {
+          const int d = p.routing[static_cast<size_t>(s)][static_cast<size_t>(i)];
+          const int64_t row = filled[static_cast<size_t>(d)]++;
+          for (int64_t j = 0; j < p.n; ++j)
+            out[static_cast<size_t>(d)].at(row, j) = static_cast<float>(part[static_cast<size_t>(i * p.n + j)]);
+        }
+      }
+      break;
+    }
+    case OpKind::a2a_gemm:
+      for (int d = 0; d < world; ++d) {
+        HostMatrix gathered(output_rows(p, d), p.k);
+        int64_t row = 0;
+        for (int s = 0; s < world; ++s)
+          for (int64_t i = 0; i < p.m; ++i)
+            if (p.routing[static_cast<size_t>(s)][static_cast<size_t>(i)] == d) {
+              for (int64_t c = 0; c < p.k; ++c) gathered.at(row, c) = a_of(s).at(i, c);
+              ++row;
+            }
+        auto product_d = product(gathered, b_of(d));
+        for (int64_t i = 0; i < gathered.rows; ++i)
+          for (int64_t j = 0; j < p.n; ++j)
+            out[static_cast<size_t>(d)].at(i, j) = static_cast<float>(product_d[static_cast<size_t>(i * p.n + j)]);
+      }
+      break;
+  }
+  return out;
+}
+
+double relative_error(const HostMatrix& got, const HostMatrix& want) {
+  if (got.rows != want.rows || got.cols != want.cols) return std::numeric_limits<double>::infinity();
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    if (std::isnan(got.data[i])) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(got.data[i]) - want.data[i];
+    diff += d * d;
+    norm += static_cast<double>(want.data[i]) * want.data[i];
+  }
+  if (norm == 0.0) return diff == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace weft

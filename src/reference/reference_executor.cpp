@@ -1,0 +1,267 @@
+#include "weft/reference/reference_executor.hpp"
+
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace weft {
+
+namespace {
+
+struct Aborted {};  // unwinds a worker once another worker has failed
+
+class ReferenceRun {
+ public:
+  ReferenceRun(const Plan& plan, const std::vector<RankTensors>& inputs, const ReferenceOptions& options)
+      : plan_(plan), options_(options) {
+    const int world = plan.world_size();
+    if (static_cast<int>(inputs.size()) != world)
+      throw std::invalid_argument("run_reference: " + std::to_string(inputs.size()) + " input sets for " +
+                                  std::to_string(world) + " ranks");
+    memory_.resize(static_cast<size_t>(world));
+    signals_.resize(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
+      signals_[static_cast<size_t>(r)].assign(rp.signals.size(), 0);
+      for (const BufferDecl& decl : rp.buffers) {
+        HostMatrix m(decl.rows, decl.cols, std::numeric_limits<float>::quiet_NaN());
+        if (decl.role == BufferRole::input) {
+          auto it = inputs[static_cast<size_t>(r)].find(decl.name);
+          if (it == inputs[static_cast<size_t>(r)].end() || it->second.rows != decl.rows || it->second.cols != decl.cols)
+            throw std::invalid_argument("run_reference: rank " + std::to_string(r) + " needs input '" + decl.name +
+                                        "' of " + std::to_string(decl.rows) + "x" + std::to_string(decl.cols));
+          m = it->second;
+        }
+        memory_[static_cast<size_t>(r)].push_back(std::move(m));
+      }
+    }
+  }
+
+  std::vector<RankTensors> run() {
+    std::vector<std::thread> workers;
+    for (const RankPlan& rp : plan_.ranks)
+      for (int s = 0; s < rp.stream_count; ++s) workers.emplace_back([this, &rp, s] { run_stream(rp, s); });
+    for (auto& w : workers) w.join();
+    if (!failure_.empty()) throw ReferenceTimeout(failure_);
+    std::vector<RankTensors> result(memory_.size());
+    for (size_t r = 0; r < memory_.size(); ++r)
+      for (size_t b = 0; b < memory_[r].size(); ++b) result[r][plan_.ranks[r].buffers[b].name] = memory_[r][b];
+    return result;
+  }
+
+ private:
+  struct CollectiveState {
+    int arrived = 0;
+    bool done = false;
+    std::vector<const CollectiveStep*> parts;
+  };
+
+  const Plan& plan_;
+  ReferenceOptions options_;
+  std::vector<std::vector<HostMatrix>> memory_;
+  std::vector<std::vector<uint64_t>> signals_;
+  std::map<int, CollectiveState> collectives_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::string failure_;
+
+  float& at(const Region& r, int64_t row, int64_t col) {
+    return memory_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(r.box.row + row, r.box.col + col);
+  }
+
+  // Blocks until `ready` holds; on timeout records `what` and aborts every worker.
+  template <class Ready, class Describe>
+  void block_until(std::unique_lock<std::mutex>& lock, Ready ready, Describe what) {
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    if (!changed_.wait_until(lock, deadline, [&] { return !failure_.empty() || ready(); })) {
+      failure_ = "reference executor timed out after " + std::to_string(options_.timeout.count()) + " ms: " + what();
+      changed_.notify_all();
+    }
+    if (!failure_.empty()) throw Aborted{};
+  }
+
+  void wait(const Wait& w, const std::string& who) {
+    std::unique_lock lock(mutex_);
+    uint64_t& value = signals_[static_cast<size_t>(w.signal.rank)][static_cast<size_t>(w.signal.id)];
+    block_until(lock, [&] { return value >= w.value; }, [&] {
+      return who + " waited for signal '" +
+             plan_.ranks[static_cast<size_t>(w.signal.rank)].signals[static_cast<size_t>(w.signal.id)] + "' (#" +
+             std::to_string(w.signal.id) + " on rank " + std::to_string(w.signal.rank) + ") >= " +
+             std::to_string(w.value) + "; its value is " + std::to_string(value);
+    });
+  }
+
+  void notify(const Notify& n) {
+    std::lock_guard lock(mutex_);
+    signals_[static_cast<size_t>(n.signal.rank)][static_cast<size_t>(n.signal.id)] += n.increment;
+    changed_.notify_all();
+  }
+
+  void run_stream(const RankPlan& rp, int stream) {
+    try {
+      for (const Step& step : rp.steps) {
+        if (step.stream != stream) continue;
+        const std::string who = "rank " + std::to_string(rp.rank) + " stream " + std::to_string(stream) + " step '" + step.label + "'";
+        for (const Wait& w : step.waits) wait(w, who);
+        std::visit([&](const auto& body) { execute(rp.rank, who, body); }, step.body);
+        for (const Notify& n : step.notifies) notify(n);
+      }
+    } catch (const Aborted&) {
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mutex_);
+      if (failure_.empty()) failure_ = e.what();
+      changed_.notify_all();
+    }
+  }
+
+  void execute(int, const std::string& who, const GemmStep& g) {
+    for (size_t i = 0; i < g.tiles.size(); ++i) {
+      const GemmTile& t = g.tiles[i];
+      if (t.wait) wait(*t.wait, who + " tile " + std::to_string(i));
+      for (int64_t r = 0; r < t.tile.rows; ++r)
+        for (int64_t c = 0; c < t.tile.cols; ++c) {
+          double sum = g.accumulate ? at(t.store, r, c) : 0.0;
+          for (int64_t k = 0; k < g.a.box.cols; ++k)
+            sum += static_cast<double>(at(g.a, t.tile.row + r, k)) * at(g.b, t.tile.col + c, k);
+          at(t.store, r, c) = static_cast<float>(sum);
+        }
+      if (t.notify) notify(*t.notify);
+    }
+  }
+
+  void execute(int, const std::string&, const CopyStep& c) {
+    for (int64_t r = 0; r < c.src.box.rows; ++r)
+      for (int64_t col = 0; col < c.src.box.cols; ++col) at(c.dst, r, col) = at(c.src, r, col);
+  }
+
+  void execute(int, const std::string&, const ReduceStep& s) {
+    HostMatrix sum(s.dst.box.rows, s.dst.box.cols, 0.0f);
+    for (int64_t r = 0; r < sum.rows; ++r)
+      for (int64_t c = 0; c < sum.cols; ++c) {
+        double total = s.accumulate ? at(s.dst, r, c) : 0.0;
+        for (const Region& src : s.srcs) total += at(src, r, c);
+        sum.at(r, c) = static_cast<float>(total);
+      }
+    for (int64_t r = 0; r < sum.rows; ++r)
+      for (int64_t c = 0; c < sum.cols; ++c) at(s.dst, r, c) = sum.at(r, c);
+  }
+
+  void execute(int, const std::string&, const PermuteRowsStep& p) {
+    HostMatrix rows(p.dst.box.rows, p.dst.box.cols);
+    for (int64_t r = 0; r < rows.rows; ++r)
+      for (int64_t c = 0; c < rows.cols; ++c) rows.at(r, c) = at(p.src, p.source_rows[static_cast<size_t>(r)], c);
+    for (int64_t r = 0; r < rows.rows; ++r)
+      for (int64_t c = 0; c < rows.cols; ++c) at(p.dst, r, c) = rows.at(r, c);
+  }
+
+  void execute(int, const std::string&, const MoveBoxesStep& s) {
+    // Read every box before writing any, as if the kernel's moves all happened at once.
+    std::vector<HostMatrix> boxes;
+    boxes.reserve(s.moves.size());
+    for (const BoxMove& move : s.moves) {
+      HostMatrix box(move.from.rows, move.from.cols);
+      for (int64_t r = 0; r < box.rows; ++r)
+        for (int64_t c = 0; c < box.cols; ++c) box.at(r, c) = at(s.src, move.from.row + r, move.from.col + c);
+      boxes.push_back(std::move(box));
+    }
+    for (size_t i = 0; i < s.moves.size(); ++i)
+      for (int64_t r = 0; r < boxes[i].rows; ++r)
+        for (int64_t c = 0; c < boxes[i].cols; ++c) at(s.dst, s.moves[i].to.row + r, s.moves[i].to.col + c) = boxes[i].at(r, c);
+  }
+
+  void execute(int, const std::string&, const JoinStep&) {}
+
+  void execute(int rank, const std::string& who, const CollectiveStep& step) {
+    const int world = plan_.world_size();
+    std::unique_lock lock(mutex_);
+    CollectiveState& state = collectives_[step.id];
+    state.parts.resize(static_cast<size_t>(world), nullptr);
+    state.parts[static_cast<size_t>(rank)] = &step;
+    if (++state.arrived == world) {
+      perform(state.parts);  // under the lock: every rank is parked here, nothing else touches the data
+      state.done = true;
+      changed_.notify_all();
+      return;
+    }
+    block_until(lock, [&] { return state.done; }, [&] {
+      std::string missing;
+      for (int r = 0; r < world; ++r)
+        if (!state.parts[static_cast<size_t>(r)]) missing += " " + std::to_string(r);
+      return who + " waited in collective #" + std::to_string(step.id) + " for ranks" + missing;
+    });
+  }
+
+  void perform(const std::vector<const CollectiveStep*>& parts) {
+    const int world = static_cast<int>(parts.size());
+    const CollectiveStep& first = *parts[0];
+    const int64_t cols = first.src.box.cols;
+    // Results go to scratch first: src and dst may be the same memory (in-place collectives).
+    std::vector<HostMatrix> results;
+    for (int r = 0; r < world; ++r) results.emplace_back(parts[static_cast<size_t>(r)]->dst.box.rows, cols);
+    for (int r = 0; r < world; ++r) {
+      const CollectiveStep& mine = *parts[static_cast<size_t>(r)];
+      HostMatrix& out = results[static_cast<size_t>(r)];
+      switch (first.kind) {
+        case CollectiveKind::all_gather:
+          for (int s = 0; s < world; ++s) {
+            const Region& src = parts[static_cast<size_t>(s)]->src;
+            for (int64_t i = 0; i < src.box.rows; ++i)
+              for (int64_t c = 0; c < cols; ++c) out.at(s * src.box.rows + i, c) = at(src, i, c);
+          }
+          break;
+        case CollectiveKind::reduce_scatter:
+        case CollectiveKind::all_reduce: {
+          const int64_t first_row = first.kind == CollectiveKind::reduce_scatter ? r * out.rows : 0;
+          for (int64_t i = 0; i < out.rows; ++i)
+            for (int64_t c = 0; c < cols; ++c) {
+              double sum = 0.0;
+              for (int s = 0; s < world; ++s) sum += at(parts[static_cast<size_t>(s)]->src, first_row + i, c);
+              out.at(i, c) = static_cast<float>(sum);
+            }
+          break;
+        }
+        case CollectiveKind::all_to_all: {
+          int64_t row = 0;
+          for (int s = 0; s < world; ++s) {
+            const CollectiveStep& theirs = *parts[static_cast<size_t>(s)];
+            int64_t offset = 0;  // where rank s's block for rank r starts in its src
+            for (int d = 0; d < r; ++d) offset += theirs.send_rows[static_cast<size_t>(d)];
+            for (int64_t i = 0; i < mine.recv_rows[static_cast<size_t>(s)]; ++i, ++row)
+              for (int64_t c = 0; c < cols; ++c) out.at(row, c) = at(theirs.src, offset + i, c);
+          }
+          break;
+        }
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      const Region& dst = parts[static_cast<size_t>(r)]->dst;
+      for (int64_t i = 0; i < dst.box.rows; ++i)
+        for (int64_t c = 0; c < cols; ++c) at(dst, i, c) = results[static_cast<size_t>(r)].at(i, c);
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<RankTensors> run_reference(const Plan& plan, const std::vector<RankTensors>& inputs,
+                                       const ReferenceOptions& options) {
+  return ReferenceRun(plan, inputs, options).run();
+}
+
+std::vector<HostMatrix> outputs_of(const Plan& plan, const std::vector<RankTensors>& memory) {
+  std::vector<HostMatrix> result;
+  for (const RankPlan& rp : plan.ranks) {
+    const auto& decl = rp.buffers.at(static_cast<size_t>(rp.output.buffer));
+    const HostMatrix& whole = memory.at(static_cast<size_t>(rp.rank)).at(decl.name);
+    HostMatrix out(rp.output.box.rows, rp.output.box.cols);
+    for (int64_t r = 0; r < out.rows; ++r)
+      for (int64_t c = 0; c < out.cols; ++c) out.at(r, c) = whole.at(rp.output.box.row + r, rp.output.box.col + c);
+    result.push_back(std::move(out));
+  }
+  return result;
+}
+
+}  // namespace weft

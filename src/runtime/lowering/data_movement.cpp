@@ -1,0 +1,67 @@
+// Copies, reductions, row permutations and box moves: the data movement around the GEMM.
+#include <algorithm>
+
+#include "lowering.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft::lowering {
+
+std::shared_ptr<void> upload(const void* data, size_t bytes) {
+  void* device = nullptr;
+  WEFT_CUDA_CHECK(cudaMalloc(&device, std::max<size_t>(bytes, 1)));
+  if (bytes) WEFT_CUDA_CHECK(cudaMemcpy(device, data, bytes, cudaMemcpyHostToDevice));
+  return std::shared_ptr<void>(device, [](void* p) { cudaFree(p); });
+}
+
+// Through the copy engine; a peer's memory through symmetric memory (a pull or a push).
+Lowered lower_copy(const CopyStep& copy, const std::string&, const Context& context) {
+  const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
+  if (src.rows * src.cols == 0) return {};
+  return {[src, dst](cudaStream_t stream) {
+            const DeviceRegion s = src.resolve(), d = dst.resolve();
+            WEFT_CUDA_CHECK(cudaMemcpy2DAsync(d.data, static_cast<size_t>(d.stride) * 2, s.data, static_cast<size_t>(s.stride) * 2,
+                                              static_cast<size_t>(s.cols) * 2, static_cast<size_t>(s.rows), cudaMemcpyDefault,
+                                              stream));
+          },
+          {}};
+}
+
+Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context) {
+  if (reduce.srcs.size() > static_cast<size_t>(kMaxReduceSources))
+    throw std::invalid_argument("CudaExecutor: reduce step '" + label + "' has " + std::to_string(reduce.srcs.size()) +
+                                " sources; the kernel takes at most " + std::to_string(kMaxReduceSources));
+  std::vector<BoundRegion> srcs;
+  for (const Region& r : reduce.srcs) srcs.push_back(context.region(r));
+  const BoundRegion dst = context.region(reduce.dst);
+  const bool accumulate = reduce.accumulate;
+  return {[srcs, dst, accumulate](cudaStream_t stream) {
+            DeviceRegion resolved[kMaxReduceSources];
+            for (size_t i = 0; i < srcs.size(); ++i) resolved[i] = srcs[i].resolve();
+            reduce_bf16(dst.resolve(), resolved, static_cast<int>(srcs.size()), accumulate, stream);
+          },
+          {}};
+}
+
+Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string&, const Context& context) {
+  const BoundRegion src = context.region(permute.src), dst = context.region(permute.dst);
+  std::shared_ptr<void> rows = upload(permute.source_rows.data(), permute.source_rows.size() * sizeof(int64_t));
+  return {[src, dst, rows](cudaStream_t stream) {
+            permute_rows_bf16(dst.resolve(), src.resolve(), static_cast<const int64_t*>(rows.get()), stream);
+          },
+          {}};
+}
+
+Lowered lower_move_boxes(const MoveBoxesStep& step, const std::string&, const Context& context) {
+  const BoundRegion src = context.region(step.src), dst = context.region(step.dst);
+  std::vector<DeviceBoxMove> moves;
+  moves.reserve(step.moves.size());
+  for (const BoxMove& m : step.moves) moves.push_back({m.from.row, m.from.col, m.to.row, m.to.col, m.from.rows, m.from.cols});
+  std::shared_ptr<void> table = upload(moves.data(), moves.size() * sizeof(DeviceBoxMove));
+  const auto count = static_cast<int64_t>(moves.size());
+  return {[src, dst, table, count](cudaStream_t stream) {
+            move_boxes_bf16(dst.resolve(), src.resolve(), static_cast<const DeviceBoxMove*>(table.get()), count, stream);
+          },
+          {}};
+}
+
+}  // namespace weft::lowering

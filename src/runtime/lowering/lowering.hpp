@@ -1,0 +1,69 @@
+// The CUDA executor's lowerings: one function per kind of plan step, each turning the step into
+// what one call enqueues on the step's stream. Internal to the runtime.
+//
+// Addresses are read when a call is enqueued, not when the step is lowered: a caller's buffer
+// (ExecutorOptions::caller_buffers) may move between calls, and the lowered step follows it.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "weft/ir/plan.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/overlap_gemm.hpp"
+
+namespace weft::lowering {
+
+// A region of a buffer whose address is read from `base` at enqueue time.
+struct BoundRegion {
+  void* const* base = nullptr;
+  int64_t offset = 0;  // elements from the buffer's start
+  int64_t rows = 0, cols = 0, stride = 0;
+  // Whether the buffer is the caller's (its address, and so its alignment, may change per call).
+  bool moves = false;
+
+  DeviceRegion resolve() const { return DeviceRegion{static_cast<uint16_t*>(*base) + offset, rows, cols, stride}; }
+};
+
+// What a lowering may use from the executor.
+struct Context {
+  int rank = 0;
+  int world_size = 1;
+  std::function<BoundRegion(const Region&)> region;          // a plan region as this GPU sees it
+  std::function<BoundRegion(int rank, int buffer)> whole;    // a whole buffer of a rank
+  cublasLtHandle_t lt = nullptr;
+  void* gemm_workspace = nullptr;
+  size_t gemm_workspace_bytes = 0;
+  ncclComm_t nccl = nullptr;
+  const uint64_t* own_signals = nullptr;                     // device
+  std::function<uint64_t*(int rank)> signals_of;             // every rank's counters as this GPU sees them
+  OverlapGemmError* device_error = nullptr;                  // where bounded waits report
+  uint64_t device_wait_timeout_ns = 0;
+  bool plain_gemm_on_overlap = false;                        // ExecutorOptions::PlainGemm::overlap
+};
+
+// One lowered step. `enqueue` is empty where a step has nothing to do (an empty copy); `warm_up`
+// runs the step's library kernel once at construction (see CudaExecutor::load_gemm_kernels).
+struct Lowered {
+  std::function<void(cudaStream_t)> enqueue;
+  std::function<void(cudaStream_t)> warm_up;
+};
+
+Lowered lower_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
+Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
+Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
+Lowered lower_copy(const CopyStep& copy, const std::string& label, const Context& context);
+Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context);
+Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& label, const Context& context);
+Lowered lower_move_boxes(const MoveBoxesStep& moves, const std::string& label, const Context& context);
+Lowered lower_collective(const CollectiveStep& collective, const std::string& label, const Context& context);
+
+// Device memory holding `bytes` of `data` for as long as a lowered step keeps the pointer.
+std::shared_ptr<void> upload(const void* data, size_t bytes);
+
+}  // namespace weft::lowering

@@ -1,0 +1,99 @@
+// A GEMM step whose tile table has waits, notifies or remapped stores runs on the overlap GEMM:
+// the table in the kernel's device format, its store targets and every rank's signal array. The K
+// split is the plan's (GemmStep::k_splits, decided by the model); waits stay on every split, the
+// store and the notify happen once, after the last.
+#include <algorithm>
+#include <map>
+
+#include "lowering.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft::lowering {
+
+Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context) {
+  auto reject = [&](const std::string& why) -> void { throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why); };
+  if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
+  const OverlapGemmConfig config = config_for(gemm.tile_m, gemm.tile_n);
+  const OverlapGemmShape shape = shape_of(config);
+
+  const BoundRegion a = context.region(gemm.a), b = context.region(gemm.b);
+  OverlapGemmLaunch launch;
+  launch.a = a.resolve().data;
+  launch.lda = a.stride;
+  launch.b = b.resolve().data;
+  launch.ldb = b.stride;
+  launch.m = a.rows;
+  launch.n = b.rows;
+  launch.k = a.cols;
+  launch.wait_signals = context.own_signals;
+  launch.error = context.device_error;
+  launch.wait_timeout_ns = context.device_wait_timeout_ns;
+  launch.max_ctas = gemm.sm_limit;
+  if (context.world_size > kMaxSignalRanks) reject("more than " + std::to_string(kMaxSignalRanks) + " ranks");
+  for (int r = 0; r < context.world_size; ++r) launch.notify_signals[r] = context.signals_of(r);
+
+  std::map<std::pair<int, int>, int> target_of;  // (rank, buffer) -> target index
+  std::vector<BoundRegion> targets;
+  std::vector<OverlapGemmTile> table;
+  table.reserve(gemm.tiles.size());
+  for (const GemmTile& t : gemm.tiles) {
+    if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
+      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) + " grid");
+    const auto key = std::make_pair(t.store.rank, t.store.buffer);
+    auto it = target_of.find(key);
+    if (it == target_of.end()) {
+      if (launch.target_count == kMaxStoreTargets) reject("more than " + std::to_string(kMaxStoreTargets) + " store targets");
+      targets.push_back(context.whole(t.store.rank, t.store.buffer));
+      const DeviceRegion whole = targets.back().resolve();
+      launch.targets[launch.target_count] = OverlapGemmTarget{whole.data, whole.stride, whole.rows, whole.cols};
+      it = target_of.emplace(key, launch.target_count++).first;
+    }
+    OverlapGemmTile e;
+    e.tile_m = static_cast<int32_t>(t.tile.row / shape.tile_m);
+    e.tile_n = static_cast<int32_t>(t.tile.col / shape.tile_n);
+    e.rows = static_cast<int32_t>(t.store.box.rows);
+    e.cols = static_cast<int32_t>(t.store.box.cols);
+    e.store_row = t.store.box.row;
+    e.store_col = t.store.box.col;
+    e.store_target = it->second;
+    if (t.wait) {
+      if (t.wait->signal.rank != context.rank) reject("a tile waits on another rank's signal");
+      e.wait_signal = t.wait->signal.id;
+      e.wait_value = t.wait->value;
+    }
+    if (t.notify) {
+      e.notify_rank = t.notify->signal.rank;
+      e.notify_signal = t.notify->signal.id;
+      e.notify_increment = t.notify->increment;
+    }
+    table.push_back(e);
+  }
+  launch.k_splits = gemm.k_splits;
+  if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
+  launch.tile_count = static_cast<int>(table.size());
+  if (!gemm.persistent) launch.max_ctas = launch.tile_count;
+  launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
+  require_valid_table(launch, config, table);
+  std::shared_ptr<void> device_table = upload(table.data(), table.size() * sizeof(OverlapGemmTile));
+  launch.tiles = static_cast<const OverlapGemmTile*>(device_table.get());
+  auto prepared = std::make_shared<OverlapGemm>(launch, config);
+  // A caller's operand or target may have moved since the last call: the launch follows it.
+  const bool follows = a.moves || b.moves || std::any_of(targets.begin(), targets.end(), [](const BoundRegion& r) { return r.moves; });
+  return {[prepared, device_table, a, b, targets, follows](cudaStream_t stream) {
+            if (follows) {
+              const OverlapGemmLaunch& now = prepared->arguments();
+              OverlapGemmTarget moved[kMaxStoreTargets];
+              bool changed = now.a != a.resolve().data || now.b != b.resolve().data;
+              for (size_t t = 0; t < targets.size(); ++t) {
+                const DeviceRegion whole = targets[t].resolve();
+                moved[t] = OverlapGemmTarget{whole.data, whole.stride, whole.rows, whole.cols};
+                changed = changed || moved[t].data != now.targets[t].data;
+              }
+              if (changed) prepared->retarget(a.resolve().data, b.resolve().data, moved);
+            }
+            prepared->launch(stream);
+          },
+          {}};
+}
+
+}  // namespace weft::lowering

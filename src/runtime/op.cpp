@@ -1,0 +1,186 @@
+#include "weft/runtime/op.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+#include "weft/runtime/workspace.hpp"
+
+namespace weft {
+
+namespace {
+
+// Plans for routed ops depend on the routing, which may change every call; the oldest are dropped
+// beyond this many (every rank drops the same ones: ranks make the same calls).
+constexpr size_t kMaxRoutedPlans = 8;
+
+uint64_t mix(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2)); }
+
+uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place) {
+  uint64_t key = mix(static_cast<uint64_t>(rows), in_place ? 1 : 2);
+  for (const auto& rank_routing : routing) {
+    key = mix(key, rank_routing.size());
+    for (int d : rank_routing) key = mix(key, static_cast<uint64_t>(d));
+  }
+  return key;
+}
+
+void require_pointer(const void* p, const char* name) {
+  if (!p) throw std::invalid_argument(std::string("weft::Op::run: ") + name + " is null");
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+    throw std::invalid_argument(std::string("weft::Op::run: ") + name + " at " + std::to_string(reinterpret_cast<uintptr_t>(p)) +
+                                " is not 16-byte aligned (the GEMMs' loads and stores need it; a tensor view that starts at an odd "
+                                "row or column can cause this)");
+}
+
+}  // namespace
+
+std::string default_strategy(OpKind op, int world_size) {
+  (void)op;
+  return world_size == 1 ? "sequential" : "decomposed";
+}
+
+struct Op::Lowered {
+  std::unique_ptr<CudaExecutor> executor;
+  bool a_symmetric = false;  // the plan reads A from symmetric memory (peers pull it)
+  bool in_place = false;     // ... and the caller's producer writes it there
+  uint64_t key = 0;
+};
+
+Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
+  if (spec_.n <= 0 || spec_.k <= 0 || spec_.max_rows <= 0)
+    throw std::invalid_argument("weft::Op: n, k and max_rows must be positive (n=" + std::to_string(spec_.n) + " k=" +
+                                std::to_string(spec_.k) + " max_rows=" + std::to_string(spec_.max_rows) + ")");
+  if (spec_.input_dtype != DType::bf16 || spec_.output_dtype != DType::bf16)
+    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.input_dtype)) + " -> " + std::string(to_string(spec_.output_dtype)) +
+                                " is not supported yet; weft's ops take and give bf16");
+  if (spec_.k % 8 != 0 || spec_.n % 8 != 0)
+    throw std::invalid_argument("weft::Op: n=" + std::to_string(spec_.n) + " and k=" + std::to_string(spec_.k) +
+                                " must be multiples of 8 (16-byte rows for the GEMMs' loads and stores)");
+  if (spec_.op == OpKind::gemm_rs && spec_.max_rows % comm_.world_size() != 0)
+    throw std::invalid_argument("weft::Op: gemm_rs needs max_rows a multiple of the world size " + std::to_string(comm_.world_size()) +
+                                " (got " + std::to_string(spec_.max_rows) + ")");
+  strategy_ = spec_.strategy == "default" ? default_strategy(spec_.op, comm_.world_size()) : spec_.strategy;
+  const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
+  if (!strategy.supports(spec_.op))
+    throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));
+  const std::string fingerprint = std::string(to_string(spec_.op)) + " n=" + std::to_string(spec_.n) + " k=" + std::to_string(spec_.k) +
+                                  " max_rows=" + std::to_string(spec_.max_rows) + " strategy=" + strategy_;
+  comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
+  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  workspace_ = std::make_unique<Workspace>(comm_);
+  // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
+  if (!routes_rows(spec_.op)) {
+    ExecutorOptions options;
+    options.caller_buffers = {"A", "B"};
+    options.caller_output = true;
+    workspace_->reserve(workspace_size(make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan), options));
+  }
+}
+
+Op::~Op() {
+  // Executors first: they may wait for their streams and meet their peers before freeing.
+  cache_.clear();
+}
+
+Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const {
+  if (rows <= 0 || rows > spec_.max_rows)
+    throw std::invalid_argument("weft::Op: rows=" + std::to_string(rows) + " is outside 1..max_rows=" + std::to_string(spec_.max_rows));
+  Problem p;
+  p.op = spec_.op;
+  p.m = rows;
+  p.n = spec_.n;
+  p.k = spec_.k;
+  p.world_size = comm_.world_size();
+  p.input_dtype = spec_.input_dtype;
+  p.output_dtype = spec_.output_dtype;
+  if (routes_rows(spec_.op)) {
+    if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) + " needs the routing of every rank");
+    p.routing = routing;
+  } else if (!routing.empty()) {
+    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) + " takes no routing");
+  }
+  check_problem(p);  // shapes, divisibility, routing: std::invalid_argument naming the field
+  return p;
+}
+
+Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, const char* caller) {
+  const uint64_t key = cache_key(rows, routing, in_place);
+  if (const auto it = cache_.find(key); it != cache_.end()) return *it->second;
+  const Problem problem = problem_for(rows, routing);
+  Plan plan = make_plan(find_strategy(strategy_), problem, spec_.plan);
+  auto entry = std::make_unique<Lowered>();
+  entry->key = key;
+  const RankPlan& mine = plan.ranks.at(static_cast<size_t>(comm_.rank()));
+  entry->a_symmetric = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A"))).symmetric;
+  entry->in_place = in_place && entry->a_symmetric;
+  ExecutorOptions options;
+  options.caller_buffers = {"A", "B"};
+  options.caller_output = true;
+  options.symmetric_inputs_in_place = entry->in_place;
+  options.workspace = workspace_.get();
+  options.device_wait_timeout_ms = spec_.device_wait_timeout_ms;
+  options.call_timeout_ms = spec_.call_timeout_ms;
+  try {
+    entry->executor = std::make_unique<CudaExecutor>(comm_, std::move(plan), options);
+  } catch (const CudaError& e) {
+    throw CudaError(std::string(caller) + ": planning and lowering rows=" + std::to_string(rows) + " failed (" + e.what() +
+                    "). If a CUDA graph was being captured: run or prepare this row count once before capturing");
+  }
+  if (routes_rows(spec_.op)) {
+    if (routed_order_.size() == kMaxRoutedPlans) {
+      const auto oldest = cache_.find(routed_order_.front());
+      if (last_ == oldest->second.get()) last_ = nullptr;
+      cache_.erase(oldest);
+      routed_order_.pop_front();
+    }
+    routed_order_.push_back(key);
+  }
+  return *cache_.emplace(key, std::move(entry)).first->second;
+}
+
+const Plan& Op::plan(int64_t rows, const std::vector<std::vector<int>>& routing) {
+  return lowered(rows, routing, false, "weft::Op::plan").executor->plan();
+}
+
+void Op::prepare(int64_t rows, const std::vector<std::vector<int>>& routing) { (void)lowered(rows, routing, false, "weft::Op::prepare"); }
+
+void* Op::a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& routing) {
+  Lowered& entry = lowered(rows, routing, true, "weft::Op::a_in_workspace");
+  return entry.in_place ? entry.executor->buffer("A") : nullptr;
+}
+
+int64_t Op::output_rows(const RunArgs& args) const {
+  const Problem p = problem_for(args.rows, args.routing);
+  return weft::output_rows(p, comm_.rank());
+}
+
+void Op::run(const RunArgs& args, cudaStream_t stream) {
+  require_pointer(args.a, "a");
+  require_pointer(args.b, "b");
+  require_pointer(args.c, "c");
+  // The producer wrote the shard in place when a is the in-place plan's own buffer.
+  bool in_place = false;
+  if (const auto it = cache_.find(cache_key(args.rows, args.routing, true)); it != cache_.end() && it->second->in_place)
+    in_place = it->second->executor->buffer("A") == args.a;
+  Lowered& entry = lowered(args.rows, args.routing, in_place, "weft::Op::run");
+  CudaExecutor& exec = *entry.executor;
+  exec.bind("A", entry.in_place ? nullptr : args.a);
+  exec.bind("B", args.b);
+  exec.bind_output(args.c);
+  exec.run(stream);
+  last_ = &entry;
+}
+
+void Op::finish(cudaStream_t stream) {
+  if (last_) last_->executor->finish(stream);
+}
+
+void Op::check() {
+  if (last_) last_->executor->check();
+}
+
+std::string Op::diagnose() const { return last_ ? last_->executor->diagnose() : "no call yet\n"; }
+
+}  // namespace weft

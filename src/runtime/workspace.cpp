@@ -1,0 +1,53 @@
+#include "weft/runtime/workspace.hpp"
+
+#include <cstring>
+
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft {
+
+Workspace::Workspace(Communicator& comm) : comm_(comm) {
+  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&device_error_host_), sizeof(OverlapGemmError), cudaHostAllocMapped));
+  std::memset(static_cast<void*>(device_error_host_), 0, sizeof(OverlapGemmError));
+  WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_error_device_), device_error_host_, 0));
+  signals_.push_back(std::make_unique<SignalSet>(comm_, 0));
+  symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, 0));
+}
+
+Workspace::~Workspace() {
+  cudaSetDevice(comm_.device());
+  for (const LocalArena& a : retired_local_) cudaFree(a.data);
+  if (local_) cudaFree(local_->data);
+  cudaFreeHost(device_error_host_);
+}
+
+WorkspaceSize Workspace::size() const {
+  return {symmetric_.back()->bytes(), local_ ? local_->bytes : 0, signals_.back()->count()};
+}
+
+void Workspace::reserve(const WorkspaceSize& wanted) {
+  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const WorkspaceSize now = size();
+  // Symmetric memory and signals are collective: every rank takes the same branch because every
+  // rank passes the same sizes (SymmetricMemory checks that they agree).
+  if (wanted.symmetric_bytes > now.symmetric_bytes) symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, wanted.symmetric_bytes));
+  if (wanted.signals > now.signals) signals_.push_back(std::make_unique<SignalSet>(comm_, wanted.signals));
+  if (wanted.local_bytes > now.local_bytes) {
+    if (local_) retired_local_.push_back(*local_);
+    local_ = std::make_unique<LocalArena>();
+    local_->bytes = wanted.local_bytes;
+    WEFT_CUDA_CHECK(cudaMalloc(&local_->data, wanted.local_bytes));
+  }
+}
+
+void* Workspace::symmetric_on(int rank) const { return symmetric_.back()->on(rank); }
+
+OverlapGemmError Workspace::take_error() {
+  OverlapGemmError seen;
+  std::memcpy(static_cast<void*>(&seen), static_cast<const void*>(device_error_host_), sizeof seen);
+  if (seen.failed) std::memset(static_cast<void*>(device_error_host_), 0, sizeof(OverlapGemmError));
+  return seen;
+}
+
+}  // namespace weft

@@ -1,0 +1,22 @@
+# Installs weft's build tree into a fresh prefix and builds examples/tp_mlp against it, as a user's
+# project would (find_package(weft), weft::weft). Arguments: BUILD_DIR, SOURCE_DIR, WORK_DIR.
+file(REMOVE_RECURSE "${WORK_DIR}")
+execute_process(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix" RESULT_VARIABLE code OUTPUT_QUIET)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed (${code})")
+endif()
+foreach(expected include/weft/weft.hpp include/weft/runtime/op.hpp lib/cmake/weft/weftConfig.cmake bin/weft)
+  if(NOT EXISTS "${WORK_DIR}/prefix/${expected}")
+    message(FATAL_ERROR "the install has no ${expected}")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/tp_mlp" -B "${WORK_DIR}/consumer" -G Ninja
+                        "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" RESULT_VARIABLE code)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "configuring the consumer against the installed weft failed (${code})")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer" RESULT_VARIABLE code)
+if(NOT code EQUAL 0)
+  message(FATAL_ERROR "building the consumer against the installed weft failed (${code})")
+endif()
+message(STATUS "examples/tp_mlp built against ${WORK_DIR}/prefix: ${WORK_DIR}/consumer/tp_mlp")

@@ -1,0 +1,61 @@
+// The model's tiling rule (model/tiling.hpp) and its one entry point into plans (make_plan).
+#include <gtest/gtest.h>
+
+#include "weft/model/tiling.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
+
+namespace weft {
+namespace {
+
+TEST(Tiling, SplitsKOnlyWhereTilesCannotFillTheGpu) {
+  // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 tiles of 128x256 are 1.45
+  // waves): 128x192 tiles (1.94 waves), measured faster than 2 splits. m = 64 is memory-bound: no
+  // split. Too few tiles for the GPU (a table of 16 tiles, K = 12288): split.
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).tile, (TileShape{128, 192, 64}));
+  EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, TileShape{128, 256, 64}, 132), 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).tile, (TileShape{128, 96, 64}))
+      << "128 narrow tiles keep more SMs streaming B than 96 or 48 wider ones";
+  EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, TileShape{128, 256, 64}, 132), 1) << "one K-tile cannot be split";
+}
+
+TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
+  // fused ag_gemm at world 4 with 128 rows per rank: one GEMM of 512 x 12288 x 12288 per rank, the
+  // GPT-3 row the rule gives 128x192 tiles. The plan's GEMM carries the tile and the split.
+  const Problem p{OpKind::ag_gemm, 128, 12288, 12288, 4, DType::bf16, DType::bf16, {}};
+  const Plan plan = make_plan(find_strategy("fused"), p);
+  int gemms = 0;
+  for (const Step& s : plan.ranks[0].steps)
+    if (const auto* g = std::get_if<GemmStep>(&s.body)) {
+      ++gemms;
+      EXPECT_EQ(g->tile_m, 128);
+      EXPECT_EQ(g->tile_n, 192);
+      EXPECT_EQ(g->k_splits, 1);
+    }
+  EXPECT_EQ(gemms, 1);
+  // A strategy whose GEMM shares the GPU with NCCL keeps its waves: never split, whatever the shape.
+  const Problem small{OpKind::gemm_ar, 256, 2048, 12288, 2, DType::bf16, DType::bf16, {}};
+  for (const Step& s : make_plan(find_strategy("signal"), small).ranks[0].steps) {
+    if (const auto* g = std::get_if<GemmStep>(&s.body)) {
+      EXPECT_EQ(g->k_splits, 1);
+    }
+  }
+  // Strategies on library GEMMs keep the options' tile.
+  const PlanOptions options = resolve_options(find_strategy("decomposed"), p, PlanOptions{});
+  EXPECT_EQ(options.tile_n, PlanOptions{}.tile_n);
+}
+
+TEST(Tiling, ASplitTableOnLimitedSmsIsRejected) {
+  const Problem p{OpKind::gemm_ar, 256, 256, 256, 2, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.k_splits = 2;
+  o.gemm_sms = 8;
+  EXPECT_FALSE(validate_plan(plan_signal(p, o)).ok());
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,339 @@
+// The op API on the caller's buffers: every strategy of ag_gemm, gemm_rs and gemm_ar with row
+// counts that change from call to call; a call captured in a CUDA graph and replayed 1,000 times
+// with new inputs, every result checked; a producer writing A in place; argument errors raised
+// before anything is launched; a device-side wait that gives up, and a call that cannot finish.
+// Results are compared on the device with an fp32 reference (bench/lib/reference_gemm.hpp).
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+
+#include "check_against_host.hpp"
+#include "measure.hpp"
+#include "reference_gemm.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/cuda_executor.hpp"
+#include "weft/runtime/op.hpp"
+#include "weft/runtime/rank_threads.hpp"
+
+namespace weft {
+namespace {
+
+constexpr double kTolerance = 1e-2;  // bf16 output against fp32
+
+const std::vector<std::unique_ptr<Communicator>>& group() { return bench::test_group(); }
+
+// Device memory a test owns.
+struct DeviceBuffer {
+  void* data = nullptr;
+  explicit DeviceBuffer(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 16))); }
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T = void>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// A rank's caller buffers for an op of at most max_rows rows, and what checking them needs.
+struct CallerBuffers {
+  int world;
+  DeviceBuffer a, b, c, want, scratch, sums;
+  CallerBuffers(const OpSpec& s, int world_size)
+      : world(world_size),
+        a(static_cast<size_t>(s.max_rows * s.k) * 2),
+        b(static_cast<size_t>(s.n * s.k) * 2),
+        c(static_cast<size_t>(world * s.max_rows * s.n) * 2),
+        want(static_cast<size_t>(world * s.max_rows * s.n) * 4),
+        scratch(static_cast<size_t>(world * s.max_rows * s.k + s.n * s.k) * 2),
+        sums(3 * sizeof(double)) {}
+  // New inputs for a call of `rows` rows from `seed`; the output poisoned.
+  void fill(const OpSpec& s, int rank, int64_t rows, uint64_t seed, void* a_target, cudaStream_t stream) {
+    fill_random_bf16(a_target, rows * s.k, bench::seed_a(seed, rank), stream);
+    fill_random_bf16(b.data, s.n * s.k, bench::seed_b(seed, rank), stream);
+    fill_u16(c.data, world * s.max_rows * s.n, kBf16Nan, stream);
+  }
+  // This rank's relative error against the fp32 reference.
+  double error(const Op& op, int rank, int64_t rows, uint64_t seed, cudaStream_t stream) {
+    const Problem p{op.spec().op, rows, op.spec().n, op.spec().k, op.communicator().world_size(), DType::bf16, DType::bf16, {}};
+    bench::expected_op_result(p, rank, seed, want.as<float>(), scratch.data, stream);
+    return bench::relative_difference_to_f32(c.data, want.as<float>(), output_rows(p, rank) * p.n, sums.as<double>(), stream);
+  }
+};
+
+struct Case {
+  OpKind op;
+  std::string strategy;
+};
+
+std::vector<Case> op_cases() {
+  std::vector<Case> cases;
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar})
+    for (const Strategy& s : strategies())
+      if (s.supports(op)) cases.push_back({op, s.name});
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}) cases.push_back({op, "default"});
+  return cases;
+}
+
+class OpOnCallerBuffers : public testing::TestWithParam<Case> {};
+
+TEST_P(OpOnCallerBuffers, MatchesTheReferenceAsRowsChange) {
+  const Case c = GetParam();
+  const int world = static_cast<int>(group().size());
+  OpSpec spec;
+  spec.op = c.op;
+  spec.n = 264;
+  spec.k = 136;
+  spec.max_rows = 256 * world;
+  spec.strategy = c.strategy;
+  spec.plan.gemm_sms = 4;  // signal: several waves and groups even on these shapes
+  // The largest, a ragged count, the largest again (cached), a small one; multiples of W for gemm_rs.
+  const std::vector<int64_t> rows = {256 * world, 200 * world, 256 * world, 8 * world};
+  std::vector<std::vector<double>> errors(static_cast<size_t>(world));
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      CallerBuffers buffers(spec, world);
+      for (size_t call = 0; call < rows.size(); ++call) {
+        const uint64_t seed = 100 + call;
+        buffers.fill(spec, comm.rank(), rows[call], seed, buffers.a.data, stream);
+        op.run({buffers.a.data, buffers.b.data, buffers.c.data, rows[call], {}}, stream);
+        op.finish(stream);
+        errors[static_cast<size_t>(comm.rank())].push_back(buffers.error(op, comm.rank(), rows[call], seed, stream));
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r)
+    for (size_t call = 0; call < rows.size(); ++call)
+      EXPECT_LT(errors[static_cast<size_t>(r)][call], kTolerance) << "rank " << r << " rows " << rows[call];
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, OpOnCallerBuffers, testing::ValuesIn(op_cases()),
+                         [](const testing::TestParamInfo<Case>& param) {
+                           return std::string(to_string(param.param.op)) + "_" + param.param.strategy;
+                         });
+
+// One call captured, 1,000 replays; before each, new inputs are written into the captured buffers
+// (outside the graph, on the same stream) and after it the result is checked.
+void thousand_graph_replays(OpKind kind, const std::string& strategy) {
+  const int world = static_cast<int>(group().size());
+  OpSpec spec;
+  spec.op = kind;
+  spec.n = 256;
+  spec.k = 128;
+  spec.max_rows = 128 * world;
+  spec.strategy = strategy;
+  const int64_t rows = 96 * world;
+  std::vector<double> worst(static_cast<size_t>(world), 0.0);
+  std::vector<int> checked(static_cast<size_t>(world), 0);
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      CallerBuffers buffers(spec, world);
+      const RunArgs args{buffers.a.data, buffers.b.data, buffers.c.data, rows, {}};
+      // One eager call plans and lowers this row count; capturing allocates nothing.
+      buffers.fill(spec, comm.rank(), rows, 1, buffers.a.data, stream);
+      op.run(args, stream);
+      op.finish(stream);
+      comm.host_barrier();
+      cudaGraph_t graph;
+      cudaGraphExec_t replay;
+      WEFT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      op.run(args, stream);
+      WEFT_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      WEFT_CUDA_CHECK(cudaGraphInstantiate(&replay, graph, 0));
+      comm.host_barrier();
+      for (int i = 0; i < 1000; ++i) {
+        const uint64_t seed = 1000 + static_cast<uint64_t>(i);
+        buffers.fill(spec, comm.rank(), rows, seed, buffers.a.data, stream);
+        WEFT_CUDA_CHECK(cudaGraphLaunch(replay, stream));
+        if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("replay " + std::to_string(i) + " did not finish");
+        op.check();
+        const double error = buffers.error(op, comm.rank(), rows, seed, stream);
+        worst[static_cast<size_t>(comm.rank())] = std::max(worst[static_cast<size_t>(comm.rank())], error);
+        ++checked[static_cast<size_t>(comm.rank())];
+      }
+      WEFT_CUDA_CHECK(cudaGraphExecDestroy(replay));
+      WEFT_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(checked[static_cast<size_t>(r)], 1000) << "rank " << r;
+    EXPECT_LT(worst[static_cast<size_t>(r)], kTolerance) << "rank " << r << ": the worst of 1,000 replays";
+  }
+}
+
+TEST(OpGraph, AgGemmReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::ag_gemm, "default"); }
+TEST(OpGraph, GemmRsReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::gemm_rs, "default"); }
+// The strategies whose calls hold the most that a replay must reproduce: signal waits on its own
+// epilogue's counters, fused on copy-engine counters written without kernels.
+TEST(OpGraph, FusedAgGemmReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::ag_gemm, "fused"); }
+TEST(OpGraph, SignalGemmRsReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::gemm_rs, "signal"); }
+
+TEST(Op, AProducerWritesAInPlace) {
+  // ag_gemm gathers A from symmetric memory: the producer writes the shard there and no copy is made.
+  const int world = static_cast<int>(group().size());
+  OpSpec spec{OpKind::ag_gemm, 256, 128, 128 * world, DType::bf16, DType::bf16, "decomposed", {}, 0, 0};
+  std::vector<double> errors(static_cast<size_t>(world), 1.0);
+  std::vector<int> in_workspace(static_cast<size_t>(world), 0);
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      CallerBuffers buffers(spec, world);
+      const int64_t rows = 64 * world;
+      void* shard = op.a_in_workspace(rows);
+      in_workspace[static_cast<size_t>(comm.rank())] = shard != nullptr;
+      if (shard) {
+        for (uint64_t seed = 7; seed < 10; ++seed) {
+          buffers.fill(spec, comm.rank(), rows, seed, shard, stream);
+          op.run({shard, buffers.b.data, buffers.c.data, rows, {}}, stream);
+          op.finish(stream);
+          errors[static_cast<size_t>(comm.rank())] = buffers.error(op, comm.rank(), rows, seed, stream);
+        }
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(in_workspace[static_cast<size_t>(r)], 1) << "decomposed ag_gemm pulls A from symmetric memory";
+    EXPECT_LT(errors[static_cast<size_t>(r)], kTolerance) << "rank " << r;
+  }
+}
+
+TEST(Op, RejectsBadArgumentsBeforeLaunching) {
+  Communicator& comm = *group().front();
+  if (group().size() > 1) GTEST_SKIP() << "argument checks of one rank (the others would wait in the collective constructor)";
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    OpSpec spec{OpKind::gemm_ar, 256, 128, 128, DType::bf16, DType::bf16, "default", {}, 0, 0};
+    Op op(comm, spec);
+    CallerBuffers buffers(spec, 1);
+    const RunArgs good{buffers.a.data, buffers.b.data, buffers.c.data, 64, {}};
+    auto with = [&](auto change) {
+      RunArgs args = good;
+      change(args);
+      return args;
+    };
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.a = nullptr; }), stream), std::invalid_argument);
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.b = static_cast<const char*>(a.b) + 2; }), stream), std::invalid_argument);
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.c = static_cast<char*>(a.c) + 8; }), stream), std::invalid_argument);
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.rows = 129; }), stream), std::invalid_argument) << "above max_rows";
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.rows = 0; }), stream), std::invalid_argument);
+    EXPECT_THROW(op.run(with([](RunArgs& a) { a.routing = {{0}}; }), stream), std::invalid_argument) << "gemm_ar takes no routing";
+    EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess) << "nothing was launched";
+    op.run(good, stream);
+    op.finish(stream);
+  }
+  EXPECT_THROW(Op(comm, OpSpec{OpKind::gemm_ar, 256, 128, 128, DType::f16, DType::f16, "default", {}, 0, 0}), std::invalid_argument);
+  EXPECT_THROW(Op(comm, OpSpec{OpKind::gemm_ar, 256, 100, 128, DType::bf16, DType::bf16, "default", {}, 0, 0}), std::invalid_argument)
+      << "k not a multiple of 8";
+  EXPECT_THROW(Op(comm, OpSpec{OpKind::gemm_ar, 256, 128, 128, DType::bf16, DType::bf16, "nonsense", {}, 0, 0}), std::invalid_argument);
+  EXPECT_THROW(Op(comm, OpSpec{OpKind::gemm_ar, 256, 128, 128, DType::bf16, DType::bf16, "fused", {}, 0, 0}), std::invalid_argument)
+      << "fused has no gemm_ar";
+  cudaStreamDestroy(stream);
+}
+
+TEST(Op, RanksThatDisagreeOnTheSpecFailBeforeLaunching) {
+  const int world = static_cast<int>(group().size());
+  if (world < 2) GTEST_SKIP() << "needs 2 GPUs";
+  std::vector<int> rejected(static_cast<size_t>(world), 0);
+  for_each_rank(group(), [&](Communicator& comm) {
+    OpSpec spec{OpKind::gemm_ar, comm.rank() == 0 ? 256 : 512, 128, 128, DType::bf16, DType::bf16, "default", {}, 0, 0};
+    try {
+      Op op(comm, spec);
+    } catch (const std::invalid_argument&) {
+      rejected[static_cast<size_t>(comm.rank())] = 1;
+    }
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(rejected[static_cast<size_t>(r)], 1) << "rank " << r;
+}
+
+// A plan of one rank whose GEMM's last tile waits for a signal that nothing raises.
+Plan plan_with_an_unmet_tile_wait() {
+  Problem p{OpKind::gemm_ar, 256, 256, 128, 1, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_sequential(p, PlanOptions{});
+  RankPlan& rp = plan.ranks[0];
+  rp.steps.pop_back();  // the all-reduce
+  rp.signals.push_back("never_raised");
+  auto& gemm = std::get<GemmStep>(rp.steps[0].body);
+  gemm.tiles.back().wait = Wait{SignalRef{0, 0}, 1};
+  return plan;
+}
+
+TEST(Executor, ADeviceWaitThatGivesUpFailsTheCallWithItsSignal) {
+  auto own = Communicator::local_group({0});
+  Communicator& comm = *own.front();
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    ExecutorOptions options;
+    options.validate = false;  // the plan is broken on purpose
+    options.device_wait_timeout_ms = 50;
+    CudaExecutor exec(comm, plan_with_an_unmet_tile_wait(), options);
+    bench::fill_buffers(exec, 0, 1, stream);
+    exec.run(stream);
+    try {
+      exec.finish(stream);
+      ADD_FAILURE() << "the call must fail";
+    } catch (const DeviceWaitTimeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("never_raised"), std::string::npos) << what;
+      EXPECT_NE(what.find(">= 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+    }
+    // Reported once: the next call starts clean, fails again the same way, and is raised by run.
+    exec.run(stream);
+    ASSERT_TRUE(synchronize_with_timeout(stream, 10000));
+    EXPECT_THROW(exec.run(stream), DeviceWaitTimeout);
+    ASSERT_TRUE(synchronize_with_timeout(stream, 10000));
+  }
+  cudaStreamDestroy(stream);
+}
+
+TEST(Executor, ACallThatCannotFinishRaisesAbortsAndReleasesTheDevice) {
+  // A GEMM that waits (a stream wait, no SM) for a signal nothing raises: the call never ends on its
+  // own. finish() gives up after 500 ms, releases the wait, aborts the communicator, and the device
+  // drains; later calls say the communicator is gone.
+  auto own = Communicator::local_group({0});
+  Communicator& comm = *own.front();
+  Problem p{OpKind::gemm_ar, 128, 128, 64, 1, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_sequential(p, PlanOptions{});
+  RankPlan& rp = plan.ranks[0];
+  rp.steps.pop_back();  // the all-reduce
+  rp.signals.push_back("never_raised");
+  rp.steps.back().waits.push_back(Wait{SignalRef{0, 0}, 1});
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    ExecutorOptions options;
+    options.validate = false;
+    options.call_timeout_ms = 500;
+    CudaExecutor exec(comm, plan, options);
+    bench::fill_buffers(exec, 0, 1, stream);
+    exec.run(stream);
+    try {
+      exec.finish(stream);
+      ADD_FAILURE() << "the call must time out";
+    } catch (const CallTimeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("never_raised"), std::string::npos) << what;
+      EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+    }
+    EXPECT_TRUE(comm.aborted());
+    EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "the released call drains";
+    EXPECT_THROW(exec.run(stream), CommunicatorAborted);
+  }
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace weft
