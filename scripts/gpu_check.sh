@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds weft with the GPU tests on a GPU machine, runs them, then the benchmark. Used through the
 # device tool:  bash scripts/gpu_check.sh [MODE[,MODE...]] [extra weft bench options...]
-#   MODE: tests, quick-tests, back-to-back, bench, gemm; all = tests,bench (the default).
+#   MODE: tests, quick-tests, back-to-back, example, bench, gemm; all = tests,bench (the default).
+#   example: install the build, build examples/tp_mlp against it and run it on GPU 0 (world 1).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
@@ -31,6 +32,12 @@ if wants quick-tests; then
   timeout -s KILL ${CTEST_TIMEOUT:-90} $binary --gtest_filter='*Thousand*' >> "$out/gpu_tests.log" 2>&1 || status=1
   ctest --test-dir build-device -L gpu -R torchrun --timeout 300 --output-on-failure >> "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests passed|tests failed|Failed|Timeout" "$out/gpu_tests.log" | tail -20
+fi
+if wants example; then
+  rm -rf build-device/example && cmake --install build-device --prefix build-device/example/prefix > "$out/example.log" 2>&1 &&
+    cmake -S examples/tp_mlp -B build-device/example/build -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build-device/example/prefix" >> "$out/example.log" 2>&1 &&
+    cmake --build build-device/example/build >> "$out/example.log" 2>&1 &&
+    timeout -s KILL 120 build-device/example/build/tp_mlp 2>&1 | tee -a "$out/example.log" || { status=1; tail -20 "$out/example.log"; }
 fi
 if wants back-to-back; then
   binary=build-device/tests/gpu/weft_gpu_tests
