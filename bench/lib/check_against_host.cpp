@@ -20,7 +20,7 @@ namespace {
 // Runs before main, so before the tests' first CUDA call.
 const bool cuda_configured = (configure_cuda_for_waits(), true);
 // ctest kills a test that outlives its timeout; a failure message still in a full stdout buffer
-// would die with it, and a hang would leave no trace (seen at world 4).
+// would die with it, and a hang would leave no trace.
 const bool stdout_line_buffered = (std::setvbuf(stdout, nullptr, _IOLBF, 0), true);
 
 float bf16_to_float(uint16_t bits) {

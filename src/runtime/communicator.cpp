@@ -216,7 +216,7 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   require_usable("a host all-gather");
   // Ranks of one process exchange through host memory: no kernel of one rank then waits on another
   // rank whose host thread may sit in a driver call that waits for every device of the process
-  // (cudaFree of peer-mapped memory, a library load). Seen as an intermittent hang at world 4.
+  // (cudaFree of peer-mapped memory, a library load).
   if (process_barrier_) return process_barrier_->exchange(rank_, data, bytes, timeout_ms());
   const size_t needed = bytes * static_cast<size_t>(world_ + 1);
   WEFT_CUDA_CHECK(cudaSetDevice(device_));

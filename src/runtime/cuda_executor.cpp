@@ -289,7 +289,7 @@ void CudaExecutor::lower_steps() {
 // cuBLASLt loads its kernel libraries on a kernel's first use (cuLibraryLoadData, whatever
 // CUDA_MODULE_LOADING says), and in a process driving several GPUs that load waits for the other
 // devices too: a rank loading a kernel in the middle of a call hangs while a peer's device sits in
-// a collective waiting for it (seen on 2xH200, bench/results/README.md). So every library GEMM runs
+// a collective waiting for it. So every library GEMM runs
 // once here, exactly as a call runs it (beta included: cuBLASLt runs another kernel for beta 1), and
 // no rank leaves before all have loaded, through a barrier that puts no work on any device. The
 // warm-up reads and writes the plan's buffers and the caller buffers' stand-ins: outputs and scratch

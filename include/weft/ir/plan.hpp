@@ -1,6 +1,6 @@
 // The plan IR: plain data that says, for every rank, what runs where and when.
 //
-// Every strategy is a plan builder (plan_builders.hpp); three executors consume plans: the CUDA
+// Every strategy is a plan builder (plan/strategies.hpp); three executors consume plans: the CUDA
 // executor, the reference executor on the CPU (reference_executor.hpp) and the simulator. A plan
 // holds one RankPlan per rank. A RankPlan declares buffers and signals and lists steps. Each step
 // runs on one of the rank's streams; steps on one stream run in the order they appear in `steps`.
@@ -9,7 +9,7 @@
 // rank joins collective #id; it completes on all ranks together). A GEMM step carries a tile table:
 // its tiles run in table order, each may wait before loading and notify after storing.
 //
-// Conventions the validator (plan_validation.hpp) enforces: a rank only waits on its own signals;
+// Conventions the validator (plan/validation.hpp) enforces: a rank only waits on its own signals;
 // memory of another rank is touched only through symmetric buffers; every signal is raised exactly as
 // often as its highest wait expects, so the next call can start from a new epoch.
 #pragma once

@@ -1,4 +1,4 @@
-// The table-driven overlap GEMM (ARCHITECTURE.md, "The table-driven overlap GEMM"): a persistent,
+// The table-driven overlap GEMM, which every strategy that changes a GEMM's epilogue runs: a persistent,
 // warp-specialized Hopper GEMM, C = A * B^T with A [M, K] and B [N, K] row-major bf16, fp32
 // accumulation, bf16 output, whose main loop is CUTLASS's TMA + WGMMA collective, untouched, and
 // whose tile order, prologue and epilogue follow a per-tile table:
@@ -8,7 +8,8 @@
 //     peer's buffer, a remapped position);
 //   - it may add to a signal, local or a peer's, once its stores are visible there (release).
 // Waits are bounded: on timeout the kernel records which tile, signal and value it waited for in an
-// OverlapGemmError and goes on (wrong numbers, no hang); the caller checks the record.
+// OverlapGemmError and goes on, so nothing hangs; the CUDA executor reads the record and fails the
+// call (DeviceWaitTimeout), since its numbers are wrong.
 //
 //   OverlapGemmLaunch launch{...};                   // pointers, shapes, device tile table
 //   require_valid_table(launch, config, table);     // alignment, shape and table checks, clear errors

@@ -16,7 +16,7 @@
 
 namespace weft {
 
-// The device side of a ReorderMap (core/reorder_map.hpp): element (i, j), j inside the segments, is
+// The device side of a ReorderMap (ir/reorder_map.hpp): element (i, j), j inside the segments, is
 // source[(first_row[(i / rows_per_entry) * segments_per_row + j / segment_cols] + i % rows_per_entry)
 // * segment_cols + j % segment_cols]; the last edge_cols columns are edge_source[i * edge_cols + ...].
 struct DeviceReorderMap {

@@ -85,7 +85,7 @@ Plan plan_sequential(const Problem& problem, const PlanOptions& options);
 // AsyncTP-style: per-shard GEMMs on one stream, per-shard transfers on another, ordered by signals.
 Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
 
-// FiCCO's four schedules (ficco.txt Figure 11(b)) for ag_gemm; plan_ficco.cpp says what each does.
+// FiCCO's four schedules (ficco.txt Figure 11(b)) for ag_gemm; plan/strategies/ficco.cpp says what each does.
 enum class FiccoSchedule { uniform_fused_1d, hetero_fused_1d, hetero_unfused_1d, uniform_fused_2d };
 std::string_view to_string(FiccoSchedule schedule);
 Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedule schedule);
@@ -93,13 +93,13 @@ Plan plan_ficco(const Problem& problem, const PlanOptions& options, FiccoSchedul
 // FlashOverlap (flashoverlap.txt): one GEMM whose tiles count, per group of waves, into a signal and
 // land in execution order, so that each group is one contiguous block; a second stream waits on each
 // group's signal and hands the block to a plain NCCL call, then moves its tiles back into place.
-// gemm_ar, gemm_rs (plan_signal.cpp) and gemm_a2a (per-destination pools, plan_signal_a2a.cpp).
+// gemm_ar, gemm_rs (plan/strategies/signal.cpp) and gemm_a2a (per-destination pools, plan/strategies/signal_a2a.cpp).
 Plan plan_signal(const Problem& problem, const PlanOptions& options);
 
 // Flux (flux.txt): one overlap GEMM with the communication fused in. ag_gemm: copy-engine pulls in
 // ring order raise a counter that each tile waits for before loading its rows; gemm_rs: each tile
 // is stored straight into its rank's receive slot on that rank, which sums its slots at the end.
-// plan_fused.cpp says the details.
+// plan/strategies/fused.cpp says the details.
 Plan plan_fused(const Problem& problem, const PlanOptions& options);
 
 // How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.

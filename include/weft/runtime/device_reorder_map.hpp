@@ -1,4 +1,4 @@
-// A ReorderMap (core/reorder_map.hpp) on the device, for rmsnorm_reordered_bf16 and any other
+// A ReorderMap (ir/reorder_map.hpp) on the device, for rmsnorm_reordered_bf16 and any other
 // kernel that reads a `signal` plan's result where the plan left it.
 //
 //   CudaExecutor exec(comm, plan_signal(problem, options));

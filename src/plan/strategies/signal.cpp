@@ -19,7 +19,7 @@
 //            buffers (kernels/overlap_gemm.hpp) and C_edge may take one, so there are at most 7 groups.
 // Tiles narrower than tile_n (N not a multiple of it) would leave holes in C_grouped's rows; they go
 // to C_edge, [rows, N % tile_n] in matrix row order, which gets one collective after the groups.
-// gemm_a2a (per-destination token pools) is built in plan_signal_a2a.cpp.
+// gemm_a2a (per-destination token pools) is built in plan/strategies/signal_a2a.cpp.
 // NCCL's kernels need SMs while the GEMM runs (Algorithm 1, line 3): the GEMM is persistent on
 // gemm_sms SMs (by default all but the machine profile's collective_sms), or launches a CTA per tile.
 #include <algorithm>

@@ -85,7 +85,7 @@ SignalLayout choose_wave_groups(const Problem& p, const PlanOptions& o, const st
                                 ? bytes_before.back()
                                 : bytes_before.back() - bytes_before[static_cast<size_t>(starts[starts.size() - 2])];
   layout.restore_seconds = 2.0 * tail_bytes / machine.memory_bytes_per_s;
-  // gemm_a2a groups A's rows by destination before the GEMM (plan_signal_a2a.cpp): A read and written.
+  // gemm_a2a groups A's rows by destination before the GEMM (plan/strategies/signal_a2a.cpp): A read and written.
   if (p.op == OpKind::gemm_a2a)
     layout.prologue_seconds = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.k) * dtype_bytes(p.input_dtype) / machine.memory_bytes_per_s;
   layout.predicted_seconds = layout.prologue_seconds + model.predict(partition) + layout.restore_seconds;

@@ -1,4 +1,4 @@
-// Internal to the `signal` builders (plan_signal.cpp, plan_signal_a2a.cpp): how a GEMM whose tiles
+// Internal to the `signal` builders (plan/strategies/signal.cpp, plan/strategies/signal_a2a.cpp): how a GEMM whose tiles
 // run in a given order is cut into groups of waves (flashoverlap.txt Algorithm 1).
 #pragma once
 
@@ -53,7 +53,7 @@ class RestoreSteps {
   std::vector<std::pair<std::string, MoveBoxesStep>> pending_;  // at_end
 };
 
-// gemm_a2a's builder and layout (plan_signal_a2a.cpp); plan_signal and signal_layout dispatch to them.
+// gemm_a2a's builder and layout (plan/strategies/signal_a2a.cpp); plan_signal and signal_layout dispatch to them.
 Plan plan_signal_all_to_all(const Problem& problem, const PlanOptions& options);
 SignalLayout signal_layout_all_to_all(const Problem& problem, const PlanOptions& options, double measured_gemm_seconds);
 
