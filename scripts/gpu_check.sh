@@ -3,6 +3,8 @@
 # device tool:  bash scripts/gpu_check.sh [MODE[,MODE...]] [extra weft bench options...]
 #   MODE: tests, quick-tests, back-to-back, example, bench, gemm; all = tests,bench (the default).
 #   example: install the build, build examples/tp_mlp against it and run it on GPU 0 (world 1).
+#   python: the Python GPU tests (pytest -m gpu: torch ops, compile, CUDA graphs, layers) on GPU 0,
+#   then `python -m weft.benchmark` at world 1 (a pipeline check: no communication at world 1).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
@@ -18,7 +20,7 @@ wants() { [[ ",$what," == *",$1,"* ]]; }
 out=${OUT:-out}; mkdir -p "$out"
 nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
 cmake --version | head -1
-cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 ( time cmake --build build-device ) > "$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
 tail -3 "$out/build.log"
 status=0
@@ -38,6 +40,13 @@ if wants example; then
     cmake -S examples/tp_mlp -B build-device/example/build -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build-device/example/prefix" >> "$out/example.log" 2>&1 &&
     cmake --build build-device/example/build >> "$out/example.log" 2>&1 &&
     timeout -s KILL 120 build-device/example/build/tp_mlp 2>&1 | tee -a "$out/example.log" || { status=1; tail -20 "$out/example.log"; }
+fi
+if wants python; then
+  export PYTHONPATH="$PWD/build-device/python:$PWD/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
+  timeout -s KILL ${PYTEST_TIMEOUT:-600} python3 -m pytest -q -p no:cacheprovider -m gpu python/tests > "$out/python_tests.log" 2>&1 || status=1
+  tail -15 "$out/python_tests.log"
+  timeout -s KILL ${TORCH_BENCH_TIMEOUT:-600} python3 -m weft.benchmark --csv "$out/torch_bench.csv" ${TORCH_BENCH_ARGS:-} > "$out/torch_bench.txt" 2>&1 || status=1
+  tail -40 "$out/torch_bench.txt"
 fi
 if wants back-to-back; then
   binary=build-device/tests/gpu/weft_gpu_tests

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what weft builds against, into the system (apt) and into ./.deps (CUTLASS headers).
+# Installs what weft builds against, into the system (apt) and into ./.deps (CUTLASS headers; the
+# Python binding library, build backend and pytest).
 # Safe to run again: every step checks first and does nothing when its result is already there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,12 +24,27 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# Python: the binding library, the build backend and pytest, pinned, into .deps/python (the CMake
+# build and the tests find them there; nothing is installed into the interpreter).
+python=${PYTHON:-python3}
+python_deps="$root/.deps/python"
+python_pins="nanobind==3.1.0 scikit-build-core==1.1.2 pytest==9.2.0"
+if [ -f "$python_deps/.pins" ] && [ "$(cat "$python_deps/.pins")" = "$python_pins" ]; then
+  echo "setup: $python_pins already in $python_deps" >&2
+elif [ -n "${WEFT_SKIP_PYTHON:-}" ]; then
+  echo "setup: WEFT_SKIP_PYTHON set; not fetching the Python build and test packages" >&2
+else
+  echo "setup: installing $python_pins into $python_deps" >&2
+  rm -rf "$python_deps"
+  "$python" -m pip install -q --disable-pip-version-check --target "$python_deps" $python_pins
+  echo "$python_pins" > "$python_deps/.pins"
+fi
+
 if [ -f "$cutlass_dir/include/cutlass/version.h" ]; then
   echo "setup: CUTLASS $cutlass_version headers already in $cutlass_dir" >&2
 elif [ -n "${WEFT_SKIP_CUTLASS:-}" ]; then
   echo "setup: WEFT_SKIP_CUTLASS set; not fetching CUTLASS" >&2
 else
-  python=${PYTHON:-python3}
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   echo "setup: fetching nvidia-cutlass==$cutlass_version headers from PyPI" >&2

@@ -161,9 +161,13 @@ void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream) {
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
-void preload_signal_kernels() {
+void preload_step_kernels() {
+  // Asking for a kernel's attributes loads its module.
   cudaFuncAttributes attributes;
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, signal_add_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
 }
 
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {

@@ -42,7 +42,7 @@ StreamValue64 write_value_64() {
 SignalSet::SignalSet(Communicator& comm, int count)
     : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
-  preload_signal_kernels();  // even under lazy loading, the first notify must not wait for an idle device
+  preload_step_kernels();  // even under lazy loading, no step kernel's first launch may wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero

@@ -131,7 +131,9 @@ TEST(FusedPlans, ReduceScatterPushesTheRowsOfTilesThatTwoRanksShare) {
           for (int64_t row = t.tile.row; row < t.tile.row_end(); ++row) EXPECT_FALSE(pushed_rows.count(row)) << row;
         }
       }
-      if (share == 20) EXPECT_EQ(stored_directly, 0);
+      if (share == 20) {
+        EXPECT_EQ(stored_directly, 0);
+      }
     }
     const CpuProof proof = prove_on_cpu(plan, 5);
     EXPECT_TRUE(proof.passed()) << "share " << share << ": " << proof.explain();

@@ -37,8 +37,12 @@ struct DeviceBoxMove {
 void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream);
 // Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
-// Loads signal_add's module now (see configure_cuda_for_waits in signal_set.hpp for why).
-void preload_signal_kernels();
+// Loads the modules of the kernels plan steps launch (signal_add, reduce, row permutation, box
+// moves) now: under lazy loading a kernel's first launch can wait for the device to go idle, which
+// it never does while a stream waits for that kernel's work (see configure_cuda_for_waits in
+// signal_set.hpp). The process may not have set CUDA_MODULE_LOADING=EAGER in time (a framework
+// initialised CUDA first), so executors call this whatever the setting.
+void preload_step_kernels();
 // sums[0] += sum((a-b)^2), sums[1] += sum(b^2), sums[2] += count of NaN in a; doubles in device memory.
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);
 

@@ -1,0 +1,147 @@
+// weft._native: the op API for Python, without libtorch. Pointers, shapes and the CUDA stream cross
+// as integers, so one build serves every torch version (and code that uses no torch at all); the
+// torch layer (weft.torch) is Python over this module.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+
+#include "weft/ir/plan.hpp"
+#include "weft/model/tiling.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
+#include "weft/runtime/communicator.hpp"
+#include "weft/runtime/errors.hpp"
+#include "weft/runtime/op.hpp"
+#include "weft/runtime/signal_set.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+weft::NcclUniqueId unique_id_from(const nb::bytes& bytes) {
+  weft::NcclUniqueId id;
+  if (bytes.size() != id.bytes.size())
+    throw std::invalid_argument("a weft unique id is " + std::to_string(id.bytes.size()) + " bytes, not " + std::to_string(bytes.size()));
+  std::memcpy(id.bytes.data(), bytes.c_str(), id.bytes.size());
+  return id;
+}
+
+cudaStream_t stream_from(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "weft's op API: GEMM overlapped with the communication that depends on it (see weft/runtime/op.hpp)";
+
+  // std::invalid_argument arrives as ValueError (nanobind's translation); what fails on the device
+  // as weft.Error and its kinds.
+  static nb::exception<weft::Error> error(m, "Error");
+  static nb::exception<weft::CudaError> cuda_error(m, "CudaError", error);
+  static nb::exception<weft::DeviceWaitTimeout> device_wait_timeout(m, "DeviceWaitTimeout", error);
+  static nb::exception<weft::CallTimeout> call_timeout(m, "CallTimeout", error);
+  static nb::exception<weft::CommunicatorAborted> communicator_aborted(m, "CommunicatorAborted", error);
+
+  m.def("configure_cuda_for_waits", &weft::configure_cuda_for_waits,
+        "Sets CUDA_DEVICE_MAX_CONNECTIONS=32 and CUDA_MODULE_LOADING=EAGER unless set; effective before the process's first CUDA call.");
+  m.def("new_unique_id", [] {
+    const weft::NcclUniqueId id = weft::Communicator::new_unique_id();
+    return nb::bytes(id.bytes.data(), id.bytes.size());
+  }, "A fresh NCCL bootstrap id (made on one rank, sent to the others).");
+
+  nb::class_<weft::Communicator>(m, "Communicator")
+      .def_static(
+          "from_unique_id",
+          [](const nb::bytes& id, int rank, int world_size, int device) {
+            return weft::Communicator::from_unique_id(unique_id_from(id), rank, world_size, device);
+          },
+          "unique_id"_a, "rank"_a, "world_size"_a, "device"_a, nb::call_guard<nb::gil_scoped_release>(),
+          "Collective: every rank calls it with the id rank 0 made.")
+      .def_prop_ro("rank", &weft::Communicator::rank)
+      .def_prop_ro("world_size", &weft::Communicator::world_size)
+      .def_prop_ro("device", &weft::Communicator::device)
+      .def_prop_ro("aborted", &weft::Communicator::aborted);
+
+  nb::class_<weft::Op>(m, "Op")
+      .def(
+          "__init__",
+          [](weft::Op* self, weft::Communicator& comm, const std::string& op, int64_t n, int64_t k, int64_t max_rows,
+             const std::string& strategy, int64_t device_wait_timeout_ms, int64_t call_timeout_ms) {
+            weft::OpSpec spec;
+            spec.op = weft::parse_op(op);
+            spec.n = n;
+            spec.k = k;
+            spec.max_rows = max_rows;
+            spec.strategy = strategy;
+            spec.device_wait_timeout_ms = device_wait_timeout_ms;
+            spec.call_timeout_ms = call_timeout_ms;
+            nb::gil_scoped_release release;
+            new (self) weft::Op(comm, std::move(spec));
+          },
+          "communicator"_a, "op"_a, "n"_a, "k"_a, "max_rows"_a, "strategy"_a = "default", "device_wait_timeout_ms"_a = 0,
+          "call_timeout_ms"_a = 0, nb::keep_alive<1, 2>(), "Collective: every rank makes its op with the same arguments.")
+      .def_prop_ro("strategy", &weft::Op::strategy)
+      .def_prop_ro("max_rows", [](const weft::Op& op) { return op.spec().max_rows; })
+      .def(
+          "run",
+          [](weft::Op& op, uintptr_t a, uintptr_t b, uintptr_t c, int64_t rows, uintptr_t stream,
+             const std::vector<std::vector<int>>& routing) {
+            weft::RunArgs args;
+            args.a = reinterpret_cast<const void*>(a);
+            args.b = reinterpret_cast<const void*>(b);
+            args.c = reinterpret_cast<void*>(c);
+            args.rows = rows;
+            args.routing = routing;
+            op.run(args, stream_from(stream));
+          },
+          "a"_a, "b"_a, "c"_a, "rows"_a, "stream"_a, "routing"_a = std::vector<std::vector<int>>{},
+          nb::call_guard<nb::gil_scoped_release>(), "Enqueues one call on the CUDA stream (an integer handle).")
+      .def(
+          "prepare", [](weft::Op& op, int64_t rows, const std::vector<std::vector<int>>& routing) { op.prepare(rows, routing); },
+          "rows"_a, "routing"_a = std::vector<std::vector<int>>{}, nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "a_in_workspace",
+          [](weft::Op& op, int64_t rows) { return reinterpret_cast<uintptr_t>(op.a_in_workspace(rows)); }, "rows"_a,
+          nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "output_rows",
+          [](const weft::Op& op, int64_t rows, const std::vector<std::vector<int>>& routing) {
+            weft::RunArgs args;
+            args.rows = rows;
+            args.routing = routing;
+            return op.output_rows(args);
+          },
+          "rows"_a, "routing"_a = std::vector<std::vector<int>>{})
+      .def("finish", [](weft::Op& op, uintptr_t stream) { op.finish(stream_from(stream)); }, "stream"_a,
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("check", &weft::Op::check)
+      .def("diagnose", &weft::Op::diagnose);
+
+  // The CPU side, usable without a GPU: what the strategies are and what plan one would run.
+  m.def("strategies", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::vector<std::string>>> all;
+    for (const weft::Strategy& s : weft::strategies()) {
+      std::vector<std::string> ops;
+      for (weft::OpKind op : s.ops) ops.emplace_back(weft::to_string(op));
+      all.emplace_back(s.name, s.paper, s.description, ops);
+    }
+    return all;
+  }, "(name, paper, description, ops) of every strategy.");
+  m.def("default_strategy", [](const std::string& op, int world_size) { return weft::default_strategy(weft::parse_op(op), world_size); },
+        "op"_a, "world_size"_a);
+  m.def(
+      "describe_plan",
+      [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {
+        weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        if (weft::routes_rows(p.op)) p.routing = weft::random_routing(world_size, m, 1);
+        const weft::Plan plan = weft::make_plan(weft::find_strategy(strategy), p);
+        weft::require_valid(plan);
+        return weft::to_string(plan);
+      },
+      "op"_a, "m"_a, "n"_a, "k"_a, "world_size"_a, "strategy"_a,
+      "The validated plan a strategy builds for one problem, as text (routed ops: a random routing).");
+}

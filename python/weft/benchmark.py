@@ -1,0 +1,304 @@
+"""Side by side, under torchrun: weft's ops (each strategy and the default), torch.mm with
+torch.distributed, and PyTorch AsyncTP's fused ops, for the suites' rows; then the tensor-parallel
+MLP layer, forward and backward, weft against the same layer in plain torch.
+
+    torchrun --standalone --nproc_per_node=4 -m weft.benchmark --suite default --csv out.csv
+
+Timing follows `weft bench`: CUDA events around one call, a device barrier before each call, the
+median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
+so that clock drift reaches all alike. Every variant's result is first compared with torch's.
+Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
+"""
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+import weft
+import weft.torch as wt
+from weft.torch import plain
+from weft.torch.ops import a2a_gemm, ag_gemm, gemm_a2a, gemm_ar, gemm_rs
+
+_WEFT_OPS = {"ag_gemm": ag_gemm, "gemm_rs": gemm_rs, "gemm_ar": gemm_ar, "gemm_a2a": gemm_a2a, "a2a_gemm": a2a_gemm}
+
+
+def suite_path(name):
+    if name.endswith(".json") or os.sep in name:
+        return name
+    return os.path.join(os.path.dirname(weft.__file__), "suites", name + ".json")
+
+
+def per_rank_shape(row, world):
+    """The per-rank (m, n, k) of a suite row, cut for `world` ranks as bench/lib/bench_suite.hpp says:
+    ag_gemm splits m and n, gemm_rs and gemm_ar split k, the routed ops split m ("split": "none":
+    per-rank shapes already)."""
+    m, n, k = row["m"], row["n"], row["k"]
+    if row.get("split", "tensor") == "none":
+        return m, n, k
+    cut = {"ag_gemm": (True, True, False), "gemm_rs": (False, False, True), "gemm_ar": (False, False, True)}.get(row["op"], (True, False, False))
+    for value, split in zip((m, n, k), cut):
+        if split and value % world:
+            raise ValueError(f"{value} is not divisible by the world size {world}")
+    return tuple(v // world if split else v for v, split in zip((m, n, k), cut))
+
+
+def _barrier():
+    if dist.is_initialized():
+        dist.barrier()
+    torch.cuda.synchronize()
+
+
+def _slowest(value):
+    if not dist.is_initialized():
+        return value
+    t = torch.tensor([value], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def time_interleaved(variants, warmup, iterations):
+    """Median ms of each variant (a callable), interleaved call by call, slowest rank."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(warmup + iterations):
+        for turn in range(len(names)):
+            name = names[(i + turn) % len(names)]
+            _barrier()
+            start.record()
+            variants[name]()
+            stop.record()
+            stop.synchronize()
+            if i >= warmup:
+                times[name].append(start.elapsed_time(stop))
+    return {name: _slowest(statistics.median(t)) for name, t in times.items()}
+
+
+def relative_error(got, want):
+    got, want = got.float(), want.float()
+    if torch.isnan(got).any():
+        return float("inf")
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+class Row:
+    """One suite row's tensors on this rank and the variants that compute it."""
+
+    def __init__(self, row, world, rank, seed):
+        self.name, self.op = row["name"], row["op"]
+        self.m, self.n, self.k = per_rank_shape(row, world)
+        g = torch.Generator(device="cuda").manual_seed(seed * 1000 + rank)
+        self.a = (torch.rand((self.m, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+        self.b = (torch.rand((self.n, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+        self.routing = None
+        if self.op in ("gemm_a2a", "a2a_gemm"):
+            gen = torch.Generator().manual_seed(seed)
+            self.routing = torch.randint(0, world, (world, self.m), generator=gen, dtype=torch.int32)
+        self.world, self.rank = world, rank
+
+    def torch_variant(self):
+        """torch.mm and the torch.distributed collective: the baseline."""
+        world, group = self.world, wt.process_group()
+        a, b = self.a, self.b
+        if self.op == "ag_gemm":
+            gathered = a.new_empty((world * self.m, self.k))
+
+            def run():
+                if world > 1:
+                    dist.all_gather_into_tensor(gathered, a, group=group)
+                else:
+                    gathered.copy_(a)
+                return torch.mm(gathered, b.t())
+
+            return run
+        if self.op == "gemm_rs":
+            out = a.new_empty((self.m // world, self.n))
+
+            def run():
+                partial = torch.mm(a, b.t())
+                if world == 1:
+                    return partial
+                dist.reduce_scatter_tensor(out, partial, group=group)
+                return out
+
+            return run
+        if self.op == "gemm_ar":
+
+            def run():
+                c = torch.mm(a, b.t())
+                if world > 1:
+                    dist.all_reduce(c, group=group)
+                return c
+
+            return run
+        return None  # routed ops: weft alone (torch's all_to_all needs per-rank split sizes; not done yet)
+
+    def gemm_variant(self):
+        """The rank's GEMM alone (T_gemm)."""
+        a, b = self.a, self.b
+        if self.op == "ag_gemm":
+            gathered = a.new_empty((self.world * self.m, self.k))
+            return lambda: torch.mm(gathered, b.t())
+        return lambda: torch.mm(a, b.t())
+
+    def weft_variant(self, strategy):
+        fn = _WEFT_OPS[self.op]
+        if self.routing is not None:
+            return lambda: fn(self.a, self.b, self.routing, strategy)
+        return lambda: fn(self.a, self.b, strategy)
+
+    def async_tp_variant(self):
+        """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
+        if self.op not in ("ag_gemm", "gemm_rs") or not dist.is_initialized():
+            return None
+        from torch.distributed import _symmetric_memory as symm_mem
+
+        group_name = (wt.process_group() or dist.group.WORLD).group_name
+        symm_mem.enable_symm_mem_for_group(group_name)
+        a, b_t = self.a, self.b.t()
+        if self.op == "ag_gemm":
+            return lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b_t], gather_dim=0, group_name=group_name)[1][0]
+        return lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b_t, "sum", scatter_dim=0, group_name=group_name)
+
+
+def bench_suite(args, world, rank, writer, table):
+    with open(suite_path(args.suite)) as f:
+        suite = json.load(f)
+    strategies = args.strategies.split(",") if args.strategies else None
+    for index, row_spec in enumerate(suite["rows"]):
+        if args.op and row_spec["op"] not in args.op.split(","):
+            continue
+        try:
+            row = Row(row_spec, world, rank, args.seed + index)
+        except ValueError as e:
+            print(f"skipping {row_spec['name']}: {e}", file=sys.stderr)
+            continue
+        variants, notes = {}, {}
+        baseline = row.torch_variant()
+        if baseline is not None:
+            variants["torch"] = baseline
+        names = [s for s, _, _, ops in weft.strategies() if row.op in ops]
+        for name in (strategies or names) + ["default"]:
+            if name in names or name == "default":
+                variants["weft:" + name] = row.weft_variant(name)
+        if not args.no_async_tp:
+            try:
+                fused = row.async_tp_variant()
+                if fused is not None:
+                    fused()
+                    variants["async_tp"] = fused
+            except Exception as e:  # noqa: BLE001 - reported in the table, not fatal
+                notes["async_tp"] = f"n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+        reference = baseline() if baseline is not None else variants["weft:sequential"]()
+        torch.cuda.synchronize()
+        errors = {}
+        for name, fn in variants.items():
+            try:
+                errors[name] = _slowest(relative_error(fn(), reference))
+            except Exception as e:  # noqa: BLE001
+                notes[name] = f"failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+        variants = {name: fn for name, fn in variants.items() if name not in notes}
+        variants["gemm alone"] = row.gemm_variant()
+        ms = time_interleaved(variants, args.warmup, args.iterations)
+        t_base = ms.get("torch", ms.get("weft:sequential"))
+        t_gemm = ms.pop("gemm alone")
+        for name in list(ms) + list(notes):
+            t = ms.get(name)
+            line = {
+                "row": row.name, "op": row.op, "world": world, "m": row.m, "n": row.n, "k": row.k, "variant": name,
+                "ms": t, "gemm_ms": t_gemm, "baseline_ms": t_base,
+                "speedup": t_base / t if t else None,
+                "overlap_efficiency": (t_base - t) / (t_base - t_gemm) if t and t_base > t_gemm else None,
+                "relative_error": errors.get(name), "note": notes.get(name, ""),
+            }
+            table.append(line)
+            if writer and rank == 0:
+                writer.writerow(line)
+
+
+def bench_mlp(args, world, rank, writer, table):
+    """The TP MLP layer, forward + backward: weft's against plain torch's, same weights."""
+    hidden, ffn, tokens = args.mlp_hidden, args.mlp_ffn, args.mlp_tokens
+    layer = wt.TensorParallelMLP(hidden, ffn, sequence_parallel=world > 1)
+    rows = tokens // world if world > 1 else tokens
+    g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
+    x = (torch.rand((rows, hidden), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    dz = (torch.rand((rows, hidden), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    up, down = layer.up.weight, layer.down.weight
+
+    def weft_step():
+        xi = x.detach().requires_grad_()
+        layer.zero_grad(set_to_none=True)
+        layer(xi).backward(dz)
+        return xi.grad
+
+    def plain_step():
+        xi, u, d = x.detach().requires_grad_(), up.detach().requires_grad_(), down.detach().requires_grad_()
+        plain.mlp(xi, u, d, world > 1).backward(dz)
+        return xi.grad
+
+    error = _slowest(relative_error(weft_step(), plain_step()))
+    ms = time_interleaved({"weft MLP fwd+bwd": weft_step, "torch MLP fwd+bwd": plain_step}, args.warmup, args.iterations)
+    for name, t in ms.items():
+        line = {"row": f"TP MLP H={hidden} F={ffn} T={tokens}", "op": "mlp", "world": world, "m": rows, "n": ffn, "k": hidden,
+                "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": ms["torch MLP fwd+bwd"],
+                "speedup": ms["torch MLP fwd+bwd"] / t, "overlap_efficiency": None, "relative_error": error, "note": "input gradient compared"}
+        table.append(line)
+        if writer and rank == 0:
+            writer.writerow(line)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m weft.benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", default="default", help="bench/NAME.json or a JSON file")
+    parser.add_argument("--op", default="", help="comma-separated ops (default: every op of the suite)")
+    parser.add_argument("--strategies", default="", help="comma-separated weft strategies (default: every one the op has)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--csv", default="")
+    parser.add_argument("--no-async-tp", action="store_true", help="leave PyTorch AsyncTP out")
+    parser.add_argument("--no-mlp", action="store_true", help="leave the TP MLP layer out")
+    parser.add_argument("--mlp-hidden", type=int, default=4096)
+    parser.add_argument("--mlp-ffn", type=int, default=14336)
+    parser.add_argument("--mlp-tokens", type=int, default=8192)
+    args = parser.parse_args(argv)
+
+    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    wt.init()
+    world, rank = wt.world_size(), wt.communicator().rank
+    fields = ["row", "op", "world", "m", "n", "k", "variant", "ms", "gemm_ms", "baseline_ms", "speedup", "overlap_efficiency",
+              "relative_error", "note"]
+    out = open(args.csv, "w", newline="") if args.csv and rank == 0 else None
+    writer = csv.DictWriter(out, fieldnames=fields) if out else None
+    if writer:
+        writer.writeheader()
+    table = []
+    bench_suite(args, world, rank, writer, table)
+    if not args.no_mlp:
+        bench_mlp(args, world, rank, writer, table)
+    if rank == 0:
+        print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}; speedup over torch.mm + torch.distributed")
+        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9}  note")
+        for r in table:
+            fmt = lambda v, f: format(v, f) if isinstance(v, (int, float)) else "-"  # noqa: E731
+            print(f"{r['row'][:24]:24} {r['op']:9} {r['variant']:26} {fmt(r['ms'], '8.3f')} {fmt(r['speedup'], '8.3f')} "
+                  f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')}  {r['note']}")
+    if out:
+        out.close()
+    bad = [r for r in table if r["relative_error"] is not None and r["relative_error"] > 2e-2]
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

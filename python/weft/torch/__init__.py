@@ -1,0 +1,25 @@
+"""weft for PyTorch: ``init`` a communicator from a process group, ``torch.ops.weft.*`` custom ops
+(torch.compile and CUDA-graph safe) and tensor-parallel layers with autograd.
+
+    import torch, weft.torch
+    weft.torch.init()                                   # under torchrun, after init_process_group
+    y = torch.ops.weft.ag_gemm(x_shard, w_up)           # gather(x) @ w_up.T, on the current stream
+    mlp = weft.torch.TensorParallelMLP(4096, 14336)     # forward and backward through weft
+"""
+
+from .comm import communicator, init, is_initialized, process_group, world_size
+from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
+from .ops import check_errors, synchronize
+
+__all__ = [
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "TensorParallelMLP",
+    "check_errors",
+    "communicator",
+    "init",
+    "is_initialized",
+    "process_group",
+    "synchronize",
+    "world_size",
+]

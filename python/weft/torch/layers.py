@@ -1,0 +1,119 @@
+"""Tensor-parallel layers whose communication runs through weft, with autograd.
+
+Shapes (W ranks, t tokens per rank, H hidden, F ffn):
+    ColumnParallelLinear(H, F): weight [F/W, H].
+        sequence parallel: x [t, H] -> y [W t, F/W]   forward ag_gemm;  backward dx by gemm_rs,
+                           dW = dy^T gather(x) (a plain GEMM on the gathered input)
+        otherwise:         x [T, H] -> y [T, F/W]     forward torch.mm; backward dx by gemm_ar
+    RowParallelLinear(F, H): weight [H, F/W].
+        sequence parallel: y [W t, F/W] -> z [t, H]   forward gemm_rs;  backward dy by ag_gemm,
+                           dW = gather(dz)^T y
+        otherwise:         y [T, F/W] -> z [T, H]     forward gemm_ar;  backward torch.mm
+    TensorParallelMLP(H, F): ColumnParallelLinear, GELU, RowParallelLinear.
+The same layers written with torch.mm and torch.distributed are in weft/torch/plain.py; tests and
+weft.benchmark compare the two.
+"""
+
+import torch
+
+from .comm import process_group, world_size
+from .ops import ag_gemm, gemm_ar, gemm_rs
+
+
+def all_gather_rows(x):
+    """Every rank's x stacked by rank (torch.distributed on weft's group; x itself at world 1)."""
+    world = world_size()
+    if world == 1:
+        return x
+    out = x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))
+    torch.distributed.all_gather_into_tensor(out, x.contiguous(), group=process_group())
+    return out
+
+
+class _ColumnParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, sequence_parallel, strategy):
+        ctx.save_for_backward(x, weight)
+        ctx.sequence_parallel, ctx.strategy = sequence_parallel, strategy
+        return ag_gemm(x, weight, strategy) if sequence_parallel else torch.mm(x, weight.t())
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W].
+            weight_t = weight.t().contiguous()
+            dx = gemm_rs(dy, weight_t, ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight_t, ctx.strategy)
+        if ctx.needs_input_grad[1]:
+            dw = torch.mm(dy.t(), all_gather_rows(x) if ctx.sequence_parallel else x)
+        return dx, dw, None, None
+
+
+class _RowParallel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y, weight, sequence_parallel, strategy):
+        ctx.save_for_backward(y, weight)
+        ctx.sequence_parallel, ctx.strategy = sequence_parallel, strategy
+        return gemm_rs(y, weight, strategy) if sequence_parallel else gemm_ar(y, weight, strategy)
+
+    @staticmethod
+    def backward(ctx, dz):
+        y, weight = ctx.saved_tensors
+        dz = dz.contiguous()
+        dy = dw = None
+        if ctx.needs_input_grad[0]:
+            # gather(dz) @ weight: B = weight^T [F/W, H].
+            dy = ag_gemm(dz, weight.t().contiguous(), ctx.strategy) if ctx.sequence_parallel else torch.mm(dz, weight)
+        if ctx.needs_input_grad[1]:
+            dw = torch.mm((all_gather_rows(dz) if ctx.sequence_parallel else dz).t(), y)
+        return dy, dw, None, None
+
+
+def _init_weight(out_features, in_features, device, dtype):
+    weight = torch.empty((out_features, in_features), device=device, dtype=dtype)
+    torch.nn.init.normal_(weight, std=in_features ** -0.5)
+    return torch.nn.Parameter(weight)
+
+
+class ColumnParallelLinear(torch.nn.Module):
+    """y = x @ W^T with W's rows (output features) split over ranks; see the module's docstring."""
+
+    def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        world = world_size()
+        if out_features % world:
+            raise ValueError(f"ColumnParallelLinear: out_features={out_features} is not a multiple of the world size {world}")
+        self.sequence_parallel, self.strategy = sequence_parallel, strategy
+        self.weight = _init_weight(out_features // world, in_features, device or torch.cuda.current_device(), dtype)
+
+    def forward(self, x):
+        return _ColumnParallel.apply(x, self.weight, self.sequence_parallel, self.strategy)
+
+
+class RowParallelLinear(torch.nn.Module):
+    """z = y @ W^T with W's columns (input features) split over ranks; see the module's docstring."""
+
+    def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        world = world_size()
+        if in_features % world:
+            raise ValueError(f"RowParallelLinear: in_features={in_features} is not a multiple of the world size {world}")
+        self.sequence_parallel, self.strategy = sequence_parallel, strategy
+        self.weight = _init_weight(out_features, in_features // world, device or torch.cuda.current_device(), dtype)
+
+    def forward(self, y):
+        return _RowParallel.apply(y, self.weight, self.sequence_parallel, self.strategy)
+
+
+class TensorParallelMLP(torch.nn.Module):
+    """z = GELU(x @ W1^T) @ W2^T, Megatron-style: W1 split by rows, W2 by columns."""
+
+    def __init__(self, hidden, ffn, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        self.up = ColumnParallelLinear(hidden, ffn, sequence_parallel, strategy, device, dtype)
+        self.down = RowParallelLinear(ffn, hidden, sequence_parallel, strategy, device, dtype)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))

@@ -1,0 +1,65 @@
+"""The tensor-parallel layers of weft/torch/layers.py written with torch.mm and torch.distributed
+(its autograd-aware collectives), the reference the tests and weft.benchmark compare weft with.
+They take their weights from a weft layer, so both compute with the same numbers."""
+
+import torch
+import torch.distributed as dist
+
+from .comm import process_group, world_size
+
+
+def _all_gather(x):
+    if world_size() == 1:
+        return x
+    import torch.distributed.nn.functional as fn
+
+    return torch.cat(fn.all_gather(x.contiguous(), group=process_group()), dim=0)
+
+
+def _reduce_scatter(x):
+    if world_size() == 1:
+        return x
+    import torch.distributed.nn.functional as fn
+
+    chunks = list(x.contiguous().chunk(world_size(), dim=0))
+    out = torch.empty_like(chunks[0])
+    return fn.reduce_scatter(out, chunks, group=process_group())
+
+
+def _all_reduce(x):
+    if world_size() == 1:
+        return x
+    import torch.distributed.nn.functional as fn
+
+    return fn.all_reduce(x.contiguous(), group=process_group())
+
+
+class _CopyToTensorParallel(torch.autograd.Function):
+    """Identity forward, all-reduce backward: a replicated input feeding a column-parallel layer."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, dx):
+        if world_size() == 1:
+            return dx
+        dx = dx.contiguous().clone()
+        dist.all_reduce(dx, group=process_group())
+        return dx
+
+
+def column_parallel(x, weight, sequence_parallel):
+    if sequence_parallel:
+        return torch.mm(_all_gather(x), weight.t())
+    return torch.mm(_CopyToTensorParallel.apply(x), weight.t())
+
+
+def row_parallel(y, weight, sequence_parallel):
+    partial = torch.mm(y, weight.t())
+    return _reduce_scatter(partial) if sequence_parallel else _all_reduce(partial)
+
+
+def mlp(x, up_weight, down_weight, sequence_parallel):
+    return row_parallel(torch.nn.functional.gelu(column_parallel(x, up_weight, sequence_parallel)), down_weight, sequence_parallel)
