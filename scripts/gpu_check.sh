@@ -14,6 +14,10 @@
 # Logs and results go to $OUT (or ./out). CUTLASS headers come from .deps (carried; no network there).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The system compiler: the image's CC/CXX (/opt/gcc) link parts of libstdc++ statically into every
+# shared library (devtoolset style), and weft's libraries then crash in iostreams in a process that
+# loaded the system libstdc++ first (any Python process that imported numpy or torch).
+unset CC CXX CUDAHOSTCXX
 what=${1:-all}; shift || true
 [ "$what" = all ] && what=tests,bench
 wants() { [[ ",$what," == *",$1,"* ]]; }
