@@ -51,6 +51,9 @@ if wants python; then
   tail -15 "$out/python_tests.log"
   timeout -s KILL ${TORCH_BENCH_TIMEOUT:-600} python3 -m weft.benchmark --csv "$out/torch_bench.csv" ${TORCH_BENCH_ARGS:-} > "$out/torch_bench.txt" 2>&1 || status=1
   tail -40 "$out/torch_bench.txt"
+  # The package as pip installs it (no network there: the build backend is the image's), used from torch.
+  rm -rf /tmp/weft_site && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/weft_site . > "$out/pip.log" 2>&1 &&
+    PYTHONPATH=/tmp/weft_site python3 -c "import torch, weft.torch as wt; wt.init(); a = torch.randn(256, 128, device='cuda', dtype=torch.bfloat16); b = torch.randn(512, 128, device='cuda', dtype=torch.bfloat16); c = torch.ops.weft.ag_gemm(a, b); print('pip-installed weft from', wt.__file__, 'ag_gemm error', ((c.float() - a.float() @ b.float().t()).norm() / (a.float() @ b.float().t()).norm()).item())" || { status=1; tail -20 "$out/pip.log"; }
 fi
 if wants back-to-back; then
   binary=build-device/tests/gpu/weft_gpu_tests

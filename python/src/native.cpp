@@ -37,6 +37,9 @@ cudaStream_t stream_from(uintptr_t stream) { return reinterpret_cast<cudaStream_
 
 NB_MODULE(_native, m) {
   m.doc() = "weft's op API: GEMM overlapped with the communication that depends on it (see weft/runtime/op.hpp)";
+  // Ops live as long as the process (weft.torch caches one per shape family): still alive at
+  // interpreter exit by design, not leaked.
+  nb::set_leak_warnings(false);
 
   // std::invalid_argument arrives as ValueError (nanobind's translation); what fails on the device
   // as weft.Error and its kinds.
