@@ -86,6 +86,22 @@ __global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const Devi
   }
 }
 
+// Rows handed out to CTAs in turn; each row in 16-byte vectors where both sides allow.
+__global__ void copy_kernel(DeviceRegion dst, DeviceRegion src) {
+  const bool vectors = dst.cols % 8 == 0 && src.stride % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(src.data) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
+  for (int64_t row = blockIdx.x; row < dst.rows; row += gridDim.x) {
+    const uint16_t* from = static_cast<const uint16_t*>(src.data) + row * src.stride;
+    uint16_t* to = static_cast<uint16_t*>(dst.data) + row * dst.stride;
+    if (vectors) {
+      for (int64_t c = threadIdx.x * 8; c < dst.cols; c += blockDim.x * 8)
+        *reinterpret_cast<uint4*>(to + c) = *reinterpret_cast<const uint4*>(from + c);
+    } else {
+      for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) to[c] = from[c];
+    }
+  }
+}
+
 __global__ void signal_add_kernel(unsigned long long* counter, unsigned long long increment) {
   // Stream order already finished the earlier work; the fence makes its writes visible system-wide
   // before the counter moves (release).
@@ -156,6 +172,13 @@ void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const Dev
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
+void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, cudaStream_t stream) {
+  if (dst.rows <= 0 || dst.cols <= 0) return;
+  const int64_t limit = max_ctas > 0 ? max_ctas : 1024;
+  copy_kernel<<<static_cast<int>(dst.rows < limit ? dst.rows : limit), kThreads, 0, stream>>>(dst, src);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream) {
   signal_add_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<unsigned long long*>(counter), increment);
   WEFT_CUDA_CHECK(cudaGetLastError());
@@ -168,6 +191,7 @@ void preload_step_kernels() {
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, copy_kernel));
 }
 
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {

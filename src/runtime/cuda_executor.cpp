@@ -274,7 +274,7 @@ void CudaExecutor::lower_steps() {
         [&](const auto& body) -> lowering::Lowered {
           using T = std::decay_t<decltype(body)>;
           if constexpr (std::is_same_v<T, GemmStep>) return lowering::lower_gemm(body, step.label, context);
-          else if constexpr (std::is_same_v<T, CopyStep>) return lowering::lower_copy(body, step.label, context);
+          else if constexpr (std::is_same_v<T, CopyStep>) return lowering::lower_copy(body, step.engine, step.label, context);
           else if constexpr (std::is_same_v<T, ReduceStep>) return lowering::lower_reduce(body, step.label, context);
           else if constexpr (std::is_same_v<T, PermuteRowsStep>) return lowering::lower_permute_rows(body, step.label, context);
           else if constexpr (std::is_same_v<T, MoveBoxesStep>) return lowering::lower_move_boxes(body, step.label, context);

@@ -1,5 +1,7 @@
 #include "arguments.hpp"
 
+#include "weft/plan/chunked.hpp"
+
 #include <sstream>
 #include <stdexcept>
 
@@ -119,7 +121,20 @@ PlanOptions plan_options_from(const Arguments& args) {
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
+  chunked_options_from(args, o.chunked);
   return o;
+}
+
+void chunked_options_from(const Arguments& args, ChunkedOptions& o) {
+  const std::string shape = args.text("template", "");
+  if (!shape.empty()) o.shape = parse_schedule_shape(shape);
+  o.chunks = static_cast<int>(args.integer("chunks", o.chunks));
+  const std::string backend = args.text("backend", "");
+  if (!backend.empty()) o.backend = parse_chunk_backend(backend);
+  o.comm_sms = static_cast<int>(args.integer("comm-sms", o.comm_sms));
+  o.group_size = static_cast<int>(args.integer("group-size", o.group_size));
+  const std::string schedule = args.text("schedule", "");
+  if (!schedule.empty()) o.schedule = load_schedule(schedule);
 }
 
 }  // namespace weft::cli

@@ -36,7 +36,11 @@ std::vector<std::string> strategies_from(const Arguments& args);
 std::string suite_path(const std::string& name);
 // --world LIST (default: all `visible` GPUs); each must be 1..visible.
 std::vector<int> world_sizes_from(const Arguments& args, int visible);
-// --tile MxN, --raster along_m|along_n, --swizzle S, --machine FILE (a machine profile).
+// --tile MxN, --raster along_m|along_n, --swizzle S, --machine FILE (a machine profile), and the
+// chunked options below.
 PlanOptions plan_options_from(const Arguments& args);
+// chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm
+// --comm-sms N --group-size N --schedule FILE (a user's JSON schedule).
+void chunked_options_from(const Arguments& args, ChunkedOptions& options);
 
 }  // namespace weft::cli

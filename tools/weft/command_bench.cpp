@@ -102,6 +102,7 @@ int command_bench(const Arguments& args) {
     const std::string restore = args.text("restore", "");
     if (!restore.empty()) o.signal_restore = parse_signal_restore(restore);
     o.comm_chunks = static_cast<int>(args.integer("comm-chunks", 0));
+    chunked_options_from(args, o.chunked);
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                 o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
@@ -125,6 +126,8 @@ int command_bench(const Arguments& args) {
   args.text("partition", "");
   args.text("restore", "");
   args.text("comm-chunks", "");
+  ChunkedOptions unused;
+  chunked_options_from(args, unused);
   std::printf("weft bench: no GPU found (%s).\n", why.c_str());
   std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
               suite.name.c_str(), suite.rows.size());

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "weft/plan/chunked.hpp"
 #include "weft/reference/cpu_proof.hpp"
 
 namespace weft::cli {
@@ -9,7 +10,11 @@ namespace weft::cli {
 int command_plan(const Arguments& args) {
   const Problem problem = problem_from(args);
   const PlanOptions options = plan_options_from(args);
-  const Plan plan = find_strategy(args.text("strategy", "sequential")).build(problem, options);
+  // A schedule file means the chunked strategy; its JSON is printed with the plan.
+  const std::string strategy = args.text("strategy", options.chunked.schedule ? "chunked" : "sequential");
+  const Plan plan = find_strategy(strategy).build(problem, options);
+  if (strategy == "chunked")
+    std::cout << "schedule: " << schedule_json(options.chunked.schedule ? *options.chunked.schedule : make_schedule(problem, options.chunked)) << "\n";
   std::cout << to_string(plan);
   const auto report = validate_plan(plan);
   std::cout << report.summary() << "\n";

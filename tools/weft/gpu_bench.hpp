@@ -26,6 +26,7 @@ struct GpuBenchOptions {
   std::vector<int> wave_partition;  // signal: --partition
   SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
   int comm_chunks = 0;              // fused: --comm-chunks
+  ChunkedOptions chunked;           // chunked: --template, --chunks, --backend, --comm-sms, --group-size
 };
 
 // Returns the number of rows whose verification failed.

@@ -23,6 +23,8 @@ void print_help() {
       "          --partition 1,2,2 (wave groups; default: the predictive search)\n"
       "          --restore after_each_group|own_stream|at_end (where tiles are put back in place)\n"
       "          fused: --comm-chunks N (row chunks each peer's shard is pulled in; default 1)\n"
+      "          chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm\n"
+      "          --comm-sms N (SMs left to sm copies) --group-size N (2d) --schedule FILE (a JSON schedule)\n"
       "  bench gemm  the overlap GEMM (empty table; notify on every tile + remapped stores) against\n"
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
@@ -44,7 +46,8 @@ void print_help() {
       "          --op LIST --strategy LIST --world LIST --seed S\n"
       "  plan    print one plan and its validation report\n"
       "          --op OP --strategy S --m M --n N --k K --world W --tile MxN --raster along_m|along_n\n"
-      "          --swizzle S --seed S (gemm_a2a routing) --machine FILE\n\n"
+      "          --swizzle S --seed S (gemm_a2a routing) --machine FILE; chunked's options as for bench;\n"
+      "          --schedule FILE lowers a JSON chunk schedule (chunked) and prints it with the plan\n\n"
       "ops: ag_gemm (AllGather->GEMM), gemm_rs (GEMM->ReduceScatter), gemm_ar (GEMM->AllReduce),\n"
       "     gemm_a2a (GEMM->All-to-All of token rows), a2a_gemm (All-to-All of token rows->GEMM)\n\n"
       "strategies:\n");

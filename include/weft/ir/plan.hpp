@@ -118,10 +118,13 @@ struct GemmStep {
   bool operator==(const GemmStep&) const = default;
 };
 
-// dst = src (same shape). A copy whose src or dst is on another rank is a pull or a push.
+// dst = src (same shape). A copy whose src or dst is on another rank is a pull or a push. The step's
+// engine says who moves it: the copy engine, or SMs (a copy kernel on at most `sms` CTAs, 0: as
+// many as it fills; a peer's memory through NVLink loads and stores).
 struct CopyStep {
   Region src;
   Region dst;
+  int sms = 0;
 
   bool operator==(const CopyStep&) const = default;
 };

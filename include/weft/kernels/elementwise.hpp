@@ -35,6 +35,9 @@ struct DeviceBoxMove {
 // dst box moves[i].to = src box moves[i].from for every i; `moves` is a device array. One CTA per
 // box, 16-byte accesses where the boxes allow (FlashOverlap's tiles always do).
 void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream);
+// dst = src (same shape) by SMs, 16-byte accesses where the regions allow, on at most `max_ctas`
+// CTAs (0: as many as the copy fills); either side may be a peer's memory (NVLink loads and stores).
+void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, cudaStream_t stream);
 // Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
 // Loads the modules of the kernels plan steps launch (signal_add, reduce, row permutation, box

@@ -13,8 +13,11 @@
 #include <string_view>
 #include <vector>
 
-#include "weft/model/machine_profile.hpp"
+#include <optional>
+
 #include "weft/ir/plan.hpp"
+#include "weft/ir/schedule.hpp"
+#include "weft/model/machine_profile.hpp"
 
 namespace weft {
 
@@ -25,6 +28,27 @@ namespace weft {
 enum class SignalRestore { after_each_group, own_stream, at_end };
 std::string_view to_string(SignalRestore restore);
 SignalRestore parse_signal_restore(std::string_view text);  // throws std::invalid_argument naming the text
+
+// chunked (AutoOverlap): the schedule template and how its chunks move.
+//   swizzle : ag_gemm: step i pulls every chunk of rank (r+i)'s shard; gemm_rs: step i pushes this
+//             rank's rows of block (r+i) to their owner (Figure 4(a));
+//   ring    : ag_gemm: step i pulls from rank r+1 the shard it got at step i-1 (Figure 4(c));
+//   2d      : ag_gemm on a mesh of groups: first the shards of the own group, then each other
+//             group's shards, relayed by that group's rank in this rank's column (Figure 4(e));
+//   pull    : gemm_rs: the owner pulls each peer's rows of its block (Figure 4(b));
+//   partition: gemm_ar: an NCCL all_reduce per row chunk (Figure 4(d)).
+enum class ScheduleShape { swizzle, ring, mesh_2d, pull, partition };
+std::string_view to_string(ScheduleShape shape);
+ScheduleShape parse_schedule_shape(std::string_view text);  // throws std::invalid_argument naming the text
+
+struct ChunkedOptions {
+  std::optional<ScheduleShape> shape;  // empty: swizzle (ag_gemm, gemm_rs), partition (gemm_ar)
+  int chunks = 0;                      // chunks per shard or block (gemm_ar: row chunks); 0: 2 (gemm_ar: 4)
+  ChunkBackend backend = ChunkBackend::copy_engine;  // pulls and pushes: copy_engine or sm
+  int comm_sms = 16;                   // SMs the GEMM leaves to the sm backend's copies
+  int group_size = 0;                  // 2d: ranks per group (0: the largest divisor of W <= sqrt(W))
+  std::optional<Schedule> schedule;    // a user-written schedule instead of a template
+};
 
 struct PlanOptions {
   int tile_m = 128;
@@ -50,6 +74,7 @@ struct PlanOptions {
   // fused ag_gemm: row chunks each peer's shard is pulled in, each raising the tiles that wait for
   // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
   int comm_chunks = 0;
+  ChunkedOptions chunked;
 };
 
 struct Strategy {
@@ -101,6 +126,11 @@ Plan plan_signal(const Problem& problem, const PlanOptions& options);
 // is stored straight into its rank's receive slot on that rank, which sums its slots at the end.
 // plan/strategies/fused.cpp says the details.
 Plan plan_fused(const Problem& problem, const PlanOptions& options);
+
+// AutoOverlap (autooverlap.txt): a chunk schedule (ir/schedule.hpp), from a template or the user,
+// lowered to one overlap GEMM whose tiles follow chunk arrival, and the chunks' transfers on their
+// backend's streams (plan/chunked.hpp says how).
+Plan plan_chunked(const Problem& problem, const PlanOptions& options);
 
 // How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.
 struct SignalLayout {

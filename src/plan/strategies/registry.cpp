@@ -45,6 +45,10 @@ const std::vector<Strategy>& strategies() {
        "one GEMM with the communication fused in: tiles wait for their pulled rows (AG), or are stored into their "
        "rank's slot on that rank (RS)",
        {OpKind::ag_gemm, OpKind::gemm_rs}, plan_fused, /*overlap_gemm=*/true},
+      {"chunked", "AutoOverlap",
+       "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
+       "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}, plan_chunked, /*overlap_gemm=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
       ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,

@@ -13,10 +13,16 @@ std::shared_ptr<void> upload(const void* data, size_t bytes) {
   return std::shared_ptr<void>(device, [](void* p) { cudaFree(p); });
 }
 
-// Through the copy engine; a peer's memory through symmetric memory (a pull or a push).
-Lowered lower_copy(const CopyStep& copy, const std::string&, const Context& context) {
+// Through the copy engine; a peer's memory through symmetric memory (a pull or a push). A transfer
+// to or from a peer whose step runs on SMs is a copy kernel on the CTAs the step allows; a local copy
+// stays a cudaMemcpy, which the runtime runs as it sees fit.
+Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string&, const Context& context) {
   const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
   if (src.rows * src.cols == 0) return {};
+  if (engine == Engine::sm && (copy.src.rank != context.rank || copy.dst.rank != context.rank)) {
+    const int ctas = copy.sms;
+    return {[src, dst, ctas](cudaStream_t stream) { copy_bf16(dst.resolve(), src.resolve(), ctas, stream); }, {}};
+  }
   return {[src, dst](cudaStream_t stream) {
             const DeviceRegion s = src.resolve(), d = dst.resolve();
             WEFT_CUDA_CHECK(cudaMemcpy2DAsync(d.data, static_cast<size_t>(d.stride) * 2, s.data, static_cast<size_t>(s.stride) * 2,

@@ -57,7 +57,7 @@ struct Lowered {
 Lowered lower_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
-Lowered lower_copy(const CopyStep& copy, const std::string& label, const Context& context);
+Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label, const Context& context);
 Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context);
 Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& label, const Context& context);
 Lowered lower_move_boxes(const MoveBoxesStep& moves, const std::string& label, const Context& context);
