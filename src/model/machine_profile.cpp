@@ -60,6 +60,16 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["collective_sms"] = p.collective_sms;
   o["overlapped_call_seconds"] = p.overlapped_call_seconds;
   o["ficco_threshold_seconds"] = p.ficco_threshold_seconds;
+  o["gemm_efficiency"] = p.gemm_efficiency;
+  o["overlap_gemm_efficiency"] = p.overlap_gemm_efficiency;
+  o["gemm_fixed_seconds"] = p.gemm_fixed_seconds;
+  o["link_bytes_per_s"] = p.link_bytes_per_s;
+  o["nvlink_bytes_per_s"] = p.nvlink_bytes_per_s;
+  o["copy_latency_seconds"] = p.copy_latency_seconds;
+  o["launch_seconds"] = p.launch_seconds;
+  o["sm_copy_bytes_per_s_per_sm"] = p.sm_copy_bytes_per_s_per_sm;
+  o["barrier_seconds"] = p.barrier_seconds;
+  o["gemm_slowdown_beside_copies"] = p.gemm_slowdown_beside_copies;
   Json::Array curves;
   for (const CollectiveCurve& c : p.collectives) {
     Json::Object curve;
@@ -89,6 +99,14 @@ MachineProfile parse_machine_profile(std::string_view text) {
   if (j.has("overlapped_call_seconds")) p.overlapped_call_seconds = j["overlapped_call_seconds"].number();
   if (p.overlapped_call_seconds < 0) throw std::invalid_argument("machine profile: overlapped_call_seconds must not be negative");
   if (j.has("ficco_threshold_seconds")) p.ficco_threshold_seconds = j["ficco_threshold_seconds"].number();
+  for (auto [name, field] : {std::pair{"gemm_efficiency", &p.gemm_efficiency}, {"overlap_gemm_efficiency", &p.overlap_gemm_efficiency},
+                             {"gemm_fixed_seconds", &p.gemm_fixed_seconds}, {"link_bytes_per_s", &p.link_bytes_per_s},
+                             {"nvlink_bytes_per_s", &p.nvlink_bytes_per_s}, {"copy_latency_seconds", &p.copy_latency_seconds},
+                             {"launch_seconds", &p.launch_seconds}, {"sm_copy_bytes_per_s_per_sm", &p.sm_copy_bytes_per_s_per_sm},
+                             {"barrier_seconds", &p.barrier_seconds}, {"gemm_slowdown_beside_copies", &p.gemm_slowdown_beside_copies}}) {
+    if (j.has(name)) *field = j[name].number();
+    if (!(*field >= 0)) throw std::invalid_argument(std::string("machine profile: ") + name + " must not be negative");
+  }
   if (!(p.ficco_threshold_seconds > 0)) throw std::invalid_argument("machine profile: ficco_threshold_seconds must be positive");
   if (p.sm_count < 1 || p.collective_sms < 0 || p.collective_sms >= p.sm_count)
     throw std::invalid_argument("machine profile: need sm_count >= 1 and 0 <= collective_sms < sm_count (got " +

@@ -9,29 +9,12 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
-// estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
-// 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
-double rate_of(TileShape tile) {
-  switch (tile.tile_n) {
-    case 96: return 0.75;
-    case 128: return 0.88;
-    case 192: return 0.97;
-    default: return 1.0;
-  }
-}
-
 // Relative time of `count` entries of `tile` split `splits` ways over `k`.
 double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count) {
-  // What a split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
-  // 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms,
-  // so a split entry costs about 32 K-tiles more than its share (the partial tile's round trip
-  // and the wait for the previous split).
-  constexpr double kFixupKTiles = 32.0;
   const double k_tiles = static_cast<double>(ceil_div(k, tile.tile_k));
   const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
-  const double per_entry = k_tiles / splits + (splits > 1 ? kFixupKTiles : 0.0);
-  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / rate_of(tile);
+  const double per_entry = k_tiles / splits + (splits > 1 ? kSplitFixupKTiles : 0.0);
+  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / tile_rate(tile);
 }
 
 constexpr int kMaxKSplits = 8;
@@ -46,6 +29,18 @@ bool memory_bound(int64_t m, int64_t n, int64_t k) {
 }
 
 }  // namespace
+
+// Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
+// estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
+// 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
+double tile_rate(TileShape tile) {
+  switch (tile.tile_n) {
+    case 96: return 0.75;
+    case 128: return 0.88;
+    case 192: return 0.97;
+    default: return 1.0;
+  }
+}
 
 const std::vector<TileShape>& overlap_gemm_tiles() {
   static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64}};

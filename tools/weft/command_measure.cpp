@@ -7,6 +7,7 @@
 
 #include "characterize.hpp"
 #include "commands.hpp"
+#include "simulator_fit.hpp"
 #include "partition_study.hpp"
 #include "bench_suite.hpp"
 #include "weft/model/machine_profile.hpp"
@@ -41,9 +42,47 @@ int command_characterize(const Arguments& args) {
   return 0;
 }
 
+namespace {
+
+void print_error(const char* what, const bench::SimulatorError& e) {
+  std::printf("%s: mean over strategies %.1f%%, over rows %.1f%%\n", what, e.mean_over_strategies * 100, e.mean_over_rows * 100);
+  for (const auto& [name, s] : e.per_strategy) std::printf("  %-26s %6.1f%% over %d rows\n", name.c_str(), s.first * 100, s.second);
+}
+
+// weft tune --fit-simulator: the simulator's constants fitted to the rows weft bench recorded, with
+// a cross-world check (fitted on one world size, judged on the other) beside the in-sample error.
+int fit_simulator_command(const Arguments& args) {
+  const std::string folder = args.text("results", std::string(WEFT_BENCH_DIR) + "/results");
+  const std::string machine_path = args.text("machine", "");
+  const MachineProfile start = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
+  const std::string out = args.text("out", "");
+  const auto rows = bench::plans_for(bench::read_recorded_rows(folder), start);
+  std::vector<bench::SimulatedRow> world2, other;
+  for (const auto& r : rows) (r.recorded.problem.world_size == 2 ? world2 : other).push_back(r);
+  print_error("before the fit, every row", bench::simulator_error(rows, start));
+  std::string log;
+  const MachineProfile fitted = bench::fit_simulator(rows, start, &log);
+  std::printf("\nfit:\n%s\n", log.c_str());
+  print_error("after the fit, every row (in sample)", bench::simulator_error(rows, fitted));
+  if (!world2.empty() && !other.empty()) {
+    print_error("fitted on world 2 alone, judged on world >= 3", bench::simulator_error(other, bench::fit_simulator(world2, start)));
+    print_error("fitted on world >= 3 alone, judged on world 2", bench::simulator_error(world2, bench::fit_simulator(other, start)));
+  }
+  if (!out.empty()) {
+    MachineProfile saved = fitted;
+    saved.source += "; simulator constants fitted by weft tune --fit-simulator on " + std::to_string(rows.size()) + " rows of " + folder;
+    std::ofstream(out) << machine_profile_json(saved);
+    std::printf("\nfitted profile -> %s\n", out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
 int command_tune(const Arguments& args) {
+  if (args.flag("fit-simulator")) return fit_simulator_command(args);
   const bool calibrate = args.flag("calibrate"), partitions = args.flag("partitions");
-  if (calibrate == partitions) throw std::invalid_argument("weft tune: give exactly one of --calibrate or --partitions");
+  if (calibrate == partitions) throw std::invalid_argument("weft tune: give exactly one of --calibrate, --partitions or --fit-simulator");
   const int warmup = static_cast<int>(args.integer("warmup", partitions ? 3 : 5));
   const int iterations = static_cast<int>(args.integer("iterations", 20));
   const std::string out = calibrate ? args.text("out", "machine_profile.json") : "";

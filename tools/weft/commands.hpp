@@ -12,6 +12,7 @@ int command_bench_gemm(const Arguments& args);
 int command_bench_rmsnorm(const Arguments& args);  // RMSNorm plain vs fused with signal's remap, one GPU  // the overlap GEMM against cuBLASLt on one GPU
 int command_characterize(const Arguments& args);  // FiCCO's decomposition and contention losses
 int command_tune(const Arguments& args);          // --calibrate: measure and save the machine profile
+int command_simulate(const Arguments& args);      // predict strategies' times; check against recorded rows
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
 // Returns the number of plans that failed.

@@ -42,6 +42,13 @@ void print_help() {
       "          --partitions: signal's predicted vs measured time per wave partition, searched vs best\n"
       "          --suite NAME|FILE (flashoverlap_ar) --op LIST --world LIST --machine FILE --max-partitions N\n"
       "          --gemm-sms N --restore PLACEMENT --csv FILE --warmup N --iterations N\n"
+      "  simulate  predict a call's time per strategy from the machine profile (the plan's third executor)\n"
+      "          --op OP --m M --n N --k K --world W (any size) --strategy LIST --machine FILE --trace FILE\n"
+      "          (Chrome/Perfetto JSON of the first strategy); chunked's options as for bench\n"
+      "          --check-results DIR: replay every row weft bench recorded there (world >= 2), error per strategy\n"
+      "          --csv FILE\n"
+      "  tune --fit-simulator  fit the simulator's constants to the rows weft bench recorded\n"
+      "          --results DIR (bench/results) --machine FILE --out FILE (the fitted profile)\n"
       "  check   prove plans on the CPU: validate, run the reference executor, compare with the op\n"
       "          --op LIST --strategy LIST --world LIST --seed S\n"
       "  plan    print one plan and its validation report\n"
@@ -78,6 +85,7 @@ int main(int argc, char** argv) {
     else if (command == "characterize") code = weft::cli::command_characterize(args);
     else if (command == "tune") code = weft::cli::command_tune(args);
     else if (command == "plan") code = weft::cli::command_plan(args);
+    else if (command == "simulate") code = weft::cli::command_simulate(args);
     else {
       std::fprintf(stderr, "weft: unknown command '%s'; see weft --help\n", command.c_str());
       return 2;

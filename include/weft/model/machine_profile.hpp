@@ -50,6 +50,18 @@ struct MachineProfile {
   // uniform_fused_1d is picked, above five times which hetero_unfused_1d. The paper tunes it once per
   // machine ("one-time tuning cost for thresholds"); 1 ms is our reading of its Figure 12(a).
   double ficco_threshold_seconds = 1e-3;
+  // What the simulator (model/simulator.hpp) needs beyond the above; defaults are H200 figures
+  // (DEVELOPERS: copy engine ~380 GB/s per peer; NVLink 4 is 450 GB/s per direction per GPU).
+  double gemm_efficiency = 0.95;            // a library GEMM's achieved fraction of peak_flops (128x256 tiles)
+  double overlap_gemm_efficiency = 0.95;    // the overlap GEMM's rate relative to that (its own tile table)
+  double gemm_fixed_seconds = 6e-6;         // a GEMM launch's fixed cost (launch, ramp-up, last wave's tail)
+  double link_bytes_per_s = 380e9;          // one copy-engine transfer between two GPUs
+  double nvlink_bytes_per_s = 450e9;        // all of one GPU's peer traffic, each direction
+  double copy_latency_seconds = 4e-6;       // a copy's fixed cost (setup, first bytes)
+  double launch_seconds = 3e-6;             // a kernel's or stream operation's fixed cost
+  double sm_copy_bytes_per_s_per_sm = 20e9;  // an SM-driven peer copy, per SM it runs on
+  double barrier_seconds = 12e-6;           // the device barrier a peer-touching call starts with
+  double gemm_slowdown_beside_copies = 1.03;  // a GEMM's tiles while peer copies run on its GPU (HBM, L2)
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";
 

@@ -32,6 +32,13 @@ struct GemmTiling {
 };
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
+// A tile's compute rate relative to 128x256 (narrower tiles move more shared-memory bytes per FLOP).
+double tile_rate(TileShape tile);
+// What a K split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
+// 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms, so
+// a split entry costs about 32 K-tiles more than its share (the partial tile's round trip and the
+// wait for the previous split).
+constexpr double kSplitFixupKTiles = 32.0;
 // The K split for `tile_count` entries of one tile shape (a table may hold fewer tiles than the
 // grid) of an m x n x k GEMM; 1 for memory-bound shapes.
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count);

@@ -1,0 +1,91 @@
+#include "simulator_fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "weft/model/simulator.hpp"
+#include "weft/plan/strategies.hpp"
+
+namespace weft::bench {
+
+std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine) {
+  PlanOptions o;
+  o.tile_m = 128;
+  o.tile_n = 256;
+  o.machine = machine;
+  std::vector<SimulatedRow> out;
+  for (const RecordedRow& r : rows) {
+    try {
+      out.push_back({r, make_plan(find_strategy(r.strategy), r.problem, o)});
+    } catch (const std::invalid_argument&) {
+      // A strategy that no longer builds this shape (or no longer exists): not predictable.
+    }
+  }
+  return out;
+}
+
+SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const MachineProfile& machine) {
+  SimulatorError e;
+  double total = 0;
+  for (const SimulatedRow& r : rows) {
+    const double error = std::abs(simulate(r.plan, machine).seconds * 1e3 / r.recorded.t_ms - 1);
+    auto& s = e.per_strategy[r.recorded.strategy];
+    s.first += error;
+    ++s.second;
+    total += error;
+  }
+  for (auto& [name, s] : e.per_strategy) {
+    s.first /= s.second;
+    e.mean_over_strategies += s.first;
+  }
+  if (!e.per_strategy.empty()) e.mean_over_strategies /= static_cast<double>(e.per_strategy.size());
+  if (!rows.empty()) e.mean_over_rows = total / static_cast<double>(rows.size());
+  return e;
+}
+
+MachineProfile fit_simulator(const std::vector<SimulatedRow>& rows, MachineProfile p, std::string* log) {
+  struct Knob {
+    const char* name;
+    double MachineProfile::*field;
+    double low, high;
+  };
+  const Knob knobs[] = {
+      {"gemm_efficiency", &MachineProfile::gemm_efficiency, 0.6, 1.0},
+      {"overlap_gemm_efficiency", &MachineProfile::overlap_gemm_efficiency, 0.6, 1.1},
+      {"gemm_fixed_seconds", &MachineProfile::gemm_fixed_seconds, 0, 60e-6},
+      {"launch_seconds", &MachineProfile::launch_seconds, 0, 30e-6},
+      {"copy_latency_seconds", &MachineProfile::copy_latency_seconds, 0, 40e-6},
+      {"link_bytes_per_s", &MachineProfile::link_bytes_per_s, 100e9, 500e9},
+      {"nvlink_bytes_per_s", &MachineProfile::nvlink_bytes_per_s, 150e9, 900e9},
+      {"gemm_slowdown_beside_copies", &MachineProfile::gemm_slowdown_beside_copies, 1.0, 1.5},
+      {"barrier_seconds", &MachineProfile::barrier_seconds, 0, 60e-6},
+  };
+  double best = simulator_error(rows, p).mean_over_strategies;
+  std::ostringstream out;
+  out << "start: " << best * 100 << "%\n";
+  for (double step : {0.3, 0.15, 0.07, 0.03})
+    for (int round = 0; round < 3; ++round) {
+      bool improved = false;
+      for (const Knob& k : knobs)
+        for (double factor : {1 - step, 1 + step}) {
+          MachineProfile trial = p;
+          double& value = trial.*(k.field);
+          // Seconds may start at zero: a step moves them by a fraction of their range then.
+          value = value > 0 ? value * factor : (factor > 1 ? step * k.high : 0);
+          value = std::clamp(value, k.low, k.high);
+          const double score = simulator_error(rows, trial).mean_over_strategies;
+          if (score < best - 1e-6) {
+            best = score;
+            p = trial;
+            improved = true;
+            out << k.name << " -> " << p.*(k.field) << ": " << best * 100 << "%\n";
+          }
+        }
+      if (!improved) break;
+    }
+  if (log) *log = out.str();
+  return p;
+}
+
+}  // namespace weft::bench

@@ -1,0 +1,36 @@
+// Fits the simulator's constants (machine_profile.hpp: gemm_efficiency ... barrier_seconds) to what
+// weft bench recorded, so that its predictions match this machine: coordinate descent on the mean,
+// over strategies, of each strategy's mean absolute relative error (every strategy weighs the same,
+// however many rows it has). Plans are built once with the given profile; only the simulation is
+// repeated.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "recorded_results.hpp"
+#include "weft/ir/plan.hpp"
+#include "weft/model/machine_profile.hpp"
+
+namespace weft::bench {
+
+struct SimulatedRow {
+  RecordedRow recorded;
+  Plan plan;
+};
+
+// The plans weft bench ran for the rows (its options: 128x256 base tile, the model's tiling).
+std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine);
+
+struct SimulatorError {
+  std::map<std::string, std::pair<double, int>> per_strategy;  // mean |error|, rows
+  double mean_over_strategies = 0;
+  double mean_over_rows = 0;
+};
+SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const MachineProfile& machine);
+
+// The profile with its simulator constants fitted; `log` gets a line per accepted change.
+MachineProfile fit_simulator(const std::vector<SimulatedRow>& rows, MachineProfile start, std::string* log = nullptr);
+
+}  // namespace weft::bench

@@ -1,0 +1,421 @@
+#include "weft/model/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <sstream>
+
+#include "common/json.hpp"
+#include "weft/model/tiling.hpp"
+
+namespace weft {
+
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+constexpr double kEpsilon = 1e-12;
+
+int64_t elements(const Region& r) { return r.box.rows * r.box.cols; }
+
+// One GEMM step being simulated: its entries (tiles, or K splits of tiles) on its CTAs.
+struct GemmRun {
+  int rank = 0;
+  int step = 0;
+  struct Entry {
+    double seconds = 0;
+    std::optional<Wait> wait;
+    std::optional<Notify> notify;  // on the last split of a tile only
+  };
+  std::vector<Entry> entries;
+  int grid = 1;
+  std::vector<size_t> next;           // per CTA: its next entry (CTA c takes c, c + grid, ...)
+  std::vector<double> busy_until;     // per CTA; kNever while waiting for nothing to start
+  std::vector<bool> running;
+  size_t done = 0;
+  bool holds_every_sm = false;
+};
+
+struct Transfer {
+  int rank = 0, step = 0;  // the copy step
+  int from = 0, to = 0;    // GPUs
+  bool peer = false;
+  double cap = 0;          // bytes/s this transfer can reach alone
+  double remaining = 0;    // bytes
+  double rate = 0;
+};
+
+struct Event {
+  double time;
+  int kind;  // 0 step done, 1 GEMM entry done
+  int rank, step, cta;
+  bool operator>(const Event& o) const { return time > o.time; }
+};
+
+class Simulator {
+ public:
+  Simulator(const Plan& plan, const MachineProfile& machine) : plan_(plan), m_(machine) {
+    const int world = plan.world_size();
+    ranks_.resize(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
+      Rank& rk = ranks_[static_cast<size_t>(r)];
+      rk.streams.resize(static_cast<size_t>(rp.stream_count));
+      for (size_t i = 0; i < rp.steps.size(); ++i) rk.streams[static_cast<size_t>(rp.steps[i].stream)].steps.push_back(static_cast<int>(i));
+      rk.signals.assign(rp.signals.size(), 0);
+      rk.end = 0;
+    }
+  }
+
+  Simulation run() {
+    now_ = reaches_across_ranks(plan_) ? m_.barrier_seconds : 0.0;
+    for (;;) {
+      while (try_start()) {
+      }
+      double next = events_.empty() ? kNever : events_.top().time;
+      for (const Transfer& t : transfers_)
+        if (t.rate > 0) next = std::min(next, now_ + t.remaining / t.rate);
+      if (next == kNever) break;
+      advance_transfers(next);
+      now_ = next;
+      finish_transfers();
+      while (!events_.empty() && events_.top().time <= now_ + kEpsilon) {
+        const Event e = events_.top();
+        events_.pop();
+        if (e.kind == 0) complete_step(e.rank, e.step);
+        else complete_entry(e.rank, e.cta);
+      }
+    }
+    Simulation out;
+    std::ostringstream stuck;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const Rank& rk = ranks_[r];
+      out.rank_seconds.push_back(rk.end);
+      out.seconds = std::max(out.seconds, rk.end);
+      for (size_t s = 0; s < rk.streams.size(); ++s) {
+        const StreamState& st = rk.streams[s];
+        if (st.next < st.steps.size()) {
+          const Step& step = plan_.ranks[r].steps[static_cast<size_t>(st.steps[st.next])];
+          stuck << "rank " << r << " stream " << s << " stopped at '" << step.label << "'";
+          for (const Wait& w : step.waits)
+            if (signal(w.signal) < w.value) stuck << " waiting for " << describe_signal(plan_, w.signal) << " >= " << w.value;
+          stuck << "\n";
+        }
+      }
+    }
+    out.stuck = stuck.str();
+    out.steps = std::move(intervals_);
+    std::sort(out.steps.begin(), out.steps.end(), [](const SimulatedStep& a, const SimulatedStep& b) { return a.start < b.start; });
+    return out;
+  }
+
+ private:
+  struct StreamState {
+    std::vector<int> steps;
+    size_t next = 0;
+    bool running = false;
+  };
+  struct Rank {
+    std::vector<StreamState> streams;
+    std::vector<uint64_t> signals;
+    std::unique_ptr<GemmRun> gemm;
+    std::map<int, double> step_start;
+    double end = 0;
+    int peer_copies = 0;  // active peer transfers touching this GPU
+  };
+
+  uint64_t signal(const SignalRef& s) const { return ranks_[static_cast<size_t>(s.rank)].signals[static_cast<size_t>(s.id)]; }
+  void raise(const Notify& n) { ranks_[static_cast<size_t>(n.signal.rank)].signals[static_cast<size_t>(n.signal.id)] += n.increment; }
+  bool met(const std::vector<Wait>& waits) const {
+    return std::all_of(waits.begin(), waits.end(), [&](const Wait& w) { return signal(w.signal) >= w.value; });
+  }
+  bool sms_free(int rank) const {
+    const auto& g = ranks_[static_cast<size_t>(rank)].gemm;
+    return !g || !g->holds_every_sm;
+  }
+
+  // Starts whatever can start now; true if anything did.
+  bool try_start() {
+    bool started = false;
+    for (int r = 0; r < static_cast<int>(ranks_.size()); ++r) {
+      Rank& rk = ranks_[static_cast<size_t>(r)];
+      for (StreamState& st : rk.streams) {
+        if (st.running || st.next >= st.steps.size()) continue;
+        const int index = st.steps[st.next];
+        const Step& step = plan_.ranks[static_cast<size_t>(r)].steps[static_cast<size_t>(index)];
+        if (!met(step.waits)) continue;
+        if (start_step(r, index, step)) {
+          st.running = true;
+          rk.step_start[index] = now_;
+          started = true;
+        }
+      }
+      if (rk.gemm) started = start_entries(r) || started;
+    }
+    return started;
+  }
+
+  bool start_step(int r, int index, const Step& step) {
+    return std::visit(
+        [&](const auto& body) -> bool {
+          using T = std::decay_t<decltype(body)>;
+          if constexpr (std::is_same_v<T, GemmStep>) return start_gemm(r, index, body);
+          else if constexpr (std::is_same_v<T, CopyStep>) return start_copy(r, index, step, body);
+          else if constexpr (std::is_same_v<T, CollectiveStep>) return arrive_at_collective(r, index, body);
+          else if constexpr (std::is_same_v<T, JoinStep>) {
+            schedule(0, r, index, now_);
+            return true;
+          } else {
+            if (!sms_free(r)) return false;
+            schedule(0, r, index, now_ + m_.launch_seconds + memory_seconds(body));
+            return true;
+          }
+        },
+        step.body);
+  }
+
+  double memory_seconds(const ReduceStep& s) const {
+    const double bytes = static_cast<double>(elements(s.dst)) * 2 * static_cast<double>(s.srcs.size() + 1 + (s.accumulate ? 1 : 0));
+    return bytes / (0.8 * m_.memory_bytes_per_s);
+  }
+  double memory_seconds(const PermuteRowsStep& s) const { return static_cast<double>(elements(s.dst)) * 4 / (0.8 * m_.memory_bytes_per_s); }
+  double memory_seconds(const MoveBoxesStep& s) const {
+    double moved = 0;
+    for (const BoxMove& b : s.moves) moved += static_cast<double>(b.from.rows * b.from.cols);
+    return moved * 4 / (0.8 * m_.memory_bytes_per_s);
+  }
+  template <class T>
+  double memory_seconds(const T&) const {
+    return 0;
+  }
+
+  void schedule(int kind, int r, int step, double time, int cta = 0) { events_.push({time, kind, r, step, cta}); }
+
+  bool start_gemm(int r, int index, const GemmStep& g) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.gemm) return false;  // one GEMM at a time per GPU
+    if (g.tiles.empty()) {
+      schedule(0, r, index, now_);
+      return true;
+    }
+    auto run = std::make_unique<GemmRun>();
+    run->rank = r;
+    run->step = index;
+    const bool library = is_plain_tile_table(g);
+    const int64_t m = g.a.box.rows, n = g.b.box.rows, k = g.a.box.cols;
+    const int sms = g.sm_limit > 0 ? std::min(g.sm_limit, m_.sm_count) : m_.sm_count;
+    // A library GEMM picks its own tiling over the whole output: costed as the tiling rule's pick.
+    const GemmTiling library_tiling = choose_overlap_gemm_tiling(m, n, k, sms);
+    const TileShape tile = library ? library_tiling.tile : TileShape{g.tile_m, g.tile_n, 64};
+    const int64_t tiles = library ? ((m + tile.tile_m - 1) / tile.tile_m) * ((n + tile.tile_n - 1) / tile.tile_n) : static_cast<int64_t>(g.tiles.size());
+    const int splits = library ? library_tiling.k_splits : std::max(g.k_splits, 1);
+    const double k_tiles = std::ceil(static_cast<double>(k) / tile.tile_k);
+    const double share = splits > 1 ? (k_tiles / splits + kSplitFixupKTiles) / k_tiles : 1.0;
+    const double per_cta_rate = m_.peak_flops * m_.gemm_efficiency * tile_rate(tile) / m_.sm_count;
+    double seconds = 2.0 * tile.tile_m * tile.tile_n * static_cast<double>(k) * share / per_cta_rate;
+    const int64_t entries = tiles * splits;
+    run->grid = static_cast<int>(std::min<int64_t>(entries, sms));
+    // No faster than streaming A, B and C through HBM with every CTA busy.
+    const double bytes = 2.0 * static_cast<double>(m * k + n * k + m * n);
+    seconds = std::max(seconds, bytes / m_.memory_bytes_per_s * run->grid / static_cast<double>(entries));
+    if (library) {
+      GemmRun::Entry e;
+      e.seconds = seconds;
+      run->entries.assign(static_cast<size_t>(entries), e);
+    } else {
+      // A tile stored into a peer's memory waits for its bytes to cross NVLink, which every CTA
+      // storing to peers shares.
+      const double peer_store = 2.0 * tile.tile_m * tile.tile_n * run->grid / std::max(m_.nvlink_bytes_per_s, 1.0);
+      for (const GemmTile& t : g.tiles)
+        for (int s = 0; s < splits; ++s) {
+          GemmRun::Entry e;
+          e.seconds = seconds / m_.overlap_gemm_efficiency + (s + 1 == splits && t.store.rank != r ? peer_store : 0.0);
+          e.wait = t.wait;
+          if (s + 1 == splits) e.notify = t.notify;
+          run->entries.push_back(e);
+        }
+    }
+    run->holds_every_sm = g.persistent && g.sm_limit == 0;
+    run->next.resize(static_cast<size_t>(run->grid));
+    for (int c = 0; c < run->grid; ++c) run->next[static_cast<size_t>(c)] = static_cast<size_t>(c);
+    run->running.assign(static_cast<size_t>(run->grid), false);
+    rk.gemm = std::move(run);
+    return true;
+  }
+
+  bool start_entries(int r) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    GemmRun& g = *rk.gemm;
+    bool started = false;
+    const double slowdown = rk.peer_copies > 0 ? m_.gemm_slowdown_beside_copies : 1.0;
+    for (int c = 0; c < g.grid; ++c) {
+      if (g.running[static_cast<size_t>(c)] || g.next[static_cast<size_t>(c)] >= g.entries.size()) continue;
+      const GemmRun::Entry& e = g.entries[g.next[static_cast<size_t>(c)]];
+      if (e.wait && signal(e.wait->signal) < e.wait->value) continue;
+      g.running[static_cast<size_t>(c)] = true;
+      schedule(1, r, g.step, now_ + e.seconds * slowdown, c);
+      started = true;
+    }
+    return started;
+  }
+
+  void complete_entry(int r, int cta) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    GemmRun& g = *rk.gemm;
+    const GemmRun::Entry& e = g.entries[g.next[static_cast<size_t>(cta)]];
+    if (e.notify) raise(*e.notify);
+    g.running[static_cast<size_t>(cta)] = false;
+    g.next[static_cast<size_t>(cta)] += static_cast<size_t>(g.grid);
+    if (++g.done == g.entries.size()) {
+      const int step = g.step;
+      rk.gemm.reset();
+      complete_step(r, step, m_.gemm_fixed_seconds);
+    }
+  }
+
+  bool start_copy(int r, int index, const Step& step, const CopyStep& c) {
+    const bool peer = c.src.rank != c.dst.rank || c.src.rank != r;
+    const bool by_sms = step.engine == Engine::sm && peer;
+    if (by_sms && !sms_free(r)) return false;
+    Transfer t;
+    t.rank = r;
+    t.step = index;
+    t.from = c.src.rank;
+    t.to = c.dst.rank;
+    t.peer = peer;
+    t.remaining = static_cast<double>(elements(c.src)) * 2;
+    t.cap = by_sms ? m_.sm_copy_bytes_per_s_per_sm * (c.sms > 0 ? c.sms : m_.sm_count)
+                   : peer ? m_.link_bytes_per_s : m_.memory_bytes_per_s / 2;
+    if (t.remaining <= 0) {
+      schedule(0, r, index, now_);
+      return true;
+    }
+    if (peer) {
+      ++ranks_[static_cast<size_t>(t.from)].peer_copies;
+      if (t.to != t.from) ++ranks_[static_cast<size_t>(t.to)].peer_copies;
+    }
+    transfers_.push_back(t);
+    share_bandwidth();
+    return true;
+  }
+
+  // Fair shares: a peer transfer gets its cap, or its part of each end's NVLink bandwidth.
+  void share_bandwidth() {
+    std::map<int, int> out, in;
+    for (const Transfer& t : transfers_)
+      if (t.peer) {
+        ++out[t.from];
+        ++in[t.to];
+      }
+    for (Transfer& t : transfers_) {
+      t.rate = t.cap;
+      if (t.peer) t.rate = std::min({t.cap, m_.nvlink_bytes_per_s / out[t.from], m_.nvlink_bytes_per_s / in[t.to]});
+    }
+  }
+
+  void advance_transfers(double until) {
+    for (Transfer& t : transfers_) t.remaining -= t.rate * (until - now_);
+  }
+
+  void finish_transfers() {
+    bool any = false;
+    for (size_t i = 0; i < transfers_.size();) {
+      Transfer& t = transfers_[i];
+      if (t.remaining > 1e-3) {
+        ++i;
+        continue;
+      }
+      if (t.peer) {
+        --ranks_[static_cast<size_t>(t.from)].peer_copies;
+        if (t.to != t.from) --ranks_[static_cast<size_t>(t.to)].peer_copies;
+      }
+      schedule(0, t.rank, t.step, now_ + m_.copy_latency_seconds);
+      transfers_.erase(transfers_.begin() + static_cast<std::ptrdiff_t>(i));
+      any = true;
+    }
+    if (any) share_bandwidth();
+  }
+
+  bool arrive_at_collective(int r, int index, const CollectiveStep& c) {
+    if (!sms_free(r)) return false;  // NCCL's kernels need SMs
+    auto& arrived = collectives_[c.id];
+    arrived.push_back({r, index});
+    if (static_cast<int>(arrived.size()) < plan_.world_size()) return true;
+    // Everyone is in: it runs for the curve's time, slowed where a GEMM runs beside it.
+    const CollectiveStep& first = c;
+    double bytes = static_cast<double>(elements(first.src)) * 2;
+    if (first.kind == CollectiveKind::all_to_all) {
+      bytes = 0;
+      for (int64_t rows : first.send_rows) bytes += static_cast<double>(rows * first.src.box.cols) * 2;
+    }
+    double seconds = m_.collective_seconds(first.kind, plan_.world_size(), bytes);
+    bool beside_gemm = false;
+    for (const Rank& rk : ranks_) beside_gemm = beside_gemm || static_cast<bool>(rk.gemm);
+    if (beside_gemm) seconds *= m_.overlapped_slowdown(first.kind, plan_.world_size());
+    for (const auto& [rank, step] : arrived) schedule(0, rank, step, now_ + seconds + m_.launch_seconds);
+    collectives_.erase(c.id);
+    return true;
+  }
+
+  void complete_step(int r, int index, double extra = 0) {
+    if (extra > 0) {
+      schedule(0, r, index, now_ + extra);
+      return;
+    }
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    const Step& step = plan_.ranks[static_cast<size_t>(r)].steps[static_cast<size_t>(index)];
+    for (const Notify& n : step.notifies) raise(n);
+    StreamState& st = rk.streams[static_cast<size_t>(step.stream)];
+    st.running = false;
+    ++st.next;
+    rk.end = std::max(rk.end, now_);
+    intervals_.push_back({r, step.stream, index, rk.step_start[index], now_});
+  }
+
+  const Plan& plan_;
+  const MachineProfile& m_;
+  double now_ = 0;
+  std::vector<Rank> ranks_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<Transfer> transfers_;
+  std::map<int, std::vector<std::pair<int, int>>> collectives_;  // id -> (rank, step) arrived
+  std::vector<SimulatedStep> intervals_;
+};
+
+}  // namespace
+
+Simulation simulate(const Plan& plan, const MachineProfile& machine) { return Simulator(plan, machine).run(); }
+
+std::string chrome_trace(const Plan& plan, const Simulation& s) {
+  Json::Array events;
+  for (const RankPlan& rp : plan.ranks) {
+    Json::Object process;
+    process["name"] = "process_name";
+    process["ph"] = "M";
+    process["pid"] = rp.rank;
+    process["args"] = Json(Json::Object{{"name", Json("rank " + std::to_string(rp.rank))}});
+    events.push_back(Json(std::move(process)));
+  }
+  for (const SimulatedStep& step : s.steps) {
+    const Step& ps = plan.ranks[static_cast<size_t>(step.rank)].steps[static_cast<size_t>(step.step)];
+    Json::Object e;
+    e["name"] = ps.label;
+    e["cat"] = std::string(to_string(ps.engine));
+    e["ph"] = "X";
+    e["pid"] = step.rank;
+    e["tid"] = step.stream;
+    e["ts"] = step.start * 1e6;
+    e["dur"] = (step.end - step.start) * 1e6;
+    events.push_back(Json(std::move(e)));
+  }
+  Json::Object doc;
+  doc["traceEvents"] = Json(std::move(events));
+  doc["displayTimeUnit"] = "ms";
+  doc["otherData"] = Json(Json::Object{{"strategy", Json(plan.strategy)}, {"predicted_ms", Json(s.seconds * 1e3)}});
+  return Json(std::move(doc)).dump(0);
+}
+
+}  // namespace weft

@@ -1,0 +1,116 @@
+// The simulator (model/simulator.hpp): what it predicts follows from the plan and the profile (a
+// sequential call is its GEMM then its collective; overlap hides communication; a GEMM holding every
+// SM keeps NCCL out), a plan that would hang is reported, worlds no machine here has are predicted,
+// and its trace is Chrome/Perfetto JSON.
+#include <gtest/gtest.h>
+
+#include "common/json.hpp"
+#include "weft/model/simulator.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
+
+namespace weft {
+namespace {
+
+MachineProfile profile() {
+  MachineProfile m;  // H200 defaults
+  return m;
+}
+
+double predict(const std::string& strategy, const Problem& p, const MachineProfile& m = profile()) {
+  PlanOptions o;
+  o.machine = m;
+  return simulate(make_plan(find_strategy(strategy), p, o), m).seconds;
+}
+
+TEST(Simulator, ASequentialCallIsItsGemmThenItsCollective) {
+  const MachineProfile m = profile();
+  const Problem p{OpKind::gemm_ar, 8192, 8192, 4096, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.machine = m;
+  const Plan plan = plan_sequential(p, o);
+  const Simulation whole = simulate(plan, m);
+  const double gemm = simulate(steps_of_kind(plan, StepKind::gemm), m).seconds;
+  const double comm = simulate(steps_of_kind(plan, StepKind::collective), m).seconds;
+  EXPECT_TRUE(whole.stuck.empty()) << whole.stuck;
+  EXPECT_NEAR(whole.seconds, gemm + comm, 0.05 * whole.seconds) << "one stream: the collective waits for the GEMM";
+  // The GEMM: 2 M N K FLOP at about the profile's rate.
+  const double ideal = 2.0 * 8192 * 8192 * 4096 / (m.peak_flops * m.gemm_efficiency);
+  EXPECT_GT(gemm, ideal);
+  EXPECT_LT(gemm, 1.3 * ideal);
+  // The collective: the profile's curve.
+  EXPECT_NEAR(comm, m.collective_seconds(CollectiveKind::all_reduce, 4, 8192.0 * 8192 * 2), 0.2 * comm);
+  ASSERT_EQ(whole.rank_seconds.size(), 4u);
+  EXPECT_EQ(whole.steps.size(), 8u) << "two steps on each of four ranks";
+}
+
+TEST(Simulator, OverlapHidesCommunicationWhereThereIsSomeToHide) {
+  // MLP-1 RS at world 4: the reduce-scatter is most of a GEMM's time; decomposed hides part of it.
+  const Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::bf16, DType::bf16, {}};
+  EXPECT_LT(predict("decomposed", p), 0.9 * predict("sequential", p));
+  EXPECT_LT(predict("fused", p), predict("sequential", p));
+}
+
+TEST(Simulator, AGemmOnEverySmKeepsNcclOut) {
+  // The same chunked AllReduce plan with its GEMM on every SM: NCCL's chunks cannot start before the
+  // GEMM ends, so nothing overlaps and the call takes longer than with SMs left to NCCL.
+  const MachineProfile m = profile();
+  const Problem p{OpKind::gemm_ar, 8192, 8192, 4096, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.machine = m;
+  Plan plan = make_plan(find_strategy("chunked"), p, o);
+  const double beside = simulate(plan, m).seconds;
+  for (RankPlan& rp : plan.ranks)
+    for (Step& s : rp.steps)
+      if (auto* g = std::get_if<GemmStep>(&s.body)) g->sm_limit = 0;
+  const double holding = simulate(plan, m).seconds;
+  EXPECT_GT(holding, beside);
+  const double sequential = predict("sequential", p, m);
+  EXPECT_GT(holding, 0.95 * sequential) << "holding every SM, the chunks run after the GEMM, as in sequential";
+}
+
+TEST(Simulator, APlanThatWouldHangIsReported) {
+  const Problem p{OpKind::gemm_ar, 256, 256, 256, 2, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_sequential(p, PlanOptions{});
+  plan.ranks[1].signals.push_back("never_raised");
+  plan.ranks[1].steps.back().waits.push_back(Wait{SignalRef{1, 0}, 1});
+  const Simulation s = simulate(plan, profile());
+  EXPECT_NE(s.stuck.find("never_raised"), std::string::npos) << s.stuck;
+}
+
+TEST(Simulator, PredictsWorldsNoMachineHereHas) {
+  for (int world : {8, 16, 64}) {
+    const Problem p{OpKind::ag_gemm, 8192 / world, 12288 / world * 4, 4096, world, DType::bf16, DType::bf16, {}};
+    const double seq = predict("sequential", p), dec = predict("decomposed", p);
+    EXPECT_GT(seq, 0) << world;
+    EXPECT_GT(dec, 0) << world;
+  }
+}
+
+TEST(Simulator, ItsTraceIsChromeTraceJson) {
+  const Problem p{OpKind::ag_gemm, 1024, 2048, 1024, 2, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  const Plan plan = make_plan(find_strategy("decomposed"), p, o);
+  const Simulation s = simulate(plan, profile());
+  const Json trace = Json::parse(chrome_trace(plan, s));
+  int slices = 0, names = 0;
+  for (const Json& e : trace["traceEvents"].items()) {
+    const std::string phase = e["ph"].text();
+    if (phase == "X") {
+      ++slices;
+      EXPECT_GE(e["dur"].number(), 0);
+      EXPECT_GE(e["ts"].number(), 0);
+      EXPECT_FALSE(e["name"].text().empty());
+    } else if (phase == "M") {
+      ++names;
+    }
+  }
+  size_t steps = 0;
+  for (const RankPlan& rp : plan.ranks) steps += rp.steps.size();
+  EXPECT_EQ(static_cast<size_t>(slices), steps);
+  EXPECT_EQ(names, 2) << "a process name per rank";
+  EXPECT_NEAR(trace["otherData"]["predicted_ms"].number(), s.seconds * 1e3, 1e-4 * s.seconds * 1e3) << "JSON keeps 6 digits";
+}
+
+}  // namespace
+}  // namespace weft
