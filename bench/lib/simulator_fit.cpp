@@ -44,6 +44,26 @@ SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const Mach
   return e;
 }
 
+std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const MachineProfile& machine,
+                                                                                const Problem* skip) {
+  std::map<std::string, MachineProfile::PredictionAccuracy> out;
+  std::map<std::string, int> count;
+  for (const SimulatedRow& r : rows) {
+    const Problem& q = r.recorded.problem;
+    if (skip && q.op == skip->op && q.world_size == skip->world_size && q.m == skip->m && q.n == skip->n && q.k == skip->k) continue;
+    const double error = simulate(r.plan, machine).seconds * 1e3 / r.recorded.t_ms - 1;
+    auto& a = out[r.recorded.strategy];
+    a.bias += error;
+    a.error += std::abs(error);
+    ++count[r.recorded.strategy];
+  }
+  for (auto& [name, a] : out) {
+    a.bias /= count[name];
+    a.error /= count[name];
+  }
+  return out;
+}
+
 MachineProfile fit_simulator(const std::vector<SimulatedRow>& rows, MachineProfile p, std::string* log) {
   struct Knob {
     const char* name;

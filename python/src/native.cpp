@@ -11,6 +11,8 @@
 
 #include "weft/ir/plan.hpp"
 #include "weft/model/tiling.hpp"
+#include "weft/model/tuning_table.hpp"
+#include "weft/plan/auto.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/runtime/communicator.hpp"
@@ -136,6 +138,20 @@ NB_MODULE(_native, m) {
   }, "(name, paper, description, ops) of every strategy.");
   m.def("default_strategy", [](const std::string& op, int world_size) { return weft::default_strategy(weft::parse_op(op), world_size); },
         "op"_a, "world_size"_a);
+  m.def(
+      "choose_strategy",
+      [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& machine, const std::string& tuning) {
+        weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        if (weft::routes_rows(p.op)) p.routing = weft::random_routing(world_size, m, 1);
+        weft::check_problem(p);
+        weft::PlanOptions o;
+        if (!machine.empty()) o.machine = weft::load_machine_profile(machine);
+        if (!tuning.empty()) o.tuning = std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
+        const weft::AutoChoice c = weft::choose_strategy(p, o);
+        return std::make_tuple(c.candidate.strategy, c.reason);
+      },
+      "op"_a, "m"_a, "n"_a, "k"_a, "world_size"_a, "machine"_a = "", "tuning"_a = "",
+      "What auto runs for this problem and why: (strategy, reason). machine, tuning: a profile and a tuning table (JSON files).");
   m.def(
       "describe_plan",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {

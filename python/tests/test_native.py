@@ -1,6 +1,8 @@
 """The native module without a GPU: it loads (no libtorch), knows the strategies, builds and checks
 plans, and maps C++ errors to Python exceptions."""
 
+import pathlib
+
 import pytest
 
 import weft
@@ -14,9 +16,16 @@ def test_the_native_module_lists_the_strategies():
         assert set(ops) <= set(weft.OPS)
 
 
-def test_the_default_strategy_is_sequential_alone_and_decomposed_beside_peers():
-    assert weft.default_strategy("ag_gemm", 1) == "sequential"
-    assert weft.default_strategy("gemm_rs", 4) == "decomposed"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_the_default_is_auto_and_auto_says_why():
+    assert weft.default_strategy("ag_gemm", 1) == "auto"
+    strategy, reason = weft.choose_strategy("ag_gemm", 1024, 4096, 4096, 1)
+    assert strategy == "sequential" and "world of one" in reason
+    # MLP-1's ReduceScatter at world 4, on the fitted H200 profile: an overlap strategy, predicted.
+    strategy, reason = weft.choose_strategy("gemm_rs", 8192, 4096, 2752, 4, str(ROOT / "bench/machines/h200.json"))
+    assert strategy != "sequential" and "predicted" in reason, (strategy, reason)
 
 
 def test_a_plan_is_built_validated_and_printed():

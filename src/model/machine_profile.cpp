@@ -70,6 +70,11 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["sm_copy_bytes_per_s_per_sm"] = p.sm_copy_bytes_per_s_per_sm;
   o["barrier_seconds"] = p.barrier_seconds;
   o["gemm_slowdown_beside_copies"] = p.gemm_slowdown_beside_copies;
+  if (!p.prediction_accuracy.empty()) {
+    Json::Object accuracy;
+    for (const auto& [name, a] : p.prediction_accuracy) accuracy[name] = Json(Json::Object{{"bias", Json(a.bias)}, {"error", Json(a.error)}});
+    o["prediction_accuracy"] = Json(std::move(accuracy));
+  }
   Json::Array curves;
   for (const CollectiveCurve& c : p.collectives) {
     Json::Object curve;
@@ -107,6 +112,9 @@ MachineProfile parse_machine_profile(std::string_view text) {
     if (j.has(name)) *field = j[name].number();
     if (!(*field >= 0)) throw std::invalid_argument(std::string("machine profile: ") + name + " must not be negative");
   }
+  if (j.has("prediction_accuracy"))
+    for (const auto& [name, a] : j["prediction_accuracy"].members())
+      p.prediction_accuracy[name] = MachineProfile::PredictionAccuracy{a["bias"].number(), a["error"].number()};
   if (!(p.ficco_threshold_seconds > 0)) throw std::invalid_argument("machine profile: ficco_threshold_seconds must be positive");
   if (p.sm_count < 1 || p.collective_sms < 0 || p.collective_sms >= p.sm_count)
     throw std::invalid_argument("machine profile: need sm_count >= 1 and 0 <= collective_sms < sm_count (got " +

@@ -1,8 +1,10 @@
 #include "weft/runtime/op.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 
+#include "weft/model/tuning_table.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/workspace.hpp"
@@ -36,10 +38,7 @@ void require_pointer(const void* p, const char* name) {
 
 }  // namespace
 
-std::string default_strategy(OpKind op, int world_size) {
-  (void)op;
-  return world_size == 1 ? "sequential" : "decomposed";
-}
+std::string default_strategy(OpKind, int) { return "auto"; }
 
 struct Op::Lowered {
   std::unique_ptr<CudaExecutor> executor;
@@ -62,6 +61,12 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     throw std::invalid_argument("weft::Op: gemm_rs needs max_rows a multiple of the world size " + std::to_string(comm_.world_size()) +
                                 " (got " + std::to_string(spec_.max_rows) + ")");
   strategy_ = spec_.strategy == "default" ? default_strategy(spec_.op, comm_.world_size()) : spec_.strategy;
+  // What auto chooses by, where the spec does not say: the environment's machine profile and tuning
+  // table (read on every rank alike; the plans' agreement check catches ranks that read others).
+  if (const char* path = std::getenv("WEFT_MACHINE_PROFILE"); path && *path && spec_.plan.machine.source == MachineProfile{}.source)
+    spec_.plan.machine = load_machine_profile(path);
+  if (const char* path = std::getenv("WEFT_TUNING_TABLE"); path && *path && !spec_.plan.tuning)
+    spec_.plan.tuning = std::make_shared<const TuningTable>(load_tuning_table(path));
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
   if (!strategy.supports(spec_.op))
     throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));

@@ -8,6 +8,9 @@
 #include "characterize.hpp"
 #include "commands.hpp"
 #include "simulator_fit.hpp"
+#include "tune_strategy.hpp"
+#include "auto_check.hpp"
+#include "weft/model/tuning_table.hpp"
 #include "partition_study.hpp"
 #include "bench_suite.hpp"
 #include "weft/model/machine_profile.hpp"
@@ -70,17 +73,98 @@ int fit_simulator_command(const Arguments& args) {
   }
   if (!out.empty()) {
     MachineProfile saved = fitted;
-    saved.source += "; simulator constants fitted by weft tune --fit-simulator on " + std::to_string(rows.size()) + " rows of " + folder;
-    std::ofstream(out) << machine_profile_json(saved);
+    saved.prediction_accuracy = bench::prediction_accuracy(rows, fitted);
+    const std::string note = "; simulator constants fitted by weft tune --fit-simulator";
+    if (const auto at = saved.source.find(note); at != std::string::npos) saved.source.erase(at);  // the last fit's note
+    saved.source += note + " on " + std::to_string(rows.size()) + " rows of " + folder + " (in sample " +
+                    std::to_string(static_cast<int>(bench::simulator_error(rows, fitted).mean_over_strategies * 1000 + 0.5) / 10.0).substr(0, 4) +
+                    "% mean per-strategy error)";
+    std::ofstream file(out);
+    file << machine_profile_json(saved);
+    if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
     std::printf("\nfitted profile -> %s\n", out.c_str());
   }
   return 0;
+}
+
+// weft tune --from-results: a tuning table of the rows weft bench recorded.
+int table_from_results_command(const Arguments& args) {
+  const std::string folder = args.text("results", std::string(WEFT_BENCH_DIR) + "/results");
+  const std::string machine_path = args.text("machine", "");
+  const MachineProfile machine = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
+  const std::string out = args.text("out", "tuning.json");
+  const TuningTable table = bench::tuning_table_from(bench::read_recorded_rows(folder), machine.device);
+  std::ofstream file(out);
+  file << tuning_table_json(table);
+  if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
+  std::printf("%zu measured shapes -> %s (use with auto: PlanOptions::tuning, WEFT_TUNING_TABLE, --tuning)\n", table.entries.size(), out.c_str());
+  return 0;
+}
+
+// weft tune --check-auto: what auto would have picked on the recorded rows, leaving each shape out
+// of the table it chooses by, judged by the measurements.
+int check_auto_command(const Arguments& args) {
+  const std::string folder = args.text("results", std::string(WEFT_BENCH_DIR) + "/results");
+  const std::string machine_path = args.text("machine", "");
+  const MachineProfile machine = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
+  const auto rows = bench::read_recorded_rows(folder);
+  int failures = 0;
+  for (bool use_table : {true, false}) {
+    const bench::AutoJudgement j = bench::judge_auto(rows, machine, use_table);
+    std::printf("\nauto with %s, leave one shape out (%zu shapes at world >= 2):\n", use_table ? "the tuning table of the other shapes, else the simulator"
+                                                                                          : "the simulator alone",
+                j.rows.size());
+    std::printf("%-22s %-9s %5s %-24s %8s %8s %-24s %8s %7s  %s\n", "row", "op", "world", "picked", "ms", "seq ms", "best", "ms", "vs best", "why");
+    int strictly = 0;
+    for (const bench::AutoJudged& r : j.rows) {
+      strictly += r.picked_ms <= r.sequential_ms;
+      std::printf("%-22s %-9s %5d %-24s %8.3f %8.3f %-24s %8.3f %+6.1f%%  %s\n", r.row.c_str(), std::string(to_string(r.problem.op)).c_str(),
+                  r.problem.world_size, r.picked.c_str(), r.picked_ms, r.sequential_ms, r.best.c_str(), r.best_ms, (r.picked_ms / r.best_ms - 1) * 100,
+                  r.reason.c_str());
+    }
+    const size_t n = j.rows.size();
+    std::printf("not slower than sequential: %d of %zu (strictly: %d; within 0.5%% timing noise: %d); within 5%% of the best recorded: %d of %zu (%.0f%%)\n",
+                j.never_slower, n, strictly, j.never_slower, j.near_best, n, n ? 100.0 * j.near_best / static_cast<double>(n) : 0.0);
+    if (use_table) failures = static_cast<int>(n) - j.never_slower;
+  }
+  return failures == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int command_tune(const Arguments& args) {
   if (args.flag("fit-simulator")) return fit_simulator_command(args);
+  if (args.flag("from-results")) return table_from_results_command(args);
+  if (args.flag("check-auto")) return check_auto_command(args);
+  const std::string strategy = args.text("strategy", "");
+  if (!strategy.empty()) {
+    StrategyTuningOptions o;
+    o.strategy = find_strategy(strategy).name;
+    o.ops = ops_from(args);
+    o.keep = static_cast<int>(args.integer("keep", 3));
+    o.warmup = static_cast<int>(args.integer("warmup", 5));
+    o.iterations = static_cast<int>(args.integer("iterations", 20));
+    o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+    const std::string machine = args.text("machine", "");
+    if (!machine.empty()) o.machine = load_machine_profile(machine);
+    const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
+#ifdef WEFT_HAVE_CUDA
+    const DeviceScan scan = scan_devices();
+    if (!scan.devices.empty()) {
+      o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
+      o.out = args.text("out", std::string(WEFT_BENCH_DIR) + "/tuning/" + (scan.devices.front().name.find("H100") != std::string::npos ? "h100" : "h200") + ".json");
+      const int failed = run_strategy_tuning(suite, o);
+      if (failed) std::printf("%d candidate(s) did not match sequential (left out of the table)\n", failed);
+      return failed ? 1 : 0;
+    }
+    std::printf("weft tune --strategy: no GPU found (%s); nothing to measure.\n", scan.why_none.c_str());
+#else
+    std::printf("weft tune --strategy: weft was built without CUDA; nothing to measure.\n");
+#endif
+    args.text("world", "");
+    args.text("out", "");
+    return 0;
+  }
   const bool calibrate = args.flag("calibrate"), partitions = args.flag("partitions");
   if (calibrate == partitions) throw std::invalid_argument("weft tune: give exactly one of --calibrate, --partitions or --fit-simulator");
   const int warmup = static_cast<int>(args.integer("warmup", partitions ? 3 : 5));

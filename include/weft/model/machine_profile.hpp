@@ -10,6 +10,7 @@
 //     "bytes": [...], "seconds": [...] }, ... ], "source": "..." }
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +63,16 @@ struct MachineProfile {
   double sm_copy_bytes_per_s_per_sm = 20e9;  // an SM-driven peer copy, per SM it runs on
   double barrier_seconds = 12e-6;           // the device barrier a peer-touching call starts with
   double gemm_slowdown_beside_copies = 1.03;  // a GEMM's tiles while peer copies run on its GPU (HBM, L2)
+  // How far the simulator's predictions for each strategy were from measurements on this machine:
+  // mean signed relative error (predicted / measured - 1) and mean absolute relative error, by
+  // strategy name. `auto` corrects a prediction by the bias and trusts a predicted gain over
+  // sequential only beyond the error. Written by weft tune --fit-simulator.
+  struct PredictionAccuracy {
+    double bias = 0;
+    double error = 0;
+    bool operator==(const PredictionAccuracy&) const = default;
+  };
+  std::map<std::string, PredictionAccuracy> prediction_accuracy;
   std::string device = "defaults (H200 figures)";
   std::string source = "built-in defaults";
 

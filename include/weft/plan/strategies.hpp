@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
 #include <optional>
 
 #include "weft/ir/plan.hpp"
@@ -50,6 +51,8 @@ struct ChunkedOptions {
   std::optional<Schedule> schedule;    // a user-written schedule instead of a template
 };
 
+struct TuningTable;
+
 struct PlanOptions {
   int tile_m = 128;
   int tile_n = 128;
@@ -75,6 +78,12 @@ struct PlanOptions {
   // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
   int comm_chunks = 0;
   ChunkedOptions chunked;
+  // auto: measured choices (model/tuning_table.hpp; null: the simulator alone), the gain over
+  // sequential a predicted choice must show, and how far (log-space distance of m, n, k) a measured
+  // shape may be from the call's to stand for it.
+  std::shared_ptr<const TuningTable> tuning;
+  double auto_margin = 0.03;
+  double auto_table_distance = 0.35;
 };
 
 struct Strategy {
@@ -97,10 +106,11 @@ const std::vector<Strategy>& strategies();
 // Throws std::invalid_argument listing the known names when `name` is unknown.
 const Strategy& find_strategy(std::string_view name);
 
-// The options `strategy` builds `problem`'s plan with: `base`, with the tile and K split of the
-// overlap GEMM chosen by the model (model/tiling.hpp) for the SMs the GEMM keeps, where the
-// strategy runs on it (Strategy::overlap_gemm); other strategies keep `base`'s tile (their plain
-// tables run on cuBLASLt, which picks its own).
+// The options `strategy` builds `problem`'s plan with: `base`, with the knobs measured fastest for
+// this strategy at the tuning table's nearest shape (within auto_table_distance) where base.tuning
+// has them, and the tile and K split of the overlap GEMM chosen by the model (model/tiling.hpp) for
+// the SMs the GEMM keeps, where the strategy runs on it (Strategy::overlap_gemm); other strategies
+// keep `base`'s tile (their plain tables run on cuBLASLt, which picks its own).
 PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
 // The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)).
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
@@ -131,6 +141,11 @@ Plan plan_fused(const Problem& problem, const PlanOptions& options);
 // lowered to one overlap GEMM whose tiles follow chunk arrival, and the chunks' transfers on their
 // backend's streams (plan/chunked.hpp says how).
 Plan plan_chunked(const Problem& problem, const PlanOptions& options);
+
+// auto: the strategy (and knobs) for this problem, from the tuning table's nearest measured shape,
+// else from the simulator's predictions; sequential wherever what would be chosen was measured or is
+// predicted no faster than sequential (plan/auto.hpp).
+Plan plan_auto(const Problem& problem, const PlanOptions& options);
 
 // How plan_signal cuts the GEMM: tiles, waves, groups, and the predicted time of its partition.
 struct SignalLayout {

@@ -59,8 +59,9 @@ struct OpSpec {
   int64_t max_rows = 0;  // the largest `rows` a call will pass
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::bf16;
-  // A strategy of strategies() or "default": the fastest measured so far for the op and world size
-  // (default_strategy); `auto` replaces it once it exists.
+  // A strategy of strategies(), or "default" (default_strategy: auto). auto chooses per row count by
+  // plan.machine (else WEFT_MACHINE_PROFILE, else the built-in H200 figures) and plan.tuning (else
+  // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
   std::string strategy = "default";
   // Knobs of the strategies (machine profile, signal's wave groups, ...); the tile and K split are
   // the model's (model/tiling.hpp).
@@ -81,8 +82,8 @@ struct RunArgs {
   std::vector<std::vector<int>> routing;
 };
 
-// The strategy "default" stands for: sequential at world 1 (nothing to hide), else decomposed, the
-// fastest on most suite rows measured at world 2 and 4 (bench/results/README.md).
+// The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and
+// wherever nothing is measured or trusted to be faster.
 std::string default_strategy(OpKind op, int world_size);
 
 class Op {
@@ -94,7 +95,7 @@ class Op {
   Op& operator=(const Op&) = delete;
 
   const OpSpec& spec() const { return spec_; }
-  // The strategy that runs (the one "default" stands for, resolved at construction).
+  // The strategy asked for ("default" resolved: auto); plan(rows).strategy says what auto chose.
   const std::string& strategy() const { return strategy_; }
   Communicator& communicator() const { return comm_; }
 

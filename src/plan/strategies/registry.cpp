@@ -2,6 +2,7 @@
 
 #include "weft/model/ficco_heuristic.hpp"
 #include "weft/model/tiling.hpp"
+#include "weft/model/tuning_table.hpp"
 #include "weft/plan/strategies.hpp"
 
 namespace weft {
@@ -45,6 +46,10 @@ const std::vector<Strategy>& strategies() {
        "one GEMM with the communication fused in: tiles wait for their pulled rows (AG), or are stored into their "
        "rank's slot on that rank (RS)",
        {OpKind::ag_gemm, OpKind::gemm_rs}, plan_fused, /*overlap_gemm=*/true},
+      {"auto", "-",
+       "the strategy and knobs measured fastest at the nearest tuned shape, else predicted fastest by the simulator; "
+       "sequential wherever nothing is faster",
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_auto, false},
       {"chunked", "AutoOverlap",
        "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
        "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
@@ -76,6 +81,16 @@ namespace weft {
 
 PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
   PlanOptions o = base;
+  // Knobs measured for this strategy at a shape near enough (the tuning table), where there are.
+  if (o.tuning) {
+    double distance = 0;
+    if (const TuningEntry* e = o.tuning->nearest(problem, &distance); e && distance <= o.auto_table_distance) {
+      const TunedCandidate* best = nullptr;
+      for (const TunedCandidate& c : e->candidates)
+        if (c.strategy == strategy.name && !c.options.empty() && c.ms > 0 && (!best || c.ms < best->ms)) best = &c;
+      if (best) o = apply_candidate(o, *best);
+    }
+  }
   if (!strategy.overlap_gemm) return o;
   const MachineProfile& machine = o.machine;
   const int sms = !strategy.gemm_beside_nccl ? machine.sm_count : o.gemm_sms > 0 ? o.gemm_sms : machine.sm_count - machine.collective_sms;

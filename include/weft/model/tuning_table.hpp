@@ -1,0 +1,59 @@
+// The tuning table: what was measured on one machine, per (op, world size, shape): every candidate
+// (a strategy and its knobs) with its time, and where the figure came from. `weft tune --strategy`
+// writes it (bench/tuning/<machine>.json), `weft tune --from-results` seeds it from weft bench's
+// recorded rows, and `auto` (model/auto_strategy.hpp) reads it.
+//
+//   {"machine": "NVIDIA H200", "entries": [{"op": "gemm_rs", "world": 4, "m": 8192, "n": 4096,
+//     "k": 2752, "source": "...", "candidates": [{"strategy": "chunked", "ms": 0.31,
+//     "options": {"template": "ring", "chunks": 2, "backend": "sm", "comm_sms": 16}}, ...]}]}
+// Options a candidate may carry: template, chunks, backend, comm_sms (chunked); comm_chunks (fused);
+// gemm_sms, partition, restore (signal).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/ir/problem.hpp"
+#include "weft/plan/strategies.hpp"
+
+namespace weft {
+
+struct TunedCandidate {
+  std::string strategy;
+  std::map<std::string, std::string> options;  // knob -> value, as in the JSON
+  double ms = 0;
+  bool operator==(const TunedCandidate&) const = default;
+};
+
+struct TuningEntry {
+  OpKind op = OpKind::gemm_ar;
+  int world = 1;
+  int64_t m = 0, n = 0, k = 0;  // per-rank shapes, as Problem holds them
+  std::string source;           // the command, device and date of the measurement
+  std::vector<TunedCandidate> candidates;
+  // The fastest candidate; `sequential`'s time (0 where it was not measured).
+  const TunedCandidate* best() const;
+  double sequential_ms() const;
+  bool operator==(const TuningEntry&) const = default;
+};
+
+struct TuningTable {
+  std::string machine;
+  std::vector<TuningEntry> entries;
+  // The entry of the same op and world size whose shape is nearest in log space
+  // (sqrt of the summed squared log ratios of m, n and k); null when there is none. `distance` gets it.
+  const TuningEntry* nearest(const Problem& problem, double* distance = nullptr) const;
+  bool operator==(const TuningTable&) const = default;
+};
+
+std::string tuning_table_json(const TuningTable& table);
+TuningTable parse_tuning_table(std::string_view json);   // throws std::invalid_argument naming the field
+TuningTable load_tuning_table(const std::string& path);
+
+// PlanOptions for a candidate: `base` with the candidate's knobs applied (throws std::invalid_argument
+// on a knob it does not know).
+PlanOptions apply_candidate(const PlanOptions& base, const TunedCandidate& candidate);
+
+}  // namespace weft

@@ -1,0 +1,35 @@
+// `auto`: which strategy, with which knobs, a call of this problem runs.
+//
+//   AutoChoice c = choose_strategy(problem, options);   // what plan_auto builds
+//
+// A world of one runs sequential (nothing to hide). Otherwise each of `candidates` is weighed by its
+// time relative to sequential: as measured at the tuning table's nearest shape of the same op and
+// world size (within options.auto_table_distance), where it was measured there; else as the
+// simulator predicts it, corrected by the strategy's recorded bias on this machine
+// (MachineProfile::prediction_accuracy). A measured gain counts beyond 1% (timing noise), a
+// predicted one beyond the strategy's recorded error and at least options.auto_margin; the largest
+// gain that counts wins, and sequential where none does. A pure function of its arguments, so every
+// rank chooses the same.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "weft/model/tuning_table.hpp"
+#include "weft/plan/strategies.hpp"
+
+namespace weft {
+
+struct AutoChoice {
+  TunedCandidate candidate;  // strategy and knobs (ms: measured or predicted, for the record)
+  PlanOptions options;       // the options it builds with
+  std::string reason;        // one line: measured where, or predicted what
+};
+
+// The strategies auto chooses among by default: sequential, decomposed, signal, fused, chunked and
+// ficco (FiCCO's heuristic picks its schedule).
+const std::vector<std::string>& auto_candidates();
+
+AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options, const std::vector<std::string>& candidates = auto_candidates());
+
+}  // namespace weft

@@ -1,0 +1,102 @@
+// `auto` (plan/auto.hpp).
+#include "weft/plan/auto.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "weft/model/simulator.hpp"
+
+namespace weft {
+
+const std::vector<std::string>& auto_candidates() {
+  static const std::vector<std::string> names = {"sequential", "decomposed", "signal", "fused", "chunked", "ficco"};
+  return names;
+}
+
+namespace {
+
+bool listed(const std::vector<std::string>& names, const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); }
+
+std::string format_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f ms", ms);
+  return text;
+}
+
+}  // namespace
+
+AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::vector<std::string>& candidates) {
+  AutoChoice choice;
+  choice.options = o;
+  choice.candidate.strategy = "sequential";
+  if (p.world_size == 1) {
+    choice.reason = "a world of one: nothing to hide";
+    return choice;
+  }
+  // The nearest measured shape, if near enough to stand for this one.
+  const TuningEntry* measured = nullptr;
+  if (o.tuning) {
+    double distance = 0;
+    measured = o.tuning->nearest(p, &distance);
+    if (measured && (distance > o.auto_table_distance || measured->sequential_ms() <= 0)) measured = nullptr;
+  }
+  // Each candidate's time relative to sequential: measured at the nearest shape where it was
+  // measured there (trusted beyond 1%, timing noise), else predicted by the simulator, corrected by
+  // the strategy's recorded bias (trusted beyond its recorded error, and at least auto_margin).
+  std::optional<double> predicted_sequential;
+  auto prediction = [&](const std::string& name) -> std::optional<double> {
+    try {
+      const double seconds = simulate(make_plan(find_strategy(name), p, o), o.machine).seconds;
+      const auto it = o.machine.prediction_accuracy.find(name);
+      return seconds / (1 + (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.bias));
+    } catch (const std::invalid_argument&) {
+      return std::nullopt;  // declines this shape
+    }
+  };
+  double best_ratio = 1;
+  for (const std::string& name : candidates) {
+    if (name == "sequential" || !find_strategy(name).supports(p.op)) continue;
+    const TunedCandidate* at = nullptr;
+    if (measured)
+      for (const TunedCandidate& c : measured->candidates)
+        if (c.strategy == name && c.ms > 0 && (!at || c.ms < at->ms)) at = &c;
+    double ratio = 0, trust = 0;
+    std::string why;
+    if (at) {
+      ratio = at->ms / measured->sequential_ms();
+      trust = 0.01;
+      why = "measured at m=" + std::to_string(measured->m) + " n=" + std::to_string(measured->n) + " k=" + std::to_string(measured->k) + ": " + name +
+            " " + format_ms(at->ms) + " vs sequential " + format_ms(measured->sequential_ms()) + " (" + measured->source + ")";
+    } else {
+      if (!predicted_sequential) predicted_sequential = prediction("sequential");
+      const std::optional<double> mine = prediction(name);
+      if (!mine || !predicted_sequential) continue;
+      ratio = *mine / *predicted_sequential;
+      const auto it = o.machine.prediction_accuracy.find(name);
+      trust = std::max(o.auto_margin, it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.error);
+      why = "predicted " + name + " " + format_ms(*mine * 1e3) + " vs sequential " + format_ms(*predicted_sequential * 1e3) + " (bias-corrected; trusted beyond " +
+            std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
+    }
+    if (ratio <= 1 - trust && ratio < best_ratio) {
+      best_ratio = ratio;
+      choice.candidate = at ? *at : TunedCandidate{name, {}, 0};
+      choice.options = at ? apply_candidate(o, *at) : o;
+      choice.reason = why;
+    }
+  }
+  if (choice.candidate.strategy == "sequential")
+    choice.reason = measured ? "measured at m=" + std::to_string(measured->m) + " n=" + std::to_string(measured->n) + " k=" + std::to_string(measured->k) +
+                                   " and predicted: nothing trusted to be faster than sequential"
+                             : "predicted: nothing trusted to be faster than sequential";
+  return choice;
+}
+
+Plan plan_auto(const Problem& p, const PlanOptions& o) {
+  const AutoChoice c = choose_strategy(p, o);
+  Plan plan = make_plan(find_strategy(c.candidate.strategy), p, c.options);
+  plan.strategy = "auto=" + plan.strategy;
+  return plan;
+}
+
+}  // namespace weft

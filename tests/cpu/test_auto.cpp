@@ -1,0 +1,90 @@
+// auto and the tuning table (plan/auto.hpp, model/tuning_table.hpp): the table's JSON and nearest
+// shape, and the rules auto chooses by.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "weft/model/tuning_table.hpp"
+#include "weft/plan/auto.hpp"
+
+namespace weft {
+namespace {
+
+TuningTable table_with(const std::vector<TunedCandidate>& candidates, int64_t m = 8192, int64_t n = 4096, int64_t k = 2752) {
+  TuningTable t;
+  t.machine = "test";
+  TuningEntry e;
+  e.op = OpKind::gemm_rs;
+  e.world = 4;
+  e.m = m;
+  e.n = n;
+  e.k = k;
+  e.source = "a test";
+  e.candidates = candidates;
+  t.entries.push_back(e);
+  return t;
+}
+
+TEST(TuningTable, ReadsWhatItWritesAndFindsTheNearestShape) {
+  TuningTable t = table_with({{"sequential", {}, 0.43}, {"chunked", {{"template", "pull"}, {"chunks", "4"}, {"backend", "sm"}}, 0.30}});
+  t.entries.push_back(table_with({{"sequential", {}, 1.7}}, 8192, 8192, 7168).entries[0]);
+  EXPECT_EQ(parse_tuning_table(tuning_table_json(t)), t);
+  double distance = 0;
+  const Problem near{OpKind::gemm_rs, 8192, 4096, 3000, 4, DType::bf16, DType::bf16, {}};
+  const TuningEntry* e = t.nearest(near, &distance);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->k, 2752);
+  EXPECT_NEAR(distance, std::abs(std::log(3000.0 / 2752)), 1e-9);
+  EXPECT_EQ(t.nearest(Problem{OpKind::gemm_rs, 8192, 4096, 2752, 2, DType::bf16, DType::bf16, {}}), nullptr) << "another world size";
+  EXPECT_EQ(e->best()->strategy, "chunked");
+  const PlanOptions o = apply_candidate(PlanOptions{}, *e->best());
+  EXPECT_EQ(o.chunked.shape, ScheduleShape::pull);
+  EXPECT_EQ(o.chunked.chunks, 4);
+  EXPECT_EQ(o.chunked.backend, ChunkBackend::sm);
+  EXPECT_THROW(apply_candidate(PlanOptions{}, TunedCandidate{"fused", {{"colour", "red"}}, 1}), std::invalid_argument);
+  EXPECT_THROW(parse_tuning_table(R"({"entries": [{"op": "gemm_rs", "world": 0, "m": 1, "n": 1, "k": 1, "candidates": []}]})"),
+               std::invalid_argument);
+}
+
+TEST(Auto, AWorldOfOneRunsSequential) {
+  const AutoChoice c = choose_strategy(Problem{OpKind::ag_gemm, 8192, 4096, 4096, 1, DType::bf16, DType::bf16, {}}, PlanOptions{});
+  EXPECT_EQ(c.candidate.strategy, "sequential");
+}
+
+TEST(Auto, AMeasuredShapeNearbyDecidesAndItsKnobsComeAlong) {
+  const Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.tuning = std::make_shared<const TuningTable>(
+      table_with({{"sequential", {}, 0.43}, {"decomposed", {}, 0.33}, {"chunked", {{"template", "pull"}, {"chunks", "3"}}, 0.30}}));
+  const AutoChoice c = choose_strategy(p, o);
+  EXPECT_EQ(c.candidate.strategy, "chunked");
+  EXPECT_EQ(c.options.chunked.chunks, 3);
+  EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+  // The plan auto builds is that one, knobs included; and chunked asked for by name reads its knobs too.
+  const Plan plan = plan_auto(p, o);
+  EXPECT_EQ(plan.strategy, "auto=chunked");
+  EXPECT_EQ(resolve_options(find_strategy("chunked"), p, o).chunked.shape, ScheduleShape::pull);
+}
+
+TEST(Auto, NothingMeasuredOrTrustedFasterMeansSequential) {
+  const Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  // Measured: every candidate there was slower than sequential, and the predictions are not trusted
+  // beyond a 100% error.
+  o.tuning = std::make_shared<const TuningTable>(table_with({{"sequential", {}, 0.30}, {"decomposed", {}, 0.33}, {"fused", {}, 0.31},
+                                                             {"signal", {}, 0.40}, {"chunked", {}, 0.35}}));
+  for (const std::string& name : auto_candidates()) o.machine.prediction_accuracy[name] = {0.0, 1.0};
+  EXPECT_EQ(choose_strategy(p, o).candidate.strategy, "sequential");
+  // With no table and trusted predictions, the simulator's pick: MLP-1's ReduceScatter overlaps.
+  PlanOptions predicted;
+  const AutoChoice c = choose_strategy(p, predicted);
+  EXPECT_NE(c.candidate.strategy, "sequential") << c.reason;
+  EXPECT_NE(c.reason.find("predicted"), std::string::npos) << c.reason;
+  // A far-away measured shape does not stand for this one.
+  PlanOptions far;
+  far.tuning = std::make_shared<const TuningTable>(table_with({{"sequential", {}, 0.1}, {"decomposed", {}, 0.5}}, 64, 64, 64));
+  EXPECT_EQ(choose_strategy(p, far).reason.find("measured"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft
