@@ -2,9 +2,10 @@
 # Builds weft with the GPU tests on a GPU machine, runs them, then the benchmark. Used through the
 # device tool:  bash scripts/gpu_check.sh [MODE[,MODE...]] [extra weft bench options...]
 #   MODE: tests, quick-tests, back-to-back, example, bench, gemm; all = tests,bench (the default).
-#   example: install the build, build examples/tp_mlp against it and run it on GPU 0 (world 1).
-#   python: the Python GPU tests (pytest -m gpu: torch ops, compile, CUDA graphs, layers) on GPU 0,
-#   then `python -m weft.benchmark` at world 1 (a pipeline check: no communication at world 1).
+#   example: install the build, build examples/tp_mlp against it and run it on GPU 0 (world 1), and
+#   under torchrun on every GPU where there are several.
+#   python: the Python GPU tests (pytest -m gpu: torch ops, compile, CUDA graphs, layers) on GPU 0
+#   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
@@ -23,6 +24,7 @@ what=${1:-all}; shift || true
 wants() { [[ ",$what," == *",$1,"* ]]; }
 out=${OUT:-out}; mkdir -p "$out"
 nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -8
+gpus=$(nvidia-smi -L | wc -l)
 cmake --version | head -1
 cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 ( time cmake --build build-device ) > "$out/build.log" 2>&1 || { grep -E "error" -A3 "$out/build.log" | head -60; exit 1; }
@@ -44,12 +46,22 @@ if wants example; then
     cmake -S examples/tp_mlp -B build-device/example/build -G Ninja -DCMAKE_PREFIX_PATH="$PWD/build-device/example/prefix" >> "$out/example.log" 2>&1 &&
     cmake --build build-device/example/build >> "$out/example.log" 2>&1 &&
     timeout -s KILL 120 build-device/example/build/tp_mlp 2>&1 | tee -a "$out/example.log" || { status=1; tail -20 "$out/example.log"; }
+  if [ "$gpus" -gt 1 ]; then
+    timeout -s KILL 180 torchrun --standalone --nproc_per_node=$gpus --no-python build-device/example/build/tp_mlp 2>&1 | grep -E "tp_mlp|rror" | tee -a "$out/example.log" ||
+      status=1
+  fi
 fi
 if wants python; then
   export PYTHONPATH="$PWD/build-device/python:$PWD/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
   timeout -s KILL ${PYTEST_TIMEOUT:-600} python3 -m pytest -q -p no:cacheprovider -m gpu python/tests > "$out/python_tests.log" 2>&1 || status=1
   tail -15 "$out/python_tests.log"
-  timeout -s KILL ${TORCH_BENCH_TIMEOUT:-600} python3 -m weft.benchmark --csv "$out/torch_bench.csv" ${TORCH_BENCH_ARGS:-} > "$out/torch_bench.txt" 2>&1 || status=1
+  if [ "$gpus" -gt 1 ]; then
+    timeout -s KILL ${PYTEST_TIMEOUT:-600} torchrun --standalone --nproc_per_node=$gpus -m pytest -q -p no:cacheprovider -m gpu python/tests \
+      > "$out/python_tests_torchrun.log" 2>&1 || status=1
+    grep -E "passed|failed|error" "$out/python_tests_torchrun.log" | tail -6
+  fi
+  timeout -s KILL ${TORCH_BENCH_TIMEOUT:-600} torchrun --standalone --nproc_per_node=$gpus -m weft.benchmark --csv "$out/torch_bench.csv" \
+    ${TORCH_BENCH_ARGS:-} > "$out/torch_bench.txt" 2>&1 || status=1
   tail -40 "$out/torch_bench.txt"
   # The package as pip installs it (no network there: the build backend is the image's), used from torch.
   rm -rf /tmp/weft_site && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/weft_site . > "$out/pip.log" 2>&1 &&
