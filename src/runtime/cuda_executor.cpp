@@ -465,6 +465,9 @@ void CudaExecutor::run(cudaStream_t stream) {
     const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
     WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
   }
+  // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
+  // rank's copy has landed.
+  if (!im.copied_in.empty() && im.plan_touches_peers) comm_.barrier(stream);
   WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
   for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
   for (const Impl::Step& low : im.steps) {

@@ -14,7 +14,8 @@
 // the call); everything else lives in the workspace.
 //
 // One call (run): counters reset, then a device barrier where the plan reaches peers (a peer may
-// still read what this call overwrites), then every plan stream forks from the caller's stream,
+// still read what this call overwrites), symmetric inputs copied in and a second barrier (peers read
+// them from the start), then every plan stream forks from the caller's stream,
 // runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back.
 // Nothing in a call waits on the host, so a call can be captured into a CUDA graph and replayed;
 // capture after one eager call (or prepare()) so that nothing is allocated while capturing.

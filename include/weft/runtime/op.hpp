@@ -18,7 +18,8 @@
 //
 // Timeline of a call on `stream`: the counters of the op's signals reset, a device barrier where the
 // strategy reaches peers' memory, the caller's A shard copied into symmetric memory where the
-// strategy gathers from there (unless the producer wrote it in place: a_in_workspace), then the
+// strategy gathers from there, and a second barrier (unless the producer wrote it in place:
+// a_in_workspace; then a barrier at the end of the call instead), then the
 // strategy's streams fork from `stream` and join back into it, and the result lands in c. Nothing
 // waits on the host, so a call can be captured in a CUDA graph; capture after a first eager call
 // with the same rows (or prepare(rows)): planning and lowering allocate, capturing may not.

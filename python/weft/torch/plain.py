@@ -26,12 +26,26 @@ def _reduce_scatter(x):
     return fn.reduce_scatter(out, chunks, group=process_group())
 
 
+class _ReduceFromTensorParallel(torch.autograd.Function):
+    """All-reduce forward, identity backward: a row-parallel layer's output, replicated after the sum
+    (torch.distributed.nn.functional.all_reduce would all-reduce the gradient too, counting a
+    replicated gradient W times)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous().clone()
+        dist.all_reduce(x, group=process_group())
+        return x
+
+    @staticmethod
+    def backward(ctx, dx):
+        return dx
+
+
 def _all_reduce(x):
     if world_size() == 1:
         return x
-    import torch.distributed.nn.functional as fn
-
-    return fn.all_reduce(x.contiguous(), group=process_group())
+    return _ReduceFromTensorParallel.apply(x)
 
 
 class _CopyToTensorParallel(torch.autograd.Function):
