@@ -42,30 +42,14 @@ void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::strin
   std::_Exit(3);
 }
 
-double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
-                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish) {
-  cudaEvent_t start, stop;
-  WEFT_CUDA_CHECK(cudaEventCreate(&start));
-  WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> times;
-  for (int it = 0; it < warmup + iterations; ++it) {
-    ranks_meet();
-    comm.barrier(stream);
-    WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
-    enqueue(stream);
-    WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    finish();
-    float ms = 0;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (it >= warmup) times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(times);
-}
+namespace {
 
-std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                          int iterations, const std::function<void(size_t)>& finish) {
+// The one timing loop: per iteration every variant once, in turn from variant i % count (so that
+// clock and power drift reach all alike and no variant always follows the same one), each after
+// `before_each(stream)` and between CUDA events.
+std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& before_each,
+                                  const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                  int iterations, const std::function<void(size_t)>& finish) {
   cudaEvent_t start, stop;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
@@ -73,6 +57,7 @@ std::vector<double> interleaved_median_ms(const std::vector<std::function<void(c
   for (int i = 0; i < warmup + iterations; ++i)
     for (size_t turn = 0; turn < variants.size(); ++turn) {
       const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
+      before_each(stream);
       WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
       variants[v](stream);
       WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -86,6 +71,29 @@ std::vector<double> interleaved_median_ms(const std::vector<std::function<void(c
   std::vector<double> medians;
   for (auto& t : times) medians.push_back(median(t));
   return medians;
+}
+
+}  // namespace
+
+std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup,
+                                                int iterations, const std::vector<std::function<void(cudaStream_t)>>& variants,
+                                                const std::function<void(size_t)>& finish) {
+  return timed_in_turn(
+      [&](cudaStream_t s) {
+        ranks_meet();
+        comm.barrier(s);
+      },
+      variants, stream, warmup, iterations, finish);
+}
+
+double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
+                      const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish) {
+  return interleaved_call_medians_ms(comm, ranks_meet, stream, warmup, iterations, {enqueue}, [&](size_t) { finish(); })[0];
+}
+
+std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
+                                          int iterations, const std::function<void(size_t)>& finish) {
+  return timed_in_turn([](cudaStream_t) {}, variants, stream, warmup, iterations, finish);
 }
 
 double median(std::vector<double> v) {

@@ -34,7 +34,12 @@ double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& 
 // after `warmup`. Every rank calls it together.
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
-// Median time of each variant on one GPU. Iterations visit the variants in turn, so that clock and
+// The same for several variants, interleaved as interleaved_median_ms says: one median per variant.
+// `finish(v)` returns once variant v's work on `stream` is done.
+std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup,
+                                                int iterations, const std::vector<std::function<void(cudaStream_t)>>& variants,
+                                                const std::function<void(size_t)>& finish);
+// Median time of each variant on one GPU, no barrier. Iterations visit the variants in turn, so that clock and
 // power drift over a long measurement reaches all of them alike instead of whichever runs last;
 // iteration i starts at variant i % count, so that no variant always runs right after the same
 // one (the GPU idles between calls, and what ran before sets the clocks a call starts at).

@@ -58,7 +58,8 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
   std::sort(files.begin(), files.end());
   std::map<std::string, RecordedRow> latest;
   auto keep = [&](RecordedRow r) {
-    if (r.problem.world_size < min_world || r.t_ms <= 0) return;
+    // auto's rows are its picks, measured again: a candidate's own row stands for each of them.
+    if (r.problem.world_size < min_world || r.t_ms <= 0 || r.strategy.starts_with("auto")) return;
     std::ostringstream key;
     key << to_string(r.problem.op) << ' ' << r.problem.m << ' ' << r.problem.n << ' ' << r.problem.k << ' ' << r.problem.world_size << ' '
         << r.strategy;

@@ -6,7 +6,11 @@ MLP layer, forward and backward, weft against the same layer in plain torch.
 
 Timing follows `weft bench`: CUDA events around one call, a device barrier before each call, the
 median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
-so that clock drift reaches all alike. Every variant's result is first compared with torch's.
+so that clock drift reaches all alike. Before the start event the GPU is kept busy for
+--queue-ahead-us (a device-side sleep), as it is in a training step where the host runs ahead: the
+figure is the device's time for the call, not the host's time to enqueue it (a Python op costs tens
+of microseconds of host time more than torch.mm; the `host us` column is each call's median host
+time, the --queue-ahead-us 0 run times both together). Every variant's result is first compared with torch's.
 Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
 """
 
@@ -16,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -62,21 +67,50 @@ def _slowest(value):
     return t.item()
 
 
-def time_interleaved(variants, warmup, iterations):
-    """Median ms of each variant (a callable), interleaved call by call, slowest rank."""
+_SLEEP_CYCLES_PER_US = None
+
+
+def _queue_ahead(us):
+    """Keeps the current stream busy for about `us` microseconds (torch.cuda._sleep spins for a
+    number of clock cycles; cycles per microsecond are measured once)."""
+    global _SLEEP_CYCLES_PER_US
+    if us <= 0:
+        return
+    if _SLEEP_CYCLES_PER_US is None:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        cycles = 10_000_000
+        torch.cuda._sleep(cycles // 10)  # the kernel's first launch out of the way
+        start.record()
+        torch.cuda._sleep(cycles)
+        stop.record()
+        stop.synchronize()
+        _SLEEP_CYCLES_PER_US = cycles / max(start.elapsed_time(stop) * 1e3, 1.0)
+    torch.cuda._sleep(int(us * _SLEEP_CYCLES_PER_US))
+
+
+def time_interleaved(variants, warmup, iterations, queue_ahead_us=0, host_us=None):
+    """Median ms of each variant (a callable), interleaved call by call, slowest rank. `host_us`, a
+    dict, receives each variant's median host time per call in microseconds (slowest rank)."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = {name: [] for name in variants}
+    host = {name: [] for name in variants}
     names = list(variants)
     for i in range(warmup + iterations):
         for turn in range(len(names)):
             name = names[(i + turn) % len(names)]
             _barrier()
+            _queue_ahead(queue_ahead_us)
             start.record()
+            began = time.perf_counter()
             variants[name]()
+            ended = time.perf_counter()
             stop.record()
             stop.synchronize()
             if i >= warmup:
                 times[name].append(start.elapsed_time(stop))
+                host[name].append((ended - began) * 1e6)
+    if host_us is not None:
+        host_us.update({name: _slowest(statistics.median(t)) for name, t in host.items()})
     return {name: _slowest(statistics.median(t)) for name, t in times.items()}
 
 
@@ -205,7 +239,8 @@ def bench_suite(args, world, rank, writer, table):
                 notes[name] = f"failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
         variants = {name: fn for name, fn in variants.items() if name not in notes}
         variants["gemm alone"] = row.gemm_variant()
-        ms = time_interleaved(variants, args.warmup, args.iterations)
+        host_us = {}
+        ms = time_interleaved(variants, args.warmup, args.iterations, args.queue_ahead_us, host_us)
         t_base = ms.get("torch", ms.get("weft:sequential"))
         t_gemm = ms.pop("gemm alone")
         for name in list(ms) + list(notes):
@@ -215,7 +250,7 @@ def bench_suite(args, world, rank, writer, table):
                 "ms": t, "gemm_ms": t_gemm, "baseline_ms": t_base,
                 "speedup": t_base / t if t else None,
                 "overlap_efficiency": (t_base - t) / (t_base - t_gemm) if t and t_base > t_gemm else None,
-                "relative_error": errors.get(name), "note": notes.get(name, ""),
+                "relative_error": errors.get(name), "host_us": host_us.get(name), "note": notes.get(name, ""),
             }
             table.append(line)
             if writer and rank == 0:
@@ -244,11 +279,14 @@ def bench_mlp(args, world, rank, writer, table):
         return xi.grad
 
     error = _slowest(relative_error(weft_step(), plain_step()))
-    ms = time_interleaved({"weft MLP fwd+bwd": weft_step, "torch MLP fwd+bwd": plain_step}, args.warmup, args.iterations)
+    host_us = {}
+    ms = time_interleaved({"weft MLP fwd+bwd": weft_step, "torch MLP fwd+bwd": plain_step}, args.warmup, args.iterations,
+                          args.queue_ahead_us, host_us)
     for name, t in ms.items():
         line = {"row": f"TP MLP H={hidden} F={ffn} T={tokens}", "op": "mlp", "world": world, "m": rows, "n": ffn, "k": hidden,
                 "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": ms["torch MLP fwd+bwd"],
-                "speedup": ms["torch MLP fwd+bwd"] / t, "overlap_efficiency": None, "relative_error": error, "note": "input gradient compared"}
+                "speedup": ms["torch MLP fwd+bwd"] / t, "overlap_efficiency": None, "relative_error": error, "host_us": host_us.get(name),
+                "note": "input gradient compared"}
         table.append(line)
         if writer and rank == 0:
             writer.writerow(line)
@@ -268,6 +306,8 @@ def main(argv=None):
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--mlp-ffn", type=int, default=14336)
     parser.add_argument("--mlp-tokens", type=int, default=8192)
+    parser.add_argument("--queue-ahead-us", type=float, default=300,
+                        help="device-side sleep before each timed call, so that the host's enqueue time is not timed (0: timed)")
     args = parser.parse_args(argv)
 
     if "WORLD_SIZE" in os.environ and not dist.is_initialized():
@@ -276,7 +316,7 @@ def main(argv=None):
     wt.init()
     world, rank = wt.world_size(), wt.communicator().rank
     fields = ["row", "op", "world", "m", "n", "k", "variant", "ms", "gemm_ms", "baseline_ms", "speedup", "overlap_efficiency",
-              "relative_error", "note"]
+              "relative_error", "host_us", "note"]
     out = open(args.csv, "w", newline="") if args.csv and rank == 0 else None
     writer = csv.DictWriter(out, fieldnames=fields) if out else None
     if writer:
@@ -287,11 +327,12 @@ def main(argv=None):
         bench_mlp(args, world, rank, writer, table)
     if rank == 0:
         print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}; speedup over torch.mm + torch.distributed")
-        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9}  note")
+        print(f"queue ahead {args.queue_ahead_us:g} us (device time of each call; host us: its enqueue time on the host)")
+        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9} {'host us':>8}  note")
         for r in table:
             fmt = lambda v, f: format(v, f) if isinstance(v, (int, float)) else "-"  # noqa: E731
             print(f"{r['row'][:24]:24} {r['op']:9} {r['variant']:26} {fmt(r['ms'], '8.3f')} {fmt(r['speedup'], '8.3f')} "
-                  f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')}  {r['note']}")
+                  f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')} {fmt(r['host_us'], '8.1f')}  {r['note']}")
     if out:
         out.close()
     bad = [r for r in table if r["relative_error"] is not None and r["relative_error"] > 2e-2]

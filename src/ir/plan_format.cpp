@@ -59,9 +59,11 @@ std::string body_text(const Plan& plan, const StepBody& body) {
               << "x" << b.tile_n << " tiles=" << b.tiles.size();
         } else if constexpr (std::is_same_v<T, CopyStep>) {
           out << "copy " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);
+          if (b.sms > 0) out << " on " << b.sms << " SMs";
         } else if constexpr (std::is_same_v<T, ReduceStep>) {
           out << "reduce" << (b.accumulate ? "+=" : "") << " ->" << describe_region(plan, b.dst) << " from";
           for (const auto& s : b.srcs) out << " " << describe_region(plan, s);
+          if (b.sms > 0) out << " on " << b.sms << " SMs";
         } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
           out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.source_rows.size() << " rows)";
@@ -122,8 +124,8 @@ std::string to_string(const Plan& plan) {
     }
     for (size_t i = 0; i < rp.signals.size(); ++i) out << "  signal " << i << " " << rp.signals[i] << "\n";
     for (const auto& step : rp.steps) {
-      out << "  [s" << step.stream << " " << to_string(step.engine) << "] " << step.label << ": "
-          << body_text(plan, step.body);
+      out << "  [s" << step.stream << " " << to_string(step.engine) << (step.companion >= 0 ? " companion#" + std::to_string(step.companion) : "")
+          << "] " << step.label << ": " << body_text(plan, step.body);
       sync_text(out, plan, step.waits, step.notifies);
       out << "\n";
       if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {

@@ -32,69 +32,30 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "weft/kernels/overlap_gemm.hpp"
+#include "weft/tile/tilelink.cuh"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft::overlap_gemm_detail {
 
-CUTLASS_DEVICE uint64_t load_acquire_system(const uint64_t* address) {
-  uint64_t value;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
-  return value;
-}
+using tile::add_release_system;
+using tile::global_timer_ns;
+using tile::load_acquire_gpu;
+using tile::load_acquire_system;
+using tile::store_release_gpu;
 
-CUTLASS_DEVICE void add_release_system(uint64_t* address, uint64_t increment) {
-  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(address), "l"(increment) : "memory");
-}
-
-CUTLASS_DEVICE uint32_t load_acquire_gpu(const uint32_t* address) {
-  uint32_t value;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
-CUTLASS_DEVICE void store_release_gpu(uint32_t* address, uint32_t value) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
-}
-
-CUTLASS_DEVICE uint64_t global_timer_ns() {
-  uint64_t now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  return now;
-}
-
-// Records the first timed-out wait of a launch; the others keep what came first.
-CUTLASS_DEVICE void record_timeout(const OverlapGemmLaunch& launch, int tile_index, int32_t signal, uint64_t expected,
-                                   uint64_t observed) {
-  OverlapGemmError* error = launch.error;
-  if (error && atomicCAS(&error->failed, 0u, 1u) == 0u) {
-    error->tile = tile_index;
-    error->signal = signal;
-    error->expected = expected;
-    error->observed = observed;
-    __threadfence_system();
-  }
+CUTLASS_DEVICE void record_timeout(const OverlapGemmLaunch& launch, int tile_index, int32_t signal, uint64_t expected, uint64_t observed) {
+  tile::record_timeout(launch.error, tile::kWaitInOverlapGemm, signal, tile_index, expected, observed);
 }
 
 // Called by the whole producer warp. Lane 0 spins (bounded); the warp then orders its later TMA
 // reads (async proxy) after what the acquire made visible (generic proxy).
 CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_index, const OverlapGemmTile& entry) {
-  if (threadIdx.x % 32 == 0) {
-    const uint64_t* flag = launch.wait_signals + entry.wait_signal;
-    const uint64_t expected = entry.wait_value;
-    uint64_t value = load_acquire_system(flag);
-    if (value < expected) {
-      const uint64_t start = global_timer_ns();
-      while ((value = load_acquire_system(flag)) < expected) {
-        if (global_timer_ns() - start > launch.wait_timeout_ns) {
-          record_timeout(launch, tile_index, entry.wait_signal, expected, value);
-          break;  // go on with whatever is there: wrong numbers, reported, rather than a hang
-        }
-        __nanosleep(128);
-      }
-    }
-  }
+  // On timeout it goes on with whatever is there: wrong numbers, reported, rather than a hang.
+  if (threadIdx.x % 32 == 0)
+    tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
+                              tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, tile_index);
   __syncwarp();
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  tile::fence_proxy_async();
 }
 
 template <int TileM, int TileN, int TileK>

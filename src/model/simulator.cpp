@@ -170,16 +170,27 @@ class Simulator {
             return true;
           } else {
             if (!sms_free(r)) return false;
-            schedule(0, r, index, now_ + m_.launch_seconds + memory_seconds(body));
+            // A step that continues a companion launch pays no launch of its own.
+            const bool continues = step.companion >= 0 && index > 0 &&
+                                   plan_.ranks[static_cast<size_t>(r)].steps[static_cast<size_t>(index - 1)].companion == step.companion;
+            schedule(0, r, index, now_ + (continues ? 0.0 : m_.launch_seconds) + seconds_of(r, body));
             return true;
           }
         },
         step.body);
   }
 
-  double memory_seconds(const ReduceStep& s) const {
-    const double bytes = static_cast<double>(elements(s.dst)) * 2 * static_cast<double>(s.srcs.size() + 1 + (s.accumulate ? 1 : 0));
-    return bytes / (0.8 * m_.memory_bytes_per_s);
+  // A reduction reads its local sources from memory and its peers' through NVLink, by SMs (at most
+  // `sms` of them): whichever takes longer.
+  double seconds_of(int r, const ReduceStep& s) const {
+    double local = static_cast<double>(elements(s.dst)) * 2 * (1 + (s.accumulate ? 1 : 0)), remote = 0;
+    for (const Region& src : s.srcs) (src.rank == r ? local : remote) += static_cast<double>(elements(src)) * 2;
+    const double link = std::min(m_.nvlink_bytes_per_s, m_.sm_copy_bytes_per_s_per_sm * (s.sms > 0 ? s.sms : m_.sm_count));
+    return std::max(local / (0.8 * m_.memory_bytes_per_s), remote / link);
+  }
+  template <class T>
+  double seconds_of(int, const T& body) const {
+    return memory_seconds(body);
   }
   double memory_seconds(const PermuteRowsStep& s) const { return static_cast<double>(elements(s.dst)) * 4 / (0.8 * m_.memory_bytes_per_s); }
   double memory_seconds(const MoveBoxesStep& s) const {

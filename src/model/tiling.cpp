@@ -97,4 +97,11 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   return best;
 }
 
+int64_t choose_comm_tile_rows(int64_t rows_per_rank, int tile_m) {
+  if (rows_per_rank <= 0 || tile_m <= 0) return std::max<int64_t>(rows_per_rank, 1);
+  const int64_t quarter = (rows_per_rank + 3) / 4;
+  const int64_t rounded = (quarter + tile_m - 1) / tile_m * tile_m;
+  return std::clamp<int64_t>(rounded, std::min<int64_t>(tile_m, rows_per_rank), rows_per_rank);
+}
+
 }  // namespace weft

@@ -8,6 +8,7 @@
 
 #include "lowering/lowering.hpp"
 #include "weft/plan/analysis.hpp"
+#include "weft/kernels/tile_program.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
@@ -88,6 +89,7 @@ struct CudaExecutor::Impl {
     lowering::Lowered lowered;
     std::vector<std::pair<int, uint64_t>> waits;    // (signal, value within the call)
     std::vector<uint64_t> written;                  // per notify: value to write (single writer), 0: add
+    bool synced_in_kernel = false;                  // a companion step: its waits and notifies are the kernel's
   };
 
   std::unique_ptr<Workspace> own_workspace;
@@ -264,12 +266,23 @@ void CudaExecutor::lower_steps() {
   const std::vector<std::vector<uint64_t>> written = single_writer_values(plan_, comm_.rank());
   const RankPlan& mine = rank_plan();
   im.steps.reserve(mine.steps.size());
+  std::map<int, std::vector<int>> companions;  // id -> its steps, in order
+  for (size_t i = 0; i < mine.steps.size(); ++i)
+    if (mine.steps[i].companion >= 0) companions[mine.steps[i].companion].push_back(static_cast<int>(i));
   for (size_t i = 0; i < mine.steps.size(); ++i) {
     const Step& step = mine.steps[i];
     Impl::Step lowered;
     lowered.step = &step;
     lowered.written = written[i];
     for (const Wait& w : step.waits) lowered.waits.push_back({w.signal.id, w.value});
+    if (step.companion >= 0) {
+      // The group's first step launches the kernel for all of them; the others enqueue nothing.
+      const std::vector<int>& group = companions[step.companion];
+      lowered.synced_in_kernel = true;
+      if (group.front() == static_cast<int>(i)) lowered.lowered = lowering::lower_companion(mine, group, context);
+      im.steps.push_back(std::move(lowered));
+      continue;
+    }
     lowered.lowered = std::visit(
         [&](const auto& body) -> lowering::Lowered {
           using T = std::decay_t<decltype(body)>;
@@ -408,19 +421,30 @@ void CudaExecutor::bind_output(void* data) {
 }
 
 void CudaExecutor::check() {
-  const OverlapGemmError e = impl_->workspace->take_error();
+  const WaitRecord e = impl_->workspace->take_error();
   if (!e.failed) return;
   const std::string rank = "rank " + std::to_string(comm_.rank());
+  const auto& names = rank_plan().signals;
+  auto signal_name = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < names.size() ? names[static_cast<size_t>(id)] : std::string("?"); };
+  if (e.source == tile::kWaitInTileProgram) {
+    const auto& steps = rank_plan().steps;
+    const std::string step = e.where >= 0 && static_cast<size_t>(e.where) < steps.size() ? steps[static_cast<size_t>(e.where)].label : "?";
+    if (e.signal == kTileProgramOrderSignal)
+      throw DeviceWaitTimeout(rank + ": companion step '" + step + "' gave up waiting for the step before it in its launch to complete (" +
+                              std::to_string(e.observed) + " of " + std::to_string(e.expected) + " pieces); the call's result is wrong");
+    throw DeviceWaitTimeout(rank + ": companion step '" + step + "' gave up waiting for signal '" + signal_name(e.signal) + "' (#" +
+                            std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " + std::to_string(e.observed) +
+                            ", so the call's result is wrong (WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
+  }
   if (e.signal == kSplitFixupSignal)
-    throw DeviceWaitTimeout(rank + ": an overlap GEMM tile (table entry " + std::to_string(e.tile) +
+    throw DeviceWaitTimeout(rank + ": an overlap GEMM tile (table entry " + std::to_string(e.where) +
                             ") gave up waiting for the partial sums of K split " + std::to_string(e.expected - 1) +
                             " of its tile; the call's result is wrong");
   if (e.signal == kNotifyHandoffSignal)
     throw DeviceWaitTimeout(rank + ": the overlap GEMM's hand-off of stored tiles to its notifying warp gave up at table entry " +
-                            std::to_string(e.tile) + "; the call's result is wrong");
-  const auto& names = rank_plan().signals;
-  const std::string name = e.signal >= 0 && static_cast<size_t>(e.signal) < names.size() ? names[static_cast<size_t>(e.signal)] : "?";
-  throw DeviceWaitTimeout(rank + ": an overlap GEMM tile (table entry " + std::to_string(e.tile) + ") gave up waiting for signal '" +
+                            std::to_string(e.where) + "; the call's result is wrong");
+  const std::string name = signal_name(e.signal);
+  throw DeviceWaitTimeout(rank + ": an overlap GEMM tile (table entry " + std::to_string(e.where) + ") gave up waiting for signal '" +
                           name + "' (#" + std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " +
                           std::to_string(e.observed) + ", so the call's result is wrong (the signal's writer is late or gone; " +
                           "WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
@@ -472,6 +496,10 @@ void CudaExecutor::run(cudaStream_t stream) {
   for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
   for (const Impl::Step& low : im.steps) {
     cudaStream_t s = im.streams[static_cast<size_t>(low.step->stream)];
+    if (low.synced_in_kernel) {
+      if (low.lowered.enqueue) low.lowered.enqueue(s);
+      continue;
+    }
     for (auto [signal, value] : low.waits) im.signals->wait(s, signal, value);
     if (low.lowered.enqueue) low.lowered.enqueue(s);
     for (size_t n = 0; n < low.step->notifies.size(); ++n) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/tile_program.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
@@ -42,7 +43,8 @@ StreamValue64 write_value_64() {
 SignalSet::SignalSet(Communicator& comm, int count)
     : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
-  preload_step_kernels();  // even under lazy loading, no step kernel's first launch may wait for an idle device
+  preload_step_kernels();
+  preload_tile_program_kernel();  // even under lazy loading, no step kernel's first launch may wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero

@@ -8,8 +8,8 @@ namespace weft {
 
 Workspace::Workspace(Communicator& comm) : comm_(comm) {
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
-  WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&device_error_host_), sizeof(OverlapGemmError), cudaHostAllocMapped));
-  std::memset(static_cast<void*>(device_error_host_), 0, sizeof(OverlapGemmError));
+  WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&device_error_host_), sizeof(WaitRecord), cudaHostAllocMapped));
+  std::memset(static_cast<void*>(device_error_host_), 0, sizeof(WaitRecord));
   WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_error_device_), device_error_host_, 0));
   signals_.push_back(std::make_unique<SignalSet>(comm_, 0));
   symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, 0));
@@ -43,10 +43,10 @@ void Workspace::reserve(const WorkspaceSize& wanted) {
 
 void* Workspace::symmetric_on(int rank) const { return symmetric_.back()->on(rank); }
 
-OverlapGemmError Workspace::take_error() {
-  OverlapGemmError seen;
+WaitRecord Workspace::take_error() {
+  WaitRecord seen;
   std::memcpy(static_cast<void*>(&seen), static_cast<const void*>(device_error_host_), sizeof seen);
-  if (seen.failed) std::memset(static_cast<void*>(device_error_host_), 0, sizeof(OverlapGemmError));
+  if (seen.failed) std::memset(static_cast<void*>(device_error_host_), 0, sizeof(WaitRecord));
   return seen;
 }
 

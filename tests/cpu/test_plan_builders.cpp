@@ -70,6 +70,15 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
       o.signal_restore = static_cast<SignalRestore>(rng() % 3);
       if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
     }
+    if (c.strategy == "tilelink") {
+      // Random communication tiles (ragged against the GEMM tile and the shard) and orders; gemm_rs
+      // needs whole GEMM tile rows per rank.
+      o.tilelink.comm_tile_rows = rng() % 3 == 0 ? 0 : 1 + static_cast<int64_t>(rng() % 40);
+      o.tilelink.ring = rng() % 2;
+      o.machine.sm_count = 8;
+      o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 4);
+      if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
+    }
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +
                  std::to_string(o.tile_n));
     const Plan plan = strategy.build(p, o);

@@ -259,7 +259,7 @@ TEST(SignalPlans, RestoresRunWhereTheOptionSaysAndTheCollectivesStayBackToBack) 
 
 TEST(SignalPlans, IsTheStrategyThatNeedsTheOverlapGemm) {
   // The model picks an overlap-GEMM tile for it (and for fused and chunked); library-GEMM strategies keep theirs.
-  for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal" || s.name == "fused" || s.name == "chunked") << s.name;
+  for (const Strategy& s : strategies()) EXPECT_EQ(s.overlap_gemm, s.name == "signal" || s.name == "fused" || s.name == "chunked" || s.name == "tilelink") << s.name;
 }
 
 TEST(SignalPlans, ReduceScatterWhereRanksShareTilesGroupsWholeColumns) {

@@ -47,7 +47,7 @@ struct Fixture {
   std::vector<OverlapGemmTile> table;
   OverlapGemmTile* device_table = nullptr;
   uint64_t* signals = nullptr;  // 4 counters
-  OverlapGemmError* error = nullptr;
+  WaitRecord* error = nullptr;
   cudaStream_t stream{};
 
   Fixture(OverlapGemmConfig cfg, int64_t m, int64_t n, int64_t k, uint64_t seed)
@@ -70,8 +70,8 @@ struct Fixture {
       }
     WEFT_CUDA_CHECK(cudaMalloc(&signals, 4 * sizeof(uint64_t)));
     WEFT_CUDA_CHECK(cudaMemset(signals, 0, 4 * sizeof(uint64_t)));
-    WEFT_CUDA_CHECK(cudaMalloc(&error, sizeof(OverlapGemmError)));
-    WEFT_CUDA_CHECK(cudaMemset(error, 0, sizeof(OverlapGemmError)));
+    WEFT_CUDA_CHECK(cudaMalloc(&error, sizeof(WaitRecord)));
+    WEFT_CUDA_CHECK(cudaMemset(error, 0, sizeof(WaitRecord)));
   }
   ~Fixture() {
     cudaStreamSynchronize(stream);
@@ -111,8 +111,8 @@ struct Fixture {
     upload(l);
     launch_overlap_gemm(l, config, on ? on : stream);
   }
-  OverlapGemmError read_error() {
-    OverlapGemmError e;
+  WaitRecord read_error() {
+    WaitRecord e;
     WEFT_CUDA_CHECK(cudaMemcpy(&e, error, sizeof e, cudaMemcpyDeviceToHost));
     return e;
   }
@@ -237,9 +237,9 @@ TEST_P(OverlapGemmConfigs, AnUnmetWaitTimesOutAndNamesItsSignal) {
   l.wait_timeout_ns = 20'000'000;  // 20 ms
   f.run(l);
   ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << "the kernel must give up, not hang";
-  const OverlapGemmError e = f.read_error();
+  const WaitRecord e = f.read_error();
   EXPECT_EQ(e.failed, 1u);
-  EXPECT_EQ(e.tile, static_cast<int>(f.table.size()) - 1);
+  EXPECT_EQ(e.where, static_cast<int>(f.table.size()) - 1);
   EXPECT_EQ(e.signal, 2);
   EXPECT_EQ(e.expected, 5u);
   EXPECT_EQ(e.observed, 0u);

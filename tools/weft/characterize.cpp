@@ -94,10 +94,11 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
           fill_buffers(*execs.back(), comm.rank(), o.seed, stream);
         }
         auto meet = [&] { sync.arrive_and_wait(); };
-        for (size_t p = 0; p < plans.size(); ++p)
-          medians[p][rank] = median_call_ms(
-              comm, meet, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },
-              [&] { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        std::vector<std::function<void(cudaStream_t)>> variants;
+        for (size_t p = 0; p < plans.size(); ++p) variants.push_back([&, p](cudaStream_t s) { execs[p]->run(s); });
+        const std::vector<double> ms = interleaved_call_medians_ms(
+            comm, meet, stream, o.warmup, o.iterations, variants, [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        for (size_t p = 0; p < plans.size(); ++p) medians[p][rank] = ms[p];
         // The whole GEMM and one transfer plan at once, each on its own stream, no order between.
         cudaEvent_t fork, gemm_done, comm_done;
         for (cudaEvent_t* e : {&fork, &gemm_done, &comm_done}) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));

@@ -176,10 +176,12 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         const DeviceRegion want = execs[2]->output();
         for (size_t p = 3; p < count; ++p)
           errors[p][static_cast<size_t>(rank)] = run_against_device_result(*execs[p], want, sums, stream, plans[p].strategy);
-        for (size_t p = 0; p < count; ++p)
-          medians[p][static_cast<size_t>(rank)] = median_call_ms(
-              comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },
-              [&] { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        std::vector<std::function<void(cudaStream_t)>> variants;
+        for (size_t p = 0; p < count; ++p) variants.push_back([&, p](cudaStream_t s) { execs[p]->run(s); });
+        const std::vector<double> ms = interleaved_call_medians_ms(
+            comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, variants,
+            [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        for (size_t p = 0; p < count; ++p) medians[p][static_cast<size_t>(rank)] = ms[p];
         cudaFree(sums);
         execs.clear();
         cudaStreamDestroy(stream);

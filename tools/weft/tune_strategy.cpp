@@ -119,9 +119,12 @@ int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o)
         execs[0]->run(stream);
         finish_or_explain(*execs[0], stream, "sequential");
         for (size_t p = 1; p < count; ++p) errors[p][rank] = run_against_device_result(*execs[p], execs[0]->output(), sums, stream, plans[p].strategy);
-        for (size_t p = 0; p < count; ++p)
-          medians[p][rank] = median_call_ms(comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, [&](cudaStream_t s) { execs[p]->run(s); },
-                                            [&] { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        std::vector<std::function<void(cudaStream_t)>> variants;
+        for (size_t p = 0; p < count; ++p) variants.push_back([&, p](cudaStream_t s) { execs[p]->run(s); });
+        const std::vector<double> ms = interleaved_call_medians_ms(
+            comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, variants,
+            [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        for (size_t p = 0; p < count; ++p) medians[p][rank] = ms[p];
         cudaFree(sums);
         execs.clear();
         cudaStreamDestroy(stream);

@@ -129,11 +129,14 @@ struct CopyStep {
   bool operator==(const CopyStep&) const = default;
 };
 
-// dst = sum of srcs (+ dst itself when accumulate).
+// dst = sum of srcs (+ dst itself when accumulate). A source on another rank is read through
+// NVLink by the reducing SMs (TileLink's pull-mode reduce-scatter); `sms` bounds their CTAs (0: as
+// many as the reduction fills).
 struct ReduceStep {
   std::vector<Region> srcs;
   Region dst;
   bool accumulate = false;
+  int sms = 0;
 
   bool operator==(const ReduceStep&) const = default;
 };
@@ -200,6 +203,12 @@ struct Step {
   std::vector<Wait> waits;       // before the step starts
   std::vector<Notify> notifies;  // after all of its writes are visible
   StepBody body;
+  // Steps with the same companion id (>= 0), consecutive on one stream, copies, reductions and
+  // joins (a join with notifies relays signals) on SMs, run as one resident launch of the companion kernel (TileLink): its waits spin on the
+  // device and its notifies are made by the kernel, so they cost no launch and no stream operation.
+  // The semantics are the stream's: each step still starts after the one before it has finished.
+  // The kernel holds max(sms) CTAs of the group's steps while it runs, waits included.
+  int companion = -1;
 
   bool operator==(const Step&) const = default;
 };

@@ -8,7 +8,7 @@
 //     peer's buffer, a remapped position);
 //   - it may add to a signal, local or a peer's, once its stores are visible there (release).
 // Waits are bounded: on timeout the kernel records which tile, signal and value it waited for in an
-// OverlapGemmError and goes on, so nothing hangs; the CUDA executor reads the record and fails the
+// WaitRecord and goes on, so nothing hangs; the CUDA executor reads the record and fails the
 // call (DeviceWaitTimeout), since its numbers are wrong.
 //
 //   OverlapGemmLaunch launch{...};                   // pointers, shapes, device tile table
@@ -23,6 +23,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "weft/tile/wait_record.hpp"
 
 namespace weft {
 
@@ -62,23 +64,14 @@ struct OverlapGemmTarget {
   int64_t cols = 0;
 };
 
-// OverlapGemmError::signal when the wait that gave up was a split waiting for the previous split
+// WaitRecord::signal when the wait that gave up was a split waiting for the previous split
 // of its tile (expected: that split's index).
 constexpr int32_t kSplitFixupSignal = -2;
-// OverlapGemmError::signal when the hand-off between the consumers and the notifying warp gave up
+// WaitRecord::signal when the hand-off between the consumers and the notifying warp gave up
 // (the notifier waiting for a tile to be stored, or the consumers for a free slot; expected: the
 // number of the CTA's notifying tile waited for, counted from 1).
 constexpr int32_t kNotifyHandoffSignal = -3;
 
-// Where a bounded wait gave up. `failed` is 0 while all is well.
-struct OverlapGemmError {
-  uint32_t failed = 0;
-  int32_t tile = -1;
-  int32_t signal = -1;
-  uint32_t pad = 0;
-  uint64_t expected = 0;
-  uint64_t observed = 0;
-};
 
 struct OverlapGemmLaunch {
   const void* a = nullptr;  // [m, k] bf16, row stride lda
@@ -92,7 +85,7 @@ struct OverlapGemmLaunch {
   int tile_count = 0;
   const uint64_t* wait_signals = nullptr;             // this rank's signal array (device)
   uint64_t* notify_signals[kMaxSignalRanks] = {};     // every rank's signal array, as this GPU sees it
-  OverlapGemmError* error = nullptr;                  // device or mapped memory; may be null
+  WaitRecord* error = nullptr;                  // device or mapped memory; may be null
   uint64_t wait_timeout_ns = 10'000'000'000ull;
   int max_ctas = 0;                                   // 0: one per SM
   int k_splits = 1;                                   // the most splits of any entry; OverlapGemm sizes the workspace

@@ -43,4 +43,10 @@ constexpr double kSplitFixupKTiles = 32.0;
 // grid) of an m x n x k GEMM; 1 for memory-bound shapes.
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count);
 
+// TileLink's communication tile: rows moved (AG) or reduced (RS) per device-side signal, decoupled
+// from the GEMM tile but a multiple of its height, so that a GEMM tile waits for (or completes)
+// whole communication tiles. About a quarter of a rank's rows: enough tiles for the GEMM to start on
+// the first while the next move, few enough that each transfer runs near link speed.
+int64_t choose_comm_tile_rows(int64_t rows_per_rank, int tile_m);
+
 }  // namespace weft

@@ -51,6 +51,14 @@ struct ChunkedOptions {
   std::optional<Schedule> schedule;    // a user-written schedule instead of a template
 };
 
+// tilelink (TileLink): communication on SMs, in a companion kernel beside a GEMM limited to the
+// other SMs, with its own tile (rows per communication tile) and order.
+struct TileLinkOptions {
+  int comm_sms = 20;           // CTAs of the companion kernel; the GEMM keeps sm_count - comm_sms
+  int64_t comm_tile_rows = 0;  // rows per communication tile (0: the model's pick, a multiple of the GEMM tile)
+  bool ring = true;            // ag_gemm: peers in ring order (false: all-to-all, chunk c of every peer in turn)
+};
+
 struct TuningTable;
 
 struct PlanOptions {
@@ -78,6 +86,7 @@ struct PlanOptions {
   // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
   int comm_chunks = 0;
   ChunkedOptions chunked;
+  TileLinkOptions tilelink;
   // auto: measured choices (model/tuning_table.hpp; null: the simulator alone), the gain over
   // sequential a predicted choice must show, and how far (log-space distance of m, n, k) a measured
   // shape may be from the call's to stand for it.
@@ -98,6 +107,8 @@ struct Strategy {
   // Its GEMM shares the GPU with NCCL's kernels for the whole call, on the SMs they leave it
   // (machine.sm_count - machine.collective_sms, or PlanOptions::gemm_sms); otherwise it has all.
   bool gemm_beside_nccl = false;
+  // Its GEMM shares the GPU with its companion kernel (TileLinkOptions::comm_sms SMs).
+  bool gemm_beside_companion = false;
 
   bool supports(OpKind op) const;
 };
@@ -141,6 +152,13 @@ Plan plan_fused(const Problem& problem, const PlanOptions& options);
 // lowered to one overlap GEMM whose tiles follow chunk arrival, and the chunks' transfers on their
 // backend's streams (plan/chunked.hpp says how).
 Plan plan_chunked(const Problem& problem, const PlanOptions& options);
+
+// TileLink (tilelink.txt): the GEMM on sm_count - comm_sms SMs and the communication in a companion
+// kernel on the others, tile by tile through device-side notify/wait. ag_gemm: the companion pulls
+// peers' A tiles (ring or all-to-all order), GEMM tiles wait per communication tile; gemm_rs: GEMM
+// tiles are stored locally and notify their rows' owner, whose companion reduces each communication
+// tile from every rank's partials (NVLink loads) as it completes. plan/strategies/tilelink.cpp.
+Plan plan_tilelink(const Problem& problem, const PlanOptions& options);
 
 // auto: the strategy (and knobs) for this problem, from the tuning table's nearest measured shape,
 // else from the simulator's predictions; sequential wherever what would be chosen was measured or is

@@ -53,9 +53,9 @@ class Workspace {
   // The first device-side wait that gave up since the last take_error (pinned, mapped host memory:
   // the device writes it, the host reads it without a CUDA call, so reading works while streams
   // are stuck and inside graph replays).
-  OverlapGemmError* device_error() const { return device_error_device_; }
+  WaitRecord* device_error() const { return device_error_device_; }
   // The record so far, cleared for the next call; failed == 0 when nothing gave up.
-  OverlapGemmError take_error();
+  WaitRecord take_error();
 
  private:
   struct LocalArena {
@@ -67,8 +67,8 @@ class Workspace {
   std::vector<std::unique_ptr<SignalSet>> signals_;          // the last is current
   std::vector<LocalArena> retired_local_;
   std::unique_ptr<LocalArena> local_;
-  OverlapGemmError* device_error_host_ = nullptr;
-  OverlapGemmError* device_error_device_ = nullptr;
+  WaitRecord* device_error_host_ = nullptr;
+  WaitRecord* device_error_device_ = nullptr;
 };
 
 }  // namespace weft

@@ -173,6 +173,35 @@ struct StructureChecker {
       }
     }
     for (const auto& [id, parts] : collectives) check_collective(id, parts);
+    for (int rank = 0; rank < plan.world_size(); ++rank) check_companions(rank);
+  }
+
+  // A companion group is one launch: its steps are SM copies or reductions, on one stream, with no
+  // other step of that stream between them.
+  void check_companions(int rank) {
+    const RankPlan& rp = plan.ranks[static_cast<size_t>(rank)];
+    std::map<int, int> stream_of, last_position;  // companion id -> stream, position in its stream
+    std::map<int, int> position_in_stream;        // stream -> steps seen
+    for (size_t s = 0; s < rp.steps.size(); ++s) {
+      const Step& step = rp.steps[s];
+      const int position = position_in_stream[step.stream]++;
+      if (step.companion < 0) continue;
+      const std::string where = "rank " + std::to_string(rank) + " step " + std::to_string(s) + " '" + step.label + "'";
+      if (step.engine != Engine::sm || !(std::holds_alternative<CopyStep>(step.body) || std::holds_alternative<ReduceStep>(step.body) ||
+                                         std::holds_alternative<JoinStep>(step.body)))
+        fail(where, "is in companion #" + std::to_string(step.companion) + " but is not a copy, a reduction or a join on SMs");
+      const auto it = stream_of.find(step.companion);
+      if (it == stream_of.end()) {
+        stream_of[step.companion] = step.stream;
+      } else if (it->second != step.stream) {
+        fail(where, "is in companion #" + std::to_string(step.companion) + " on stream " + std::to_string(step.stream) +
+                        ", whose other steps run on stream " + std::to_string(it->second));
+      } else if (last_position[step.companion] != position - 1) {
+        fail(where, "is in companion #" + std::to_string(step.companion) + " but another step of stream " + std::to_string(step.stream) +
+                        " comes between it and the group's previous step (a companion is one launch)");
+      }
+      last_position[step.companion] = position;
+    }
   }
 
   void check_collective(int id, const std::vector<std::pair<int, const CollectiveStep*>>& parts) {

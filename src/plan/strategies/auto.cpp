@@ -16,8 +16,6 @@ const std::vector<std::string>& auto_candidates() {
 
 namespace {
 
-bool listed(const std::vector<std::string>& names, const std::string& name) { return std::find(names.begin(), names.end(), name) != names.end(); }
-
 std::string format_ms(double ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%.3f ms", ms);

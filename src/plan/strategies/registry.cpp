@@ -54,6 +54,11 @@ const std::vector<Strategy>& strategies() {
        "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
        "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
        {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}, plan_chunked, /*overlap_gemm=*/true},
+      {"tilelink", "TileLink",
+       "tile-centric notify/wait: the GEMM on the SMs the companion kernel leaves; the companion pulls A tiles (AG) or "
+       "reduces each communication tile of partials from every rank as it completes (RS)",
+       {OpKind::ag_gemm, OpKind::gemm_rs}, plan_tilelink, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
+       /*gemm_beside_companion=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
       ficco("hetero_fused_1d", FiccoSchedule::hetero_fused_1d,
@@ -93,14 +98,18 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
   }
   if (!strategy.overlap_gemm) return o;
   const MachineProfile& machine = o.machine;
-  const int sms = !strategy.gemm_beside_nccl ? machine.sm_count : o.gemm_sms > 0 ? o.gemm_sms : machine.sm_count - machine.collective_sms;
+  const int sms = strategy.gemm_beside_companion ? machine.sm_count - o.tilelink.comm_sms
+                  : !strategy.gemm_beside_nccl    ? machine.sm_count
+                  : o.gemm_sms > 0                ? o.gemm_sms
+                                                  : machine.sm_count - machine.collective_sms;
   // The one GEMM of a rank: over every rank's rows for AllGather+GEMM, its own rows otherwise.
   const int64_t rows = problem.op == OpKind::ag_gemm ? problem.m * problem.world_size : problem.m;
   const GemmTiling tiling = choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms);
   o.tile_m = tiling.tile.tile_m;
   o.tile_n = tiling.tile.tile_n;
-  // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave).
-  o.k_splits = strategy.gemm_beside_nccl ? 1 : tiling.k_splits;
+  // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave); one beside
+  // the companion kernel is not on every SM, which the split K needs.
+  o.k_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.k_splits;
   return o;
 }
 

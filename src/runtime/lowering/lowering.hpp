@@ -42,7 +42,7 @@ struct Context {
   ncclComm_t nccl = nullptr;
   const uint64_t* own_signals = nullptr;                     // device
   std::function<uint64_t*(int rank)> signals_of;             // every rank's counters as this GPU sees them
-  OverlapGemmError* device_error = nullptr;                  // where bounded waits report
+  WaitRecord* device_error = nullptr;                  // where bounded waits report
   uint64_t device_wait_timeout_ns = 0;
   bool plain_gemm_on_overlap = false;                        // ExecutorOptions::PlainGemm::overlap
 };
@@ -62,6 +62,9 @@ Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const C
 Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& label, const Context& context);
 Lowered lower_move_boxes(const MoveBoxesStep& moves, const std::string& label, const Context& context);
 Lowered lower_collective(const CollectiveStep& collective, const std::string& label, const Context& context);
+// The steps `step_indices` of `plan` (one companion group, in stream order) as one launch of the
+// companion kernel; their waits and notifies happen inside it.
+Lowered lower_companion(const RankPlan& plan, const std::vector<int>& step_indices, const Context& context);
 
 // Device memory holding `bytes` of `data` for as long as a lowered step keeps the pointer.
 std::shared_ptr<void> upload(const void* data, size_t bytes);

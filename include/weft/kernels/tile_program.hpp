@@ -1,0 +1,73 @@
+// The companion kernel of TileLink-style plans: a run of SM-driven copy and reduce steps of one
+// stream, executed by one resident launch on a chosen number of CTAs. Each item (a plan step) is cut
+// into row pieces that CTAs take in order from a ticket counter; the pieces of an item start once
+// the item's waits are met (bounded device-side spins, acquire at system scope) and once the item
+// before it is complete (the stream order of the steps it stands for); the CTA that completes an
+// item's last piece makes its notifies (release at system scope). So the steps keep their plan
+// semantics while waits and notifies cost no launch and no stream operation, and the SMs the
+// kernel holds are the communication's, beside a GEMM limited to the rest (GemmStep::sm_limit).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/kernels/elementwise.hpp"
+#include "weft/tile/wait_record.hpp"
+
+namespace weft {
+
+constexpr int kTileProgramMaxWaits = 4;
+constexpr int kTileProgramMaxNotifies = 4;
+constexpr int kTileProgramMaxBases = 32;
+// WaitRecord::signal when an item gave up waiting for the item before it to complete.
+constexpr int32_t kTileProgramOrderSignal = -4;
+
+// A region as an offset from one of the launch's base addresses (so that a caller's buffer may move
+// between calls: only the bases change).
+struct TileProgramRegion {
+  int32_t base = 0;
+  int32_t pad = 0;
+  int64_t offset = 0;  // elements
+  int64_t rows = 0, cols = 0, stride = 0;
+};
+
+struct TileProgramItem {
+  enum Kind : int32_t { copy = 0, reduce = 1, sync = 2 };  // sync: waits and notifies only (a plan's join)
+  int32_t kind = copy;
+  int32_t source_count = 1;
+  int32_t accumulate = 0;
+  int32_t wait_count = 0;
+  int32_t notify_count = 0;
+  int32_t piece_rows = 1;  // rows per piece; pieces = ceil(dst.rows / piece_rows)
+  int32_t step = 0;        // the plan step it stands for: what a timed-out wait reports (WaitRecord::where)
+  int32_t wait_signal[kTileProgramMaxWaits] = {};
+  uint64_t wait_value[kTileProgramMaxWaits] = {};
+  uint64_t* notify[kTileProgramMaxNotifies] = {};  // a counter on this rank or a peer
+  uint64_t notify_increment[kTileProgramMaxNotifies] = {};
+  int64_t first_unit = 0;  // the item's first piece in the launch's piece order
+  int64_t pieces = 1;      // at least 1, so that an empty item still completes and notifies
+  TileProgramRegion dst;
+  TileProgramRegion srcs[kMaxReduceSources];
+};
+
+struct TileProgramLaunch {
+  const TileProgramItem* items = nullptr;  // device
+  int item_count = 0;
+  int64_t unit_count = 0;                  // pieces over all items
+  void* bases[kTileProgramMaxBases] = {};
+  uint64_t* counters = nullptr;            // device, 1 + item_count: the ticket, then pieces done per item
+  const uint64_t* wait_signals = nullptr;  // this rank's counters
+  WaitRecord* error = nullptr;
+  uint64_t wait_timeout_ns = 0;
+  int ctas = 16;
+};
+
+// Fills first_unit and piece_rows (pieces of about `piece_bytes`); returns the total piece count.
+int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int64_t piece_bytes = 32 * 1024);
+// Zeroes the counters and launches, both on `stream` (graph-capturable).
+void launch_tile_program(const TileProgramLaunch& launch, cudaStream_t stream);
+void preload_tile_program_kernel();
+
+}  // namespace weft

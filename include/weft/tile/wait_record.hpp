@@ -1,0 +1,26 @@
+// Where a bounded device-side wait reports that it gave up: host and device see the same record
+// (pinned, mapped memory), the first wait of a launch that times out fills it, and the host turns it
+// into an error naming the signal (CudaExecutor::check, DeviceWaitTimeout).
+#pragma once
+
+#include <cstdint>
+
+namespace weft {
+namespace tile {
+
+// Who waited: a kernel of the user's (TileLink's primitives), the overlap GEMM, weft's companion
+// kernel of SM-driven tile steps.
+enum WaitSource : int32_t { kWaitInUserKernel = 0, kWaitInOverlapGemm = 1, kWaitInTileProgram = 2 };
+
+struct WaitRecord {
+  uint32_t failed = 0;
+  int32_t signal = -1;   // the counter's index in the waiting rank's signal array
+  int32_t where = -1;    // the GEMM's table entry, the tile program's item, or the user's tile
+  int32_t source = 0;    // WaitSource
+  uint64_t expected = 0;
+  uint64_t observed = 0;
+};
+
+}  // namespace tile
+using tile::WaitRecord;
+}  // namespace weft

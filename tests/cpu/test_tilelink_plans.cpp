@@ -1,0 +1,243 @@
+// `tilelink` (TileLink): the communication is one companion launch on its own SMs, with its own
+// tile; GEMM tiles wait for (AG) or count on (RS) communication tiles; the plans are proved like
+// every other, and a plan with a wait taken out is caught.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "../support/plan_options.hpp"
+#include "weft/model/simulator.hpp"
+#include "weft/model/tiling.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/validation.hpp"
+#include "weft/reference/cpu_proof.hpp"
+#include "weft/tile/tile_map.hpp"
+
+namespace weft {
+namespace {
+
+PlanOptions small_machine(int tile_m, int tile_n, int64_t comm_rows, int comm_sms = 3) {
+  PlanOptions o = testing_support::tiled(tile_m, tile_n, Raster::along_m, 2);
+  o.machine.sm_count = 12;
+  o.tilelink.comm_sms = comm_sms;
+  o.tilelink.comm_tile_rows = comm_rows;
+  return o;
+}
+
+const GemmStep& gemm_of(const RankPlan& rank) {
+  for (const Step& step : rank.steps)
+    if (const auto* g = std::get_if<GemmStep>(&step.body)) return *g;
+  throw std::logic_error("no GEMM");
+}
+
+TEST(TileMaps, StaticMapCutsEachRankIntoChannelsAndFindsRows) {
+  const tile::StaticTileMap map{3, 100, 32};  // 32, 32, 32, 4 rows per rank
+  EXPECT_EQ(map.channels(), 4);
+  EXPECT_EQ(map.tiles(), 12);
+  int64_t next = 0;
+  for (int id = 0; id < map.tiles(); ++id) {
+    const tile::TileCoord t = map(id);
+    EXPECT_EQ(t.rank, id / 4);
+    EXPECT_EQ(t.channel, id % 4);
+    EXPECT_EQ(t.row, next) << "tiles cover the rows in order, without gaps";
+    EXPECT_EQ(t.rows, t.channel == 3 ? 4 : 32);
+    for (int64_t row = t.row; row < t.row + t.rows; ++row) ASSERT_EQ(map.tile_of_row(row), id) << row;
+    next += t.rows;
+  }
+  EXPECT_EQ(next, 300);
+}
+
+TEST(TileMaps, CommunicationTileIsAboutAQuarterInWholeGemmTiles) {
+  EXPECT_EQ(choose_comm_tile_rows(4096, 128), 1024);
+  EXPECT_EQ(choose_comm_tile_rows(1000, 128), 256);  // 250 rounded up to whole tiles
+  EXPECT_EQ(choose_comm_tile_rows(64, 128), 64);     // never more than the rank has
+  EXPECT_EQ(choose_comm_tile_rows(300, 128), 128);
+}
+
+TEST(TileLinkPlans, AllGatherCompanionPullsInRingOrderAndTilesWaitForTheirRows) {
+  // 3 ranks of 100 rows, communication tiles of 48 rows (48, 48, 4), GEMM tiles of 32: ragged both ways.
+  const Problem p{OpKind::ag_gemm, 100, 40, 16, 3, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_tilelink(p, small_machine(32, 16, 48));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  for (const RankPlan& rank : plan.ranks) {
+    const int r = rank.rank;
+    std::vector<std::pair<int, int64_t>> moved;  // (source rank, gathered first row) in companion order
+    for (const Step& step : rank.steps) {
+      if (std::holds_alternative<GemmStep>(step.body)) {
+        EXPECT_EQ(step.companion, -1);
+        continue;
+      }
+      const auto& copy = std::get<CopyStep>(step.body);
+      EXPECT_EQ(step.companion, 0);
+      EXPECT_EQ(step.stream, 1);
+      EXPECT_EQ(step.engine, Engine::sm);
+      EXPECT_EQ(copy.sms, 3);
+      EXPECT_EQ(copy.dst.rank, r);
+      moved.push_back({copy.src.rank, copy.dst.box.row});
+    }
+    ASSERT_EQ(moved.size(), 9u);
+    // Own shard first, then rank r+1's tiles, then rank r+2's.
+    for (size_t k = 0; k < moved.size(); ++k) EXPECT_EQ(moved[k].first, (r + static_cast<int>(k / 3)) % 3) << k;
+    EXPECT_EQ(moved[3].second, ((r + 1) % 3) * 100);
+    EXPECT_EQ(moved[4].second, ((r + 1) % 3) * 100 + 48);
+    const GemmStep& g = gemm_of(rank);
+    EXPECT_EQ(g.sm_limit, 12 - 3) << "the GEMM keeps the SMs the companion leaves";
+    uint64_t previous = 0;
+    for (const GemmTile& t : g.tiles) {
+      uint64_t want = 0;  // the last communication tile in companion order that holds one of its rows
+      for (size_t k = 0; k < moved.size(); ++k) {
+        const int64_t first = moved[k].second, rows = (first % 100 == 96) ? 4 : 48;
+        if (first < t.tile.row_end() && t.tile.row < first + rows) want = std::max<uint64_t>(want, k + 1);
+      }
+      ASSERT_TRUE(t.wait.has_value());
+      EXPECT_EQ(t.wait->value, want) << "tile at row " << t.tile.row;
+      EXPECT_GE(t.wait->value, previous) << "tiles run in their rows' arrival order";
+      previous = t.wait->value;
+    }
+  }
+}
+
+TEST(TileLinkPlans, AllGatherAllToAllOrderTakesTileCOfEveryPeerInTurn) {
+  const Problem p{OpKind::ag_gemm, 64, 16, 16, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions o = small_machine(16, 16, 32);
+  o.tilelink.ring = false;
+  const Plan plan = plan_tilelink(p, o);
+  std::vector<std::pair<int, int64_t>> moved;
+  for (const Step& step : plan.ranks[1].steps)
+    if (const auto* copy = std::get_if<CopyStep>(&step.body)) moved.push_back({copy->src.rank, copy->src.box.row});
+  const std::vector<std::pair<int, int64_t>> want = {{1, 0}, {1, 32}, {2, 0}, {3, 0}, {0, 0}, {2, 32}, {3, 32}, {0, 32}};
+  EXPECT_EQ(moved, want);
+  EXPECT_TRUE(prove_on_cpu(plan, 5).passed());
+}
+
+TEST(TileLinkPlans, ReduceScatterCountsTilesOnTheOwnerWhoReducesInRingOrder) {
+  const int world = 4;
+  const Problem p{OpKind::gemm_rs, world * 64, 48, 24, world, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_tilelink(p, small_machine(16, 16, 32));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  for (const RankPlan& rank : plan.ranks) {
+    const int r = rank.rank;
+    const GemmStep& g = gemm_of(rank);
+    // Blocks in ring order after the own one; each tile stored locally, counted on its rows' owner.
+    int previous_step = 0;
+    for (const GemmTile& t : g.tiles) {
+      const int owner = static_cast<int>(t.tile.row / 64);
+      const int ring_step = (owner - r - 1 + world) % world;
+      EXPECT_GE(ring_step, previous_step);
+      previous_step = ring_step;
+      EXPECT_EQ(t.store.rank, r);
+      ASSERT_TRUE(t.notify.has_value());
+      EXPECT_EQ(t.notify->signal.rank, owner);
+    }
+    // The companion: 2 communication tiles per rank, from rank r-1 first, the own partials last.
+    std::vector<std::pair<int, bool>> reduced;  // (source rank, accumulate)
+    for (const Step& step : rank.steps)
+      if (const auto* sum = std::get_if<ReduceStep>(&step.body)) {
+        EXPECT_EQ(step.companion, 0);
+        ASSERT_EQ(sum->srcs.size(), 1u);
+        ASSERT_EQ(step.waits.size(), 1u);
+        EXPECT_EQ(step.waits[0].value, 2u * 3u) << "2 GEMM tile rows x 3 tile columns per communication tile";
+        reduced.push_back({sum->srcs[0].rank, sum->accumulate});
+      }
+    ASSERT_EQ(reduced.size(), 8u);
+    for (size_t k = 0; k < reduced.size(); ++k) {
+      EXPECT_EQ(reduced[k].first, (r - 1 - static_cast<int>(k / 2) + 2 * world) % world) << k;
+      EXPECT_EQ(reduced[k].second, k >= 2) << "the first rank's partials define C, the others add";
+    }
+  }
+  EXPECT_TRUE(prove_on_cpu(plan, 3).passed());
+}
+
+TEST(TileLinkPlans, ReduceScatterRelaysGemmTilesThatHoldTwoRanksRows) {
+  // 3 ranks of 40 rows, 32-row GEMM tiles: tile rows [32, 64) and [64, 96) hold two ranks' rows.
+  const Problem p{OpKind::gemm_rs, 3 * 40, 16, 16, 3, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_tilelink(p, small_machine(32, 16, 0));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  for (const RankPlan& rank : plan.ranks) {
+    const GemmStep& g = gemm_of(rank);
+    ASSERT_GE(g.tiles.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {  // the spanning tile rows first (one tile column each), counted locally
+      EXPECT_TRUE(g.tiles[i].tile.row == 32 || g.tiles[i].tile.row == 64) << g.tiles[i].tile.row;
+      EXPECT_EQ(g.tiles[i].notify->signal.rank, rank.rank);
+    }
+    const Step* relay = nullptr;
+    for (const Step& step : rank.steps)
+      if (std::holds_alternative<JoinStep>(step.body)) relay = &step;
+    ASSERT_NE(relay, nullptr);
+    EXPECT_EQ(relay->companion, 0);
+    EXPECT_EQ(relay->notifies.size(), 3u) << "tile rows [32, 64) touch ranks 0 and 1, [64, 96) ranks 1 and 2";
+  }
+  EXPECT_TRUE(prove_on_cpu(plan, 7).passed()) << prove_on_cpu(plan, 7).explain();
+}
+
+TEST(TileLinkPlans, OnlyAgGemmAndGemmRs) {
+  EXPECT_THROW(plan_tilelink(Problem{OpKind::gemm_ar, 64, 16, 16, 2, DType::bf16, DType::bf16, {}}, {}), std::invalid_argument);
+}
+
+TEST(TileLinkPlans, CommSmsMustLeaveTheGemmSomething) {
+  const Problem p{OpKind::ag_gemm, 64, 16, 16, 2, DType::bf16, DType::bf16, {}};
+  EXPECT_THROW(plan_tilelink(p, small_machine(16, 16, 0, 12)), std::invalid_argument);
+  EXPECT_THROW(plan_tilelink(p, small_machine(16, 16, 0, 0)), std::invalid_argument);
+}
+
+TEST(TileLinkPlans, AMissingWaitIsCaught) {
+  // AllGather: a GEMM tile that no longer waits for its pulled rows reads them too early.
+  const Problem ag{OpKind::ag_gemm, 64, 32, 16, 2, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_tilelink(ag, small_machine(16, 16, 32));
+  for (Step& step : plan.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) g->tiles.back().wait.reset();
+  ValidationReport report = validate_plan(plan);
+  EXPECT_FALSE(report.ok());
+  EXPECT_NE(report.summary().find("A_gathered"), std::string::npos) << report.summary();
+  // ReduceScatter: a reduction that no longer waits for a peer's partial tiles.
+  const Problem rs{OpKind::gemm_rs, 2 * 64, 32, 16, 2, DType::bf16, DType::bf16, {}};
+  plan = plan_tilelink(rs, small_machine(16, 16, 32));
+  for (Step& step : plan.ranks[1].steps)
+    if (std::holds_alternative<ReduceStep>(step.body) && std::get<ReduceStep>(step.body).srcs[0].rank == 0) {
+      step.waits.clear();
+      break;
+    }
+  report = validate_plan(plan);
+  EXPECT_FALSE(report.ok());
+  EXPECT_NE(report.summary().find("partial@0"), std::string::npos) << report.summary();
+}
+
+TEST(TileLinkPlans, ACompanionIsOneLaunchOfCopiesAndReductionsOnOneStream) {
+  const Problem p{OpKind::ag_gemm, 64, 32, 16, 2, DType::bf16, DType::bf16, {}};
+  const Plan good = plan_tilelink(p, small_machine(16, 16, 32));
+  Plan moved = good;  // a companion step on another stream
+  for (Step& step : moved.ranks[0].steps)
+    if (step.companion >= 0) {
+      step.stream = 0;
+      break;
+    }
+  EXPECT_NE(validate_plan(moved).summary().find("companion #0"), std::string::npos) << validate_plan(moved).summary();
+  Plan gemm_in = good;  // a GEMM in the group
+  for (Step& step : gemm_in.ranks[0].steps)
+    if (std::holds_alternative<GemmStep>(step.body)) step.companion = 0;
+  EXPECT_NE(validate_plan(gemm_in).summary().find("not a copy, a reduction or a join on SMs"), std::string::npos);
+  Plan split = good;  // another step of the stream between two of the group's
+  Step intruder;
+  intruder.label = "intruder";
+  intruder.stream = 1;
+  intruder.body = JoinStep{};
+  split.ranks[0].steps.insert(split.ranks[0].steps.begin() + 2, intruder);
+  EXPECT_NE(validate_plan(split).summary().find("comes between"), std::string::npos) << validate_plan(split).summary();
+}
+
+TEST(TileLinkPlans, TheSimulatorPredictsThemAndMoreCommSmsSlowTheGemm) {
+  PlanOptions o;
+  o.machine = MachineProfile{};
+  const Problem p{OpKind::ag_gemm, 4096, 8192, 4096, 4, DType::bf16, DType::bf16, {}};
+  o.tilelink.comm_sms = 8;
+  const double few = simulate(make_plan(find_strategy("tilelink"), p, o), o.machine).seconds;
+  o.tilelink.comm_sms = 66;
+  const double half = simulate(make_plan(find_strategy("tilelink"), p, o), o.machine).seconds;
+  EXPECT_GT(few, 0);
+  EXPECT_GT(half, few) << "half the SMs for a GEMM-bound shape";
+  const Problem rs{OpKind::gemm_rs, 8192, 4096, 4096, 4, DType::bf16, DType::bf16, {}};
+  EXPECT_GT(simulate(make_plan(find_strategy("tilelink"), rs, {}), o.machine).seconds, 0);
+}
+
+}  // namespace
+}  // namespace weft
