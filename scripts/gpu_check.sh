@@ -7,6 +7,7 @@
 #   python: the Python GPU tests (pytest -m gpu: torch ops, compile, CUDA graphs, layers) on GPU 0
 #   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
+#   tilelink: `weft bench tilelink` (companion copy bandwidth by CTAs, GEMM by SMs given to communication).
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
 #   back-to-back: brackets a hang of the 1,000 back-to-back calls (one process, a thread per GPU):
@@ -84,6 +85,10 @@ fi
 if wants bench; then
   ./build-device/weft bench --json "$out/bench.json" --csv "$out/bench.csv" "$@" 2> "$out/bench.err" | tee "$out/bench.txt" || status=1
   tail -5 "$out/bench.err"
+fi
+if wants tilelink; then
+  ./build-device/weft bench tilelink --csv "$out/tilelink.csv" ${TILELINK_ARGS:-} 2> "$out/tilelink.err" | tee "$out/tilelink.txt" || status=1
+  tail -5 "$out/tilelink.err"
 fi
 if wants gemm; then
   ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1

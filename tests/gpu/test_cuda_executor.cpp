@@ -58,6 +58,16 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
       options.comm_chunks = static_cast<int>(shape) + 1;
       calls = 3;
     }
+    if (strategy == "tilelink") {
+      // Communication tiles of 64 rows (several per rank, ragged against the shapes) or the model's;
+      // ring and all-to-all orders; gemm_rs with whole 128-row tiles per rank in the first shape
+      // (counters per communication tile), tile rows shared by two ranks (relayed) in the others.
+      // Three calls: the companion's counters and the signals start over every call.
+      options.tilelink.comm_tile_rows = shape == 1 ? 0 : 64;
+      options.tilelink.ring = shape != 2;
+      if (op == OpKind::gemm_rs && shape == 0) p.m = world * 128 * 2;
+      calls = 3;
+    }
     if (routes_rows(op)) p.routing = random_routing(world, p.m, static_cast<uint64_t>(s.m));
     const Plan plan = find_strategy(strategy).build(p, options);
     std::vector<double> errors(static_cast<size_t>(world));

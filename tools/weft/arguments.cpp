@@ -2,6 +2,8 @@
 
 #include "weft/plan/chunked.hpp"
 
+#include <climits>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 
@@ -43,6 +45,44 @@ int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
   } catch (const std::exception&) {
   }
   throw std::invalid_argument("--" + name + " expects an integer, got '" + value + "'");
+}
+
+std::vector<int> Arguments::integers(const std::string& name, const std::vector<int>& fallback) const {
+  std::vector<int> out;
+  for (const std::string& item : list(name, {})) {
+    try {
+      size_t used = 0;
+      const long long parsed = std::stoll(item, &used);
+      if (used == item.size() && parsed >= INT32_MIN && parsed <= INT32_MAX) {
+        out.push_back(static_cast<int>(parsed));
+        continue;
+      }
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + item + "'");
+  }
+  return out.empty() ? fallback : out;
+}
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> dims;
+  size_t start = 0;
+  while (true) {
+    const size_t x = text.find('x', start);
+    const std::string part = text.substr(start, x == std::string::npos ? std::string::npos : x - start);
+    try {
+      size_t used = 0;
+      const long long value = std::stoll(part, &used);
+      if (used != part.size() || value < 1) throw std::invalid_argument(part);
+      dims.push_back(value);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("expected a shape MxNxK of positive integers, got '" + text + "'");
+    }
+    if (x == std::string::npos) break;
+    start = x + 1;
+  }
+  if (dims.size() != 3) throw std::invalid_argument("expected a shape MxNxK of positive integers, got '" + text + "'");
+  return dims;
 }
 
 std::vector<std::string> Arguments::list(const std::string& name, const std::vector<std::string>& fallback) const {
@@ -122,6 +162,7 @@ PlanOptions plan_options_from(const Arguments& args) {
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
   chunked_options_from(args, o.chunked);
+  tilelink_options_from(args, o.tilelink);
   return o;
 }
 
@@ -135,6 +176,15 @@ void chunked_options_from(const Arguments& args, ChunkedOptions& o) {
   o.group_size = static_cast<int>(args.integer("group-size", o.group_size));
   const std::string schedule = args.text("schedule", "");
   if (!schedule.empty()) o.schedule = load_schedule(schedule);
+}
+
+void tilelink_options_from(const Arguments& args, TileLinkOptions& o) {
+  o.comm_sms = static_cast<int>(args.integer("comm-sms", o.comm_sms));
+  o.comm_tile_rows = args.integer("comm-tile-rows", o.comm_tile_rows);
+  const std::string order = args.text("order", "");
+  if (order == "all_to_all") o.ring = false;
+  else if (order == "ring") o.ring = true;
+  else if (!order.empty()) throw std::invalid_argument("--order expects ring or all_to_all, got '" + order + "'");
 }
 
 }  // namespace weft::cli

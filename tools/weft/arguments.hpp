@@ -19,6 +19,7 @@ class Arguments {
   std::string text(const std::string& name, const std::string& fallback) const;
   int64_t integer(const std::string& name, int64_t fallback) const;
   std::vector<std::string> list(const std::string& name, const std::vector<std::string>& fallback) const;
+  std::vector<int> integers(const std::string& name, const std::vector<int>& fallback) const;
   // Names given but never read: reported so that a typo is not silently ignored.
   std::vector<std::string> unread() const;
 
@@ -42,5 +43,9 @@ PlanOptions plan_options_from(const Arguments& args);
 // chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm
 // --comm-sms N --group-size N --schedule FILE (a user's JSON schedule).
 void chunked_options_from(const Arguments& args, ChunkedOptions& options);
+// tilelink: --comm-sms N (the companion's SMs) --comm-tile-rows N --order ring|all_to_all.
+void tilelink_options_from(const Arguments& args, TileLinkOptions& options);
+// "MxNxK" as {M, N, K}; throws std::invalid_argument naming the text.
+std::vector<int64_t> parse_shape(const std::string& text);
 
 }  // namespace weft::cli

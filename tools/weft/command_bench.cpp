@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "gemm_bench.hpp"
 #include "rmsnorm_bench.hpp"
+#include "tilelink_bench.hpp"
 #include "bench_suite.hpp"
 #include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
@@ -73,6 +74,39 @@ int command_bench_rmsnorm(const Arguments& args) {
   return 0;
 }
 
+int command_bench_tilelink(const Arguments& args) {
+  TilelinkBenchOptions o;
+  o.ctas = args.integers("ctas", o.ctas);
+  o.comm_sms = args.integers("comm-sms", o.comm_sms);
+  const std::vector<std::string> gemms = args.list("gemm", {});
+  if (!gemms.empty()) {
+    o.gemms.clear();
+    for (const std::string& g : gemms) o.gemms.push_back(parse_shape(g));
+  }
+  o.copy_mib = args.integer("copy-mib", o.copy_mib);
+  o.comm_tile_rows = args.integer("comm-tile-rows", o.comm_tile_rows);
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 20));
+  o.csv_path = args.text("csv", "");
+  const std::string machine = args.text("machine", "");
+  if (!machine.empty()) o.machine = load_machine_profile(machine);
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const auto& d = scan.devices.front();
+    std::printf("GPU 0: %s, sm_%d%d, %d SMs (%zu visible)\n\n", d.name.c_str(), d.compute_major, d.compute_minor, d.sm_count, scan.devices.size());
+    const int failed = run_tilelink_bench(o);
+    if (failed) std::printf("\n%d copy result(s) differed from their source\n", failed);
+    return failed ? 1 : 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  std::printf("weft bench tilelink: no GPU found (%s); nothing to time.\n", why.c_str());
+  return 0;
+}
+
 int command_bench(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
@@ -103,6 +137,7 @@ int command_bench(const Arguments& args) {
     if (!restore.empty()) o.signal_restore = parse_signal_restore(restore);
     o.comm_chunks = static_cast<int>(args.integer("comm-chunks", 0));
     chunked_options_from(args, o.chunked);
+    tilelink_options_from(args, o.tilelink);
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                 o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
@@ -128,6 +163,8 @@ int command_bench(const Arguments& args) {
   args.text("comm-chunks", "");
   ChunkedOptions unused;
   chunked_options_from(args, unused);
+  TileLinkOptions unused_tilelink;
+  tilelink_options_from(args, unused_tilelink);
   std::printf("weft bench: no GPU found (%s).\n", why.c_str());
   std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
               suite.name.c_str(), suite.rows.size());

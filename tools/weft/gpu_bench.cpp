@@ -111,6 +111,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.signal_restore = o.signal_restore;
   plan_options.comm_chunks = o.comm_chunks;
   plan_options.chunked = o.chunked;
+  plan_options.tilelink = o.tilelink;
   // What a call's time includes: the plans run on their own buffers, so a strategy that gathers A from
   // symmetric memory finds the shard there, as when a producer writes it in place
   // (weft::Op::a_in_workspace); an op called with a shard elsewhere copies it in first.

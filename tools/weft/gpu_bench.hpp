@@ -27,6 +27,7 @@ struct GpuBenchOptions {
   SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
   int comm_chunks = 0;              // fused: --comm-chunks
   ChunkedOptions chunked;           // chunked: --template, --chunks, --backend, --comm-sms, --group-size
+  TileLinkOptions tilelink;         // tilelink: --comm-sms, --comm-tile-rows, --order
 };
 
 // Returns the number of rows whose verification failed.

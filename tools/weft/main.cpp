@@ -25,6 +25,8 @@ void print_help() {
       "          fused: --comm-chunks N (row chunks each peer's shard is pulled in; default 1)\n"
       "          chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm\n"
       "          --comm-sms N (SMs left to sm copies) --group-size N (2d) --schedule FILE (a JSON schedule)\n"
+      "          tilelink: --comm-sms N (the companion kernel's SMs; default 20) --comm-tile-rows N\n"
+      "          (rows per communication tile; default about a quarter of a rank's rows) --order ring|all_to_all\n"
       "  bench gemm  the overlap GEMM (empty table; notify on every tile + remapped stores) against\n"
       "          cuBLASLt on GPU 0, over the suites' GEMM shapes of one rank\n"
       "          --suite LIST (default: default,tilelink_mlp,flux_gpt3,flashoverlap_ar) --world W (4)\n"
@@ -33,6 +35,11 @@ void print_help() {
       "          (the remap fused in; FlashOverlap Table 4), and restore + RMSNorm, on GPU 0\n"
       "          --suite LIST (default: flashoverlap_ar,tilelink_mlp,tilelink_moe) --world W (2)\n"
       "          --warmup N --iterations N (50) --csv FILE --seed S --machine FILE\n"
+      "  bench tilelink  TileLink's microbenchmark on GPU 0: the companion kernel's copy bandwidth by CTAs\n"
+      "          (and a pull from GPU 1 where visible), the overlap GEMM's time by SMs given to communication,\n"
+      "          alone and beside the companion copying on them\n"
+      "          --ctas LIST --comm-sms LIST --gemm MxNxK,... --copy-mib N (256) --comm-tile-rows N (1024)\n"
+      "          --warmup N --iterations N --csv FILE --machine FILE\n"
       "  characterize  FiCCO's decomposition (GEMM cut 1/W, 1/W^2 by rows and K) and contention\n"
       "          (GEMM with copy-engine or NCCL all-gather) losses for a suite's AllGather+GEMM rows\n"
       "          --suite NAME|FILE (default: tilelink_mlp) --world LIST --warmup N --iterations N --csv FILE\n"
@@ -80,12 +87,14 @@ int main(int argc, char** argv) {
   }
   const bool gemm_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "gemm");
   const bool rmsnorm_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "rmsnorm");
-  const std::string command = gemm_bench ? "bench gemm" : rmsnorm_bench ? "bench rmsnorm" : argv[1];
+  const bool tilelink_bench = !std::strcmp(argv[1], "bench") && argc > 2 && !std::strcmp(argv[2], "tilelink");
+  const std::string command = gemm_bench ? "bench gemm" : rmsnorm_bench ? "bench rmsnorm" : tilelink_bench ? "bench tilelink" : argv[1];
   try {
-    const weft::cli::Arguments args(argc, argv, gemm_bench || rmsnorm_bench ? 3 : 2);
+    const weft::cli::Arguments args(argc, argv, gemm_bench || rmsnorm_bench || tilelink_bench ? 3 : 2);
     int code = 2;
     if (gemm_bench) code = weft::cli::command_bench_gemm(args);
     else if (rmsnorm_bench) code = weft::cli::command_bench_rmsnorm(args);
+    else if (tilelink_bench) code = weft::cli::command_bench_tilelink(args);
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "characterize") code = weft::cli::command_characterize(args);
