@@ -2,6 +2,7 @@
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
+#include "weft/tile/tilelink.cuh"
 
 namespace weft {
 
@@ -64,42 +65,22 @@ __global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const in
   }
 }
 
+// One CTA per box (TileLink's tile copy: 16-byte accesses where the boxes allow).
 __global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const DeviceBoxMove* moves, int64_t count) {
   for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
     const DeviceBoxMove m = moves[i];
-    const uint16_t* from = static_cast<const uint16_t*>(src.data) + m.from_row * src.stride + m.from_col;
-    uint16_t* to = static_cast<uint16_t*>(dst.data) + m.to_row * dst.stride + m.to_col;
-    const bool vectors = m.cols % 8 == 0 && src.stride % 8 == 0 && dst.stride % 8 == 0 &&
-                         reinterpret_cast<uintptr_t>(from) % 16 == 0 && reinterpret_cast<uintptr_t>(to) % 16 == 0;
-    if (vectors) {
-      const int64_t per_row = m.cols / 8;
-      for (int64_t v = threadIdx.x; v < m.rows * per_row; v += blockDim.x) {
-        const int64_t r = v / per_row, c = (v % per_row) * 8;
-        *reinterpret_cast<uint4*>(to + r * dst.stride + c) = *reinterpret_cast<const uint4*>(from + r * src.stride + c);
-      }
-    } else {
-      for (int64_t e = threadIdx.x; e < m.rows * m.cols; e += blockDim.x) {
-        const int64_t r = e / m.cols, c = e % m.cols;
-        to[r * dst.stride + c] = from[r * src.stride + c];
-      }
-    }
+    tile::tile_copy(tile::TileBox{static_cast<uint16_t*>(dst.data) + m.to_row * dst.stride + m.to_col, m.rows, m.cols, dst.stride},
+                    tile::TileBox{static_cast<uint16_t*>(src.data) + m.from_row * src.stride + m.from_col, m.rows, m.cols, src.stride});
   }
 }
 
-// Rows handed out to CTAs in turn; each row in 16-byte vectors where both sides allow.
+// Rows in one block per CTA.
 __global__ void copy_kernel(DeviceRegion dst, DeviceRegion src) {
-  const bool vectors = dst.cols % 8 == 0 && src.stride % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(src.data) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
-  for (int64_t row = blockIdx.x; row < dst.rows; row += gridDim.x) {
-    const uint16_t* from = static_cast<const uint16_t*>(src.data) + row * src.stride;
-    uint16_t* to = static_cast<uint16_t*>(dst.data) + row * dst.stride;
-    if (vectors) {
-      for (int64_t c = threadIdx.x * 8; c < dst.cols; c += blockDim.x * 8)
-        *reinterpret_cast<uint4*>(to + c) = *reinterpret_cast<const uint4*>(from + c);
-    } else {
-      for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) to[c] = from[c];
-    }
-  }
+  const int64_t per_cta = (dst.rows + gridDim.x - 1) / gridDim.x, first = blockIdx.x * per_cta;
+  if (first >= dst.rows) return;
+  const int64_t rows = min(per_cta, dst.rows - first);
+  tile::tile_copy(tile::TileBox{static_cast<uint16_t*>(dst.data) + first * dst.stride, rows, dst.cols, dst.stride},
+                  tile::TileBox{static_cast<uint16_t*>(src.data) + first * src.stride, rows, dst.cols, src.stride});
 }
 
 __global__ void signal_add_kernel(unsigned long long* counter, unsigned long long increment) {

@@ -23,39 +23,73 @@ __device__ __forceinline__ tile::TileBox box_of(const TileProgramLaunch& launch,
   return tile::TileBox{static_cast<uint16_t*>(launch.bases[r.base]) + r.offset + row * r.stride, rows, r.cols, r.stride};
 }
 
-// dst = sum of sources (+ dst), fp32 accumulation, 8 elements per 16-byte access where all allow.
-__device__ void reduce_piece(const tile::TileBox& dst, const tile::TileBox* srcs, int count, bool accumulate) {
-  bool vectors = dst.cols % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
-  for (int s = 0; s < count; ++s) vectors = vectors && srcs[s].stride % 8 == 0 && reinterpret_cast<uintptr_t>(srcs[s].data) % 16 == 0;
-  auto* out = static_cast<__nv_bfloat16*>(dst.data);
-  if (vectors) {
-    const int64_t per_row = dst.cols / 8;
-    for (int64_t v = threadIdx.x; v < dst.rows * per_row; v += blockDim.x) {
-      const int64_t r = v / per_row, c = (v % per_row) * 8;
-      float sum[8] = {};
-      if (accumulate) {
-        const uint4 d = *reinterpret_cast<const uint4*>(out + r * dst.stride + c);
-        const auto* h = reinterpret_cast<const __nv_bfloat16*>(&d);
-        for (int e = 0; e < 8; ++e) sum[e] = __bfloat162float(h[e]);
+// dst = sum of sources (+ dst), fp32 accumulation, over `count` 16-byte vectors (8 bf16) that are
+// contiguous on every side; each thread has kReduceUnroll vectors of every source in flight (see
+// tile::kCopyUnroll).
+constexpr int kReduceUnroll = 4;
+
+__device__ __forceinline__ void add_vector(float* sum, const uint4& x) {
+  const auto* h = reinterpret_cast<const __nv_bfloat16*>(&x);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum[e] += __bfloat162float(h[e]);
+}
+
+__device__ void reduce_vectors(uint4* out, const uint4* const* in, int sources, bool accumulate, int64_t count) {
+  for (int64_t base = threadIdx.x; base < count; base += static_cast<int64_t>(blockDim.x) * kReduceUnroll) {
+    float sum[kReduceUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+    for (int s = accumulate ? -1 : 0; s < sources; ++s) {
+      const uint4* from = s < 0 ? out : in[s];
+      uint4 x[kReduceUnroll];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+        if (i < count) x[u] = from[i];
       }
-      for (int s = 0; s < count; ++s) {
-        const uint4 x = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(srcs[s].data) + r * srcs[s].stride + c);
-        const auto* h = reinterpret_cast<const __nv_bfloat16*>(&x);
-        for (int e = 0; e < 8; ++e) sum[e] += __bfloat162float(h[e]);
-      }
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u)
+        if (base + static_cast<int64_t>(u) * blockDim.x < count) add_vector(sum[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+      if (i >= count) continue;
       uint4 result;
       auto* h = reinterpret_cast<__nv_bfloat16*>(&result);
-      for (int e = 0; e < 8; ++e) h[e] = __float2bfloat16(sum[e]);
-      *reinterpret_cast<uint4*>(out + r * dst.stride + c) = result;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) h[e] = __float2bfloat16(sum[u][e]);
+      out[i] = result;
+    }
+  }
+}
+
+__device__ void reduce_piece(const tile::TileBox& dst, const tile::TileBox* srcs, int count, bool accumulate) {
+  bool vectors = dst.cols % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
+  bool flat = dst.rows == 1 || dst.stride == dst.cols;
+  for (int s = 0; s < count; ++s) {
+    vectors = vectors && srcs[s].stride % 8 == 0 && reinterpret_cast<uintptr_t>(srcs[s].data) % 16 == 0;
+    flat = flat && (dst.rows == 1 || srcs[s].stride == dst.cols);
+  }
+  auto* out = static_cast<__nv_bfloat16*>(dst.data);
+  if (vectors) {
+    // Whole box at once where rows are contiguous, else row by row (no division per vector).
+    const int64_t rows = flat ? 1 : dst.rows, per_row = (flat ? dst.rows * dst.cols : dst.cols) / 8;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint4* in[kMaxReduceSources];
+      for (int s = 0; s < count; ++s) in[s] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(srcs[s].data) + r * srcs[s].stride);
+      reduce_vectors(reinterpret_cast<uint4*>(out + r * dst.stride), in, count, accumulate, per_row);
     }
     return;
   }
-  for (int64_t i = threadIdx.x; i < dst.rows * dst.cols; i += blockDim.x) {
-    const int64_t r = i / dst.cols, c = i % dst.cols;
-    float sum = accumulate ? __bfloat162float(out[r * dst.stride + c]) : 0.0f;
-    for (int s = 0; s < count; ++s) sum += __bfloat162float(static_cast<const __nv_bfloat16*>(srcs[s].data)[r * srcs[s].stride + c]);
-    out[r * dst.stride + c] = __float2bfloat16(sum);
-  }
+  for (int64_t r = 0; r < dst.rows; ++r)
+    for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) {
+      float sum = accumulate ? __bfloat162float(out[r * dst.stride + c]) : 0.0f;
+      for (int s = 0; s < count; ++s) sum += __bfloat162float(static_cast<const __nv_bfloat16*>(srcs[s].data)[r * srcs[s].stride + c]);
+      out[r * dst.stride + c] = __float2bfloat16(sum);
+    }
 }
 
 __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_constant__ TileProgramLaunch launch) {
@@ -106,11 +140,17 @@ __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_con
 
 }  // namespace
 
-int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int64_t piece_bytes) {
+int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int ctas, int64_t piece_bytes) {
   int64_t units = 0;
   for (TileProgramItem& it : items) {
     const int64_t row_bytes = std::max<int64_t>(it.dst.cols * 2 * std::max(1, it.source_count), 1);
-    it.piece_rows = static_cast<int32_t>(std::clamp<int64_t>(piece_bytes / row_bytes, 1, std::max<int64_t>(it.dst.rows, 1)));
+    // Pieces of at most piece_bytes, and at least one per CTA where the item has the rows (items
+    // run one after another, so an item cut in fewer pieces than CTAs leaves CTAs idle), but not
+    // below kMinPieceBytes, whose per-piece synchronization would dominate.
+    constexpr int64_t kMinPieceBytes = 16 * 1024;
+    const int64_t item_bytes = row_bytes * it.dst.rows;
+    const int64_t bytes = std::clamp<int64_t>(item_bytes / std::max(ctas, 1), std::min(kMinPieceBytes, piece_bytes), piece_bytes);
+    it.piece_rows = static_cast<int32_t>(std::clamp<int64_t>(bytes / row_bytes, 1, std::max<int64_t>(it.dst.rows, 1)));
     it.first_unit = units;
     it.pieces = std::max<int64_t>((it.dst.rows + it.piece_rows - 1) / it.piece_rows, 1);
     units += it.pieces;

@@ -298,7 +298,7 @@ TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
     for (int i = 0; i < 3; ++i) items[i].step = i;
     TileProgramLaunch launch;
     launch.item_count = 3;
-    launch.unit_count = plan_tile_program_pieces(items, 4096);
+    launch.unit_count = plan_tile_program_pieces(items, 6, 4096);
     EXPECT_GT(launch.unit_count, 3 * 8) << "each item in many pieces";
     TileProgramItem* d_items = nullptr;
     WEFT_CUDA_CHECK(cudaMalloc(&d_items, items.size() * sizeof(TileProgramItem)));

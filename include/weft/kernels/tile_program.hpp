@@ -64,8 +64,9 @@ struct TileProgramLaunch {
   int ctas = 16;
 };
 
-// Fills first_unit and piece_rows (pieces of about `piece_bytes`); returns the total piece count.
-int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int64_t piece_bytes = 32 * 1024);
+// Fills first_unit, piece_rows and pieces (pieces of at most `piece_bytes`, at least one per CTA of
+// `ctas` where the item is large enough); returns the total piece count.
+int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int ctas, int64_t piece_bytes = 128 * 1024);
 // Zeroes the counters and launches, both on `stream` (graph-capturable).
 void launch_tile_program(const TileProgramLaunch& launch, cudaStream_t stream);
 void preload_tile_program_kernel();

@@ -72,11 +72,11 @@ Lowered lower_companion(const RankPlan& plan, const std::vector<int>& step_indic
   }
   TileProgramLaunch launch;
   launch.item_count = static_cast<int>(items.size());
-  launch.unit_count = plan_tile_program_pieces(items);
+  launch.ctas = ctas > 0 ? ctas : 32;
+  launch.unit_count = plan_tile_program_pieces(items, launch.ctas);
   launch.wait_signals = context.own_signals;
   launch.error = context.device_error;
   launch.wait_timeout_ns = context.device_wait_timeout_ns;
-  launch.ctas = ctas > 0 ? ctas : 32;
   std::shared_ptr<void> table = upload(items.data(), items.size() * sizeof(TileProgramItem));
   void* counters = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&counters, (items.size() + 1) * sizeof(uint64_t)));
