@@ -18,6 +18,8 @@ BenchSuite parse_suite(const Json& json) {
     row.k = r["k"].integer();
     if (r.has("name")) row.name = r["name"].text();
     if (r.has("source")) row.source = r["source"].text();
+    if (r.has("experts")) row.experts = static_cast<int>(r["experts"].integer());
+    if (r.has("topk")) row.topk = static_cast<int>(r["topk"].integer());
     if (r.has("split")) {
       const std::string split = r["split"].text();
       if (split != "tensor" && split != "none") throw std::invalid_argument("suite row split must be 'tensor' or 'none', got '" + split + "'");
@@ -63,8 +65,18 @@ Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
     case OpKind::gemm_ar: p.k = split(row.k, "k"); break;
     case OpKind::gemm_a2a:
     case OpKind::a2a_gemm: p.m = split(row.m, "m"); break;
+    case OpKind::ag_moe:
+      p.m = split(row.m, "m");
+      p.n = split(row.n, "n");
+      break;
+    case OpKind::moe_rs:
+      p.m = split(row.m, "m");
+      p.k = split(row.k, "k");
+      break;
   }
-  if (routes_rows(row.op)) p.routing = random_routing(world, p.m, seed);
+  p.experts = row.experts;
+  p.topk = row.topk;
+  draw_routing(p, seed);
   check_problem(p);
   return p;
 }

@@ -5,6 +5,9 @@
 //   ag_gemm : A's rows and B's rows (column-parallel weight) are split: m/W, n/W, k per rank;
 //   gemm_rs, gemm_ar: K is split (row-parallel weight): m, n, k/W per rank;
 //   gemm_a2a: tokens are split: m/W, n, k per rank.
+//   ag_moe  : tokens and every expert's output columns are split: m/W, n/W, k (TileLink's MoE
+//             first half: m = S tokens, n = I, k = H); moe_rs: tokens and the inner dimension are
+//             split: m/W, n, k/W (second half: n = H, k = I). Rows give "experts" and "topk".
 // With "split": "none" they are per-rank shapes already (FlashOverlap's Table 3 is given per GPU).
 #pragma once
 
@@ -21,6 +24,7 @@ struct SuiteRow {
   OpKind op = OpKind::gemm_ar;
   int64_t m = 0, n = 0, k = 0;
   bool tensor_split = true;
+  int experts = 0, topk = 0;  // the MoE ops
   std::string source;
 };
 

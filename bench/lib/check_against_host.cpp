@@ -66,8 +66,7 @@ RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_
 
 std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mine) {
   std::vector<RankTensors> all(static_cast<size_t>(comm.world_size()));
-  for (const char* name : {"A", "B"}) {
-    const HostMatrix& local = mine.at(name);
+  for (const auto& [name, local] : mine) {
     const auto gathered = comm.all_gather_bytes(local.data.data(), local.data.size() * sizeof(float));
     for (int r = 0; r < comm.world_size(); ++r) {
       HostMatrix m(local.rows, local.cols);

@@ -38,7 +38,7 @@ RecordedRow make_row(const std::string& file, const std::string& name, const std
   r.file = file;
   r.row = name;
   r.problem = Problem{parse_op(op), m, n, k, world, DType::bf16, DType::bf16, {}};
-  if (routes_rows(r.problem.op)) r.problem.routing = random_routing(world, m, 1);
+  draw_routing(r.problem, 1);
   r.strategy = canonical_strategy(strategy);
   r.t_ms = t;
   r.t_gemm_ms = t_gemm;

@@ -142,7 +142,7 @@ NB_MODULE(_native, m) {
       "choose_strategy",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& machine, const std::string& tuning) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
-        if (weft::routes_rows(p.op)) p.routing = weft::random_routing(world_size, m, 1);
+        weft::draw_routing(p, 1);
         weft::check_problem(p);
         weft::PlanOptions o;
         if (!machine.empty()) o.machine = weft::load_machine_profile(machine);
@@ -156,7 +156,7 @@ NB_MODULE(_native, m) {
       "describe_plan",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
-        if (weft::routes_rows(p.op)) p.routing = weft::random_routing(world_size, m, 1);
+        weft::draw_routing(p, 1);
         const weft::Plan plan = weft::make_plan(weft::find_strategy(strategy), p);
         weft::require_valid(plan);
         return weft::to_string(plan);

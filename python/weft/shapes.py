@@ -10,11 +10,16 @@ Per op (A [rows, k] on every rank, B [n, k], W ranks; include/weft/runtime/op.hp
 """
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a", "a2a_gemm")
+# Ops weft plans, proves and benchmarks (weft plan / check / bench) but does not take per call yet:
+# tensor-parallel MoE's two halves (routing per call is not part of the op API).
+PLAN_ONLY_OPS = ("ag_moe", "moe_rs")
 ROUTED = ("gemm_a2a", "a2a_gemm")
 
 
 def check_operands(op, a_shape, b_shape, world_size, routing_shape=None):
     """Raises ValueError naming what is wrong with the shapes of one call; returns (rows, n, k)."""
+    if op in PLAN_ONLY_OPS:
+        raise ValueError(f"weft.{op} is planned and benchmarked by the weft tool but not callable as an op yet")
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; weft's ops are {', '.join(OPS)}")
     if len(a_shape) != 2 or len(b_shape) != 2:

@@ -67,6 +67,9 @@ std::string body_text(const Plan& plan, const StepBody& body) {
         } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
           out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.source_rows.size() << " rows)";
+        } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+          out << "combine_rows " << describe_region(plan, b.src) << " x " << describe_region(plan, b.weights) << " -> "
+              << describe_region(plan, b.dst) << " (top " << b.topk << ")";
         } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
           out << "move_boxes " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.moves.size() << " boxes)";

@@ -18,6 +18,8 @@ bool reaches_across_ranks(const Plan& plan) {
               return foreign(b.a) || foreign(b.b);
             } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
               return foreign(b.src) || foreign(b.dst);
+            } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+              return foreign(b.src) || foreign(b.weights) || foreign(b.dst);
             } else if constexpr (std::is_same_v<T, ReduceStep>) {
               for (const Region& r : b.srcs)
                 if (foreign(r)) return true;

@@ -1,5 +1,6 @@
 #include "weft/ir/problem.hpp"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -22,6 +23,8 @@ std::string_view to_string(OpKind op) {
     case OpKind::gemm_ar: return "gemm_ar";
     case OpKind::gemm_a2a: return "gemm_a2a";
     case OpKind::a2a_gemm: return "a2a_gemm";
+    case OpKind::ag_moe: return "ag_moe";
+    case OpKind::moe_rs: return "moe_rs";
   }
   return "?";
 }
@@ -33,7 +36,8 @@ DType parse_dtype(std::string_view text) {
 }
 
 const std::vector<OpKind>& all_ops() {
-  static const std::vector<OpKind> ops{OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm};
+  static const std::vector<OpKind> ops{OpKind::ag_gemm,  OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a,
+                                       OpKind::a2a_gemm, OpKind::ag_moe,  OpKind::moe_rs};
   return ops;
 }
 
@@ -71,9 +75,59 @@ void check_problem(const Problem& p) {
   } else if (!p.routing.empty()) {
     fail("routing is only meaningful for gemm_a2a and a2a_gemm");
   }
+  if (is_moe(p.op)) {
+    if (p.experts < 1) fail("experts must be >= 1, got " + std::to_string(p.experts));
+    if (p.topk < 1 || p.topk > p.experts)
+      fail("topk must be between 1 and experts (" + std::to_string(p.experts) + "), got " + std::to_string(p.topk));
+    if (static_cast<int>(p.choices.size()) != p.world_size)
+      fail("choices has " + std::to_string(p.choices.size()) + " rows, expected one per rank");
+    for (int r = 0; r < p.world_size; ++r) {
+      const auto& c = p.choices[static_cast<size_t>(r)];
+      if (static_cast<int64_t>(c.size()) != p.m * p.topk)
+        fail("choices[" + std::to_string(r) + "] has " + std::to_string(c.size()) + " entries, expected m * topk = " +
+             std::to_string(p.m * p.topk));
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int j = 0; j < p.topk; ++j) {
+          const int e = c[static_cast<size_t>(i * p.topk + j)];
+          if (e < 0 || e >= p.experts)
+            fail("choices[" + std::to_string(r) + "] names expert " + std::to_string(e) + " of " + std::to_string(p.experts));
+          for (int earlier = 0; earlier < j; ++earlier)
+            if (c[static_cast<size_t>(i * p.topk + earlier)] == e)
+              fail("token " + std::to_string(i) + " of rank " + std::to_string(r) + " picks expert " + std::to_string(e) + " twice");
+        }
+    }
+  } else if (p.experts != 0 || p.topk != 0 || !p.choices.empty()) {
+    fail("experts, topk and choices are only meaningful for ag_moe and moe_rs");
+  }
 }
 
-int64_t a_rows(const Problem& p) { return p.m; }
+bool is_moe(OpKind op) { return op == OpKind::ag_moe || op == OpKind::moe_rs; }
+
+int64_t b_rows(const Problem& p) { return is_moe(p.op) ? static_cast<int64_t>(p.experts) * p.n : p.n; }
+
+MoeRows moe_rows(const Problem& p) {
+  MoeRows rows;
+  rows.experts = p.experts;
+  const int64_t tokens = p.m * p.world_size;
+  rows.row_of.assign(static_cast<size_t>(tokens * p.topk), -1);
+  for (int s = 0; s < p.world_size; ++s) {
+    const auto& c = p.choices[static_cast<size_t>(s)];
+    for (int e = 0; e < p.experts; ++e) {
+      rows.first.push_back(rows.rows());
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int j = 0; j < p.topk; ++j)
+          if (c[static_cast<size_t>(i * p.topk + j)] == e) {
+            const int64_t t = static_cast<int64_t>(s) * p.m + i;
+            rows.row_of[static_cast<size_t>(t * p.topk + j)] = rows.rows();
+            rows.token.push_back(t);
+          }
+    }
+  }
+  rows.first.push_back(rows.rows());
+  return rows;
+}
+
+int64_t a_rows(const Problem& p) { return p.op == OpKind::moe_rs ? p.m * p.world_size * p.topk : p.m; }
 
 bool routes_rows(OpKind op) { return op == OpKind::gemm_a2a || op == OpKind::a2a_gemm; }
 
@@ -96,6 +150,8 @@ int64_t output_rows(const Problem& p, int rank) {
         for (int d : route) rows += (d == rank);
       return rows;
     }
+    case OpKind::ag_moe: return p.m * p.world_size * p.topk;
+    case OpKind::moe_rs: return p.m;
   }
   return 0;
 }
@@ -104,6 +160,7 @@ std::string describe(const Problem& p) {
   std::ostringstream out;
   out << to_string(p.op) << " m=" << p.m << " n=" << p.n << " k=" << p.k << " world=" << p.world_size
       << " " << to_string(p.input_dtype) << "->" << to_string(p.output_dtype);
+  if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk;
   return out.str();
 }
 
@@ -114,6 +171,39 @@ std::vector<std::vector<int>> random_routing(int world_size, int64_t rows, uint6
   for (auto& route : routing)
     for (auto& d : route) d = pick(rng);
   return routing;
+}
+
+std::vector<std::vector<int>> random_choices(int world_size, int64_t tokens, int experts, int topk, uint64_t seed, double skew) {
+  if (experts < 1 || topk < 1 || topk > experts)
+    throw std::invalid_argument("random_choices: need 1 <= topk <= experts, got topk " + std::to_string(topk) + " of " + std::to_string(experts));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  // With skew, the upper half of the experts is never picked (empty); it must leave topk to pick from.
+  const int open = skew > 0 ? std::max(topk, (experts + 1) / 2) : experts;
+  std::vector<std::vector<int>> choices(static_cast<size_t>(world_size));
+  for (auto& c : choices) {
+    c.reserve(static_cast<size_t>(tokens * topk));
+    for (int64_t i = 0; i < tokens; ++i) {
+      std::vector<int> pool(static_cast<size_t>(open));
+      for (int e = 0; e < open; ++e) pool[static_cast<size_t>(e)] = e;
+      for (int j = 0; j < topk; ++j) {
+        size_t pick = static_cast<size_t>(rng() % pool.size());
+        if (j == 0 && skew > 0 && unit(rng) < skew) pick = 0;  // expert 0 is pool[0] until picked
+        c.push_back(pool[pick]);
+        pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(pick));
+      }
+    }
+  }
+  return choices;
+}
+
+void draw_routing(Problem& p, uint64_t seed) {
+  if (routes_rows(p.op)) p.routing = random_routing(p.world_size, p.m, seed);
+  if (is_moe(p.op)) {
+    if (p.experts == 0) p.experts = 8;
+    if (p.topk == 0) p.topk = std::min(2, p.experts);
+    p.choices = random_choices(p.world_size, p.m, p.experts, p.topk, seed);
+  }
 }
 
 }  // namespace weft

@@ -65,6 +65,21 @@ __global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const in
   }
 }
 
+// One CTA per destination row: its top-k source rows, weighted, summed in fp32.
+__global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRegion weights, const int64_t* source_rows, int topk) {
+  for (int64_t row = blockIdx.x; row < dst.rows; row += gridDim.x) {
+    auto* out = static_cast<__nv_bfloat16*>(dst.data) + row * dst.stride;
+    const auto* w = static_cast<const __nv_bfloat16*>(weights.data) + row * weights.stride;
+    for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) {
+      float sum = 0.0f;
+      for (int j = 0; j < topk; ++j)
+        sum += __bfloat162float(w[j]) *
+               __bfloat162float(static_cast<const __nv_bfloat16*>(src.data)[source_rows[row * topk + j] * src.stride + c]);
+      out[c] = __float2bfloat16(sum);
+    }
+  }
+}
+
 // One CTA per box (TileLink's tile copy: 16-byte accesses where the boxes allow).
 __global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const DeviceBoxMove* moves, int64_t count) {
   for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
@@ -146,6 +161,13 @@ void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const i
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
+void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
+                       cudaStream_t stream) {
+  if (dst.rows <= 0 || dst.cols <= 0) return;
+  combine_rows_kernel<<<static_cast<int>(dst.rows < 65535 ? dst.rows : 65535), kThreads, 0, stream>>>(dst, src, weights, source_rows, topk);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
 void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
   const int blocks = static_cast<int>(count < 65535 ? count : 65535);
@@ -172,6 +194,7 @@ void preload_step_kernels() {
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, copy_kernel));
 }
 

@@ -193,6 +193,9 @@ class Simulator {
     return memory_seconds(body);
   }
   double memory_seconds(const PermuteRowsStep& s) const { return static_cast<double>(elements(s.dst)) * 4 / (0.8 * m_.memory_bytes_per_s); }
+  double memory_seconds(const CombineRowsStep& s) const {
+    return static_cast<double>(elements(s.dst)) * 2 * (s.topk + 1) / (0.8 * m_.memory_bytes_per_s);
+  }
   double memory_seconds(const MoveBoxesStep& s) const {
     double moved = 0;
     for (const BoxMove& b : s.moves) moved += static_cast<double>(b.from.rows * b.from.cols);

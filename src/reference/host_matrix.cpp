@@ -23,11 +23,16 @@ std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<RankTensors> inputs(static_cast<size_t>(p.world_size));
   for (auto& rank : inputs) {
-    HostMatrix a(a_rows(p), p.k), b(p.n, p.k);
+    HostMatrix a(a_rows(p), p.k), b(b_rows(p), p.k);
     for (auto& x : a.data) x = round_to_bf16(uniform(rng));
     for (auto& x : b.data) x = round_to_bf16(uniform(rng));
     rank["A"] = std::move(a);
     rank["B"] = std::move(b);
+    if (p.op == OpKind::moe_rs) {
+      HostMatrix w(p.m * p.world_size, p.topk);
+      for (auto& x : w.data) x = round_to_bf16(uniform(rng));
+      rank["topk_weights"] = std::move(w);
+    }
   }
   return inputs;
 }
@@ -109,6 +114,48 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
             out[static_cast<size_t>(d)].at(i, j) = static_cast<float>(product_d[static_cast<size_t>(i * p.n + j)]);
       }
       break;
+    case OpKind::ag_moe: {
+      // Row of (token t, choice j) = A_s[i] * B_e^T with rank r's own B (its shard of every expert).
+      const MoeRows rows = moe_rows(p);
+      for (int r = 0; r < world; ++r)
+        for (int64_t row = 0; row < rows.rows(); ++row) {
+          const int64_t t = rows.token[static_cast<size_t>(row)];
+          const int s = static_cast<int>(t / p.m);
+          int e = -1;
+          for (int j = 0; j < p.topk; ++j)
+            if (rows.row_of[static_cast<size_t>(t * p.topk + j)] == row) e = p.choices[static_cast<size_t>(s)][static_cast<size_t>((t % p.m) * p.topk + j)];
+          for (int64_t c = 0; c < p.n; ++c) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < p.k; ++k) sum += static_cast<double>(a_of(s).at(t % p.m, k)) * b_of(r).at(e * p.n + c, k);
+            out[static_cast<size_t>(r)].at(row, c) = static_cast<float>(sum);
+          }
+        }
+      break;
+    }
+    case OpKind::moe_rs: {
+      // Z_q[t] = sum_j w_q[t][j] * (A_q[row(t, j)] * B_q,e^T); C_r = rows of rank r's tokens of sum_q Z_q.
+      const MoeRows rows = moe_rows(p);
+      const int64_t tokens = p.m * world;
+      std::vector<double> z(static_cast<size_t>(tokens * p.n), 0.0);
+      for (int q = 0; q < world; ++q) {
+        const HostMatrix& w = inputs.at(static_cast<size_t>(q)).at("topk_weights");
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int j = 0; j < p.topk; ++j) {
+            const int e = p.choices[static_cast<size_t>(t / p.m)][static_cast<size_t>((t % p.m) * p.topk + j)];
+            const int64_t row = rows.row_of[static_cast<size_t>(t * p.topk + j)];
+            for (int64_t c = 0; c < p.n; ++c) {
+              double sum = 0.0;
+              for (int64_t k = 0; k < p.k; ++k) sum += static_cast<double>(a_of(q).at(row, k)) * b_of(q).at(e * p.n + c, k);
+              z[static_cast<size_t>(t * p.n + c)] += static_cast<double>(w.at(t, j)) * sum;
+            }
+          }
+      }
+      for (int r = 0; r < world; ++r)
+        for (int64_t i = 0; i < p.m; ++i)
+          for (int64_t c = 0; c < p.n; ++c)
+            out[static_cast<size_t>(r)].at(i, c) = static_cast<float>(z[static_cast<size_t>((r * p.m + i) * p.n + c)]);
+      break;
+    }
   }
   return out;
 }

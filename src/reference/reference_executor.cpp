@@ -157,6 +157,19 @@ class ReferenceRun {
       for (int64_t c = 0; c < rows.cols; ++c) at(p.dst, r, c) = rows.at(r, c);
   }
 
+  void execute(int, const std::string&, const CombineRowsStep& s) {
+    HostMatrix rows(s.dst.box.rows, s.dst.box.cols);
+    for (int64_t r = 0; r < rows.rows; ++r)
+      for (int64_t c = 0; c < rows.cols; ++c) {
+        double sum = 0.0;
+        for (int j = 0; j < s.topk; ++j)
+          sum += static_cast<double>(at(s.weights, r, j)) * at(s.src, s.source_rows[static_cast<size_t>(r * s.topk + j)], c);
+        rows.at(r, c) = static_cast<float>(sum);
+      }
+    for (int64_t r = 0; r < rows.rows; ++r)
+      for (int64_t c = 0; c < rows.cols; ++c) at(s.dst, r, c) = rows.at(r, c);
+  }
+
   void execute(int, const std::string&, const MoveBoxesStep& s) {
     // Read every box before writing any, as if the kernel's moves all happened at once.
     std::vector<HostMatrix> boxes;

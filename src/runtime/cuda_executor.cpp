@@ -290,6 +290,7 @@ void CudaExecutor::lower_steps() {
           else if constexpr (std::is_same_v<T, CopyStep>) return lowering::lower_copy(body, step.engine, step.label, context);
           else if constexpr (std::is_same_v<T, ReduceStep>) return lowering::lower_reduce(body, step.label, context);
           else if constexpr (std::is_same_v<T, PermuteRowsStep>) return lowering::lower_permute_rows(body, step.label, context);
+          else if constexpr (std::is_same_v<T, CombineRowsStep>) return lowering::lower_combine_rows(body, step.label, context);
           else if constexpr (std::is_same_v<T, MoveBoxesStep>) return lowering::lower_move_boxes(body, step.label, context);
           else if constexpr (std::is_same_v<T, CollectiveStep>) return lowering::lower_collective(body, step.label, context);
           else return {};  // a join only waits

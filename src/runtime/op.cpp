@@ -48,6 +48,10 @@ struct Op::Lowered {
 };
 
 Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
+  if (is_moe(spec_.op))
+    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) +
+                                " runs as a plan so far (weft plan, check and bench; CudaExecutor): the op API does not take "
+                                "MoE routing per call yet");
   if (spec_.n <= 0 || spec_.k <= 0 || spec_.max_rows <= 0)
     throw std::invalid_argument("weft::Op: n, k and max_rows must be positive (n=" + std::to_string(spec_.n) + " k=" +
                                 std::to_string(spec_.k) + " max_rows=" + std::to_string(spec_.max_rows) + ")");

@@ -45,6 +45,13 @@ Problem random_problem(OpKind op, int world, std::mt19937_64& rng) {
   p.n = pick(1, 70);
   p.k = pick(1, 33);
   if (routes_rows(op)) p.routing = random_routing(world, p.m, rng());
+  if (is_moe(op)) {
+    // Few tokens, up to 6 experts; every other seed skewed: one overfull expert, half of them empty.
+    p.m = pick(1, 24);
+    p.experts = static_cast<int>(pick(1, 6));
+    p.topk = static_cast<int>(pick(1, std::min(3, p.experts)));
+    p.choices = random_choices(world, p.m, p.experts, p.topk, rng(), rng() % 2 ? 0.7 : 0.0);
+  }
   return p;
 }
 

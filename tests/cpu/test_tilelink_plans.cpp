@@ -170,7 +170,7 @@ TEST(TileLinkPlans, ReduceScatterRelaysGemmTilesThatHoldTwoRanksRows) {
   EXPECT_TRUE(prove_on_cpu(plan, 7).passed()) << prove_on_cpu(plan, 7).explain();
 }
 
-TEST(TileLinkPlans, OnlyAgGemmAndGemmRs) {
+TEST(TileLinkPlans, NotForAllReduce) {
   EXPECT_THROW(plan_tilelink(Problem{OpKind::gemm_ar, 64, 16, 16, 2, DType::bf16, DType::bf16, {}}, {}), std::invalid_argument);
 }
 
@@ -237,6 +237,97 @@ TEST(TileLinkPlans, TheSimulatorPredictsThemAndMoreCommSmsSlowTheGemm) {
   EXPECT_GT(half, few) << "half the SMs for a GEMM-bound shape";
   const Problem rs{OpKind::gemm_rs, 8192, 4096, 4096, 4, DType::bf16, DType::bf16, {}};
   EXPECT_GT(simulate(make_plan(find_strategy("tilelink"), rs, {}), o.machine).seconds, 0);
+}
+
+
+Problem moe(OpKind op, int world, int64_t tokens, int experts, int topk, uint64_t seed, double skew) {
+  Problem p{op, tokens, 24, 16, world, DType::bf16, DType::bf16, {}};
+  p.experts = experts;
+  p.topk = topk;
+  p.choices = random_choices(world, tokens, experts, topk, seed, skew);
+  return p;
+}
+
+TEST(MoeProblems, RowsAreGroupedBySourceThenExpertAndEveryChoiceHasOne) {
+  const Problem p = moe(OpKind::ag_moe, 3, 10, 4, 2, 5, 0.0);
+  const MoeRows rows = moe_rows(p);
+  EXPECT_EQ(rows.rows(), 3 * 10 * 2);
+  int64_t next = 0;
+  for (int s = 0; s < 3; ++s)
+    for (int e = 0; e < 4; ++e) {
+      EXPECT_EQ(rows.block_first(s, e), next);
+      for (int64_t row = next; row < next + rows.block_rows(s, e); ++row) {
+        const int64_t t = rows.token[static_cast<size_t>(row)];
+        EXPECT_EQ(t / 10, s) << "a block holds its source's tokens only";
+        bool found = false;
+        for (int j = 0; j < 2; ++j)
+          if (rows.row_of[static_cast<size_t>(t * 2 + j)] == row) found = p.choices[static_cast<size_t>(s)][static_cast<size_t>((t % 10) * 2 + j)] == e;
+        EXPECT_TRUE(found) << "row " << row << " is a choice of expert " << e;
+      }
+      next += rows.block_rows(s, e);
+    }
+  for (int64_t v : rows.row_of) EXPECT_GE(v, 0);
+}
+
+TEST(MoeProblems, SkewedChoicesLeaveExpertsEmptyAndOneOverfull) {
+  const Problem p = moe(OpKind::ag_moe, 2, 200, 8, 2, 9, 0.8);
+  const MoeRows rows = moe_rows(p);
+  for (int s = 0; s < 2; ++s) {
+    for (int e = 4; e < 8; ++e) EXPECT_EQ(rows.block_rows(s, e), 0) << "expert " << e;
+    for (int e = 1; e < 4; ++e) EXPECT_GT(rows.block_rows(s, 0), rows.block_rows(s, e)) << "expert 0 is overfull";
+  }
+}
+
+TEST(MoeProblems, BadChoicesAreRejectedWithTheirReason) {
+  Problem p = moe(OpKind::moe_rs, 2, 4, 3, 2, 1, 0.0);
+  p.choices[1][3] = p.choices[1][2];  // token 1 picks one expert twice
+  EXPECT_THROW(check_problem(p), std::invalid_argument);
+  p = moe(OpKind::ag_moe, 2, 4, 3, 2, 1, 0.0);
+  p.choices[0][0] = 3;
+  EXPECT_THROW(check_problem(p), std::invalid_argument);
+  p = moe(OpKind::ag_moe, 2, 4, 3, 2, 1, 0.0);
+  p.topk = 4;
+  EXPECT_THROW(check_problem(p), std::invalid_argument);
+  p = moe(OpKind::ag_moe, 2, 4, 3, 2, 1, 0.0);
+  p.choices.pop_back();
+  EXPECT_THROW(check_problem(p), std::invalid_argument);
+  Problem plain{OpKind::ag_gemm, 4, 8, 8, 2, DType::bf16, DType::bf16, {}};
+  plain.experts = 2;
+  EXPECT_THROW(check_problem(plain), std::invalid_argument);
+}
+
+TEST(TileLinkPlans, MoeBothHalvesAreProvedWithEmptyAndOverfullExperts) {
+  for (int world : {1, 2, 3, 4, 8})
+    for (double skew : {0.0, 0.9})
+      for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs}) {
+        const Problem p = moe(op, world, 13, 6, 2, static_cast<uint64_t>(world) * 31, skew);
+        SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
+        for (const char* name : {"tilelink", "sequential"}) {
+          const CpuProof proof = prove_on_cpu(find_strategy(name).build(p, small_machine(16, 16, 5)), 11);
+          EXPECT_TRUE(proof.passed()) << name << ": " << proof.explain();
+        }
+      }
+}
+
+TEST(TileLinkPlans, MoeGathersASourceOnlyOnceItsTokensAreInAndAMissingWaitIsCaught) {
+  const Problem p = moe(OpKind::ag_moe, 3, 20, 4, 2, 3, 0.0);
+  Plan plan = plan_tilelink(p, small_machine(16, 16, 8));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  // Rank 0: its own tokens first (3 tiles of 8, 8, 4 rows), then rank 1's, then rank 2's.
+  std::vector<uint64_t> gather_waits;
+  for (const Step& step : plan.ranks[0].steps)
+    if (std::holds_alternative<PermuteRowsStep>(step.body)) gather_waits.push_back(step.waits.at(0).value);
+  EXPECT_EQ(gather_waits, (std::vector<uint64_t>{3, 6, 9}));
+  for (Step& step : plan.ranks[0].steps)
+    if (std::holds_alternative<PermuteRowsStep>(step.body) && step.waits.at(0).value == 9) step.waits.clear();
+  const ValidationReport report = validate_plan(plan);
+  EXPECT_FALSE(report.ok());
+  EXPECT_NE(report.summary().find("A_gathered"), std::string::npos) << report.summary();
+  // moe_rs: a reduction that no longer waits for rank 2's block.
+  Plan rs = plan_tilelink(moe(OpKind::moe_rs, 3, 20, 4, 2, 3, 0.0), small_machine(16, 16, 8));
+  for (Step& step : rs.ranks[0].steps)
+    if (const auto* sum = std::get_if<ReduceStep>(&step.body); sum && sum->srcs[0].rank == 2) step.waits.clear();
+  EXPECT_NE(validate_plan(rs).summary().find("Z@2"), std::string::npos) << validate_plan(rs).summary();
 }
 
 }  // namespace

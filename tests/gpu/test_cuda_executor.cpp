@@ -68,7 +68,8 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
       if (op == OpKind::gemm_rs && shape == 0) p.m = world * 128 * 2;
       calls = 3;
     }
-    if (routes_rows(op)) p.routing = random_routing(world, p.m, static_cast<uint64_t>(s.m));
+    draw_routing(p, static_cast<uint64_t>(s.m));
+    if (is_moe(op) && shape == 2) p.choices = random_choices(world, p.m, p.experts, p.topk, 3, /*skew=*/0.9);  // empty and overfull experts
     const Plan plan = find_strategy(strategy).build(p, options);
     std::vector<double> errors(static_cast<size_t>(world));
     for_each_rank(group(), [&](Communicator& comm) {

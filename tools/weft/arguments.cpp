@@ -112,7 +112,11 @@ Problem problem_from(const Arguments& args) {
   p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
   p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
-  if (routes_rows(p.op)) p.routing = random_routing(p.world_size, p.m, seed);
+  if (is_moe(p.op)) {
+    p.experts = static_cast<int>(args.integer("experts", 8));
+    p.topk = static_cast<int>(args.integer("topk", 2));
+  }
+  draw_routing(p, seed);
   check_problem(p);
   return p;
 }

@@ -28,7 +28,8 @@ class Arguments {
   mutable std::map<std::string, bool> read_;
 };
 
-// --op, --m, --n, --k, --world, --seed (routing for gemm_a2a), --input-dtype, --output-dtype.
+// --op, --m, --n, --k, --world, --seed (routing for gemm_a2a, choices for the MoE ops), --experts,
+// --topk (the MoE ops), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 std::vector<OpKind> ops_from(const Arguments& args);

@@ -49,7 +49,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
         for (const Shape& s : shapes) {
           Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
-          if (routes_rows(op)) p.routing = random_routing(world, p.m, seed + static_cast<uint64_t>(world));
+          draw_routing(p, seed + static_cast<uint64_t>(world));
           char shape[64];
           std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),
                         static_cast<long long>(p.k));

@@ -150,6 +150,19 @@ struct PermuteRowsStep {
   bool operator==(const PermuteRowsStep&) const = default;
 };
 
+// dst row i = sum over j < topk of weights[i, j] * src row source_rows[i * topk + j] (rows relative
+// to the boxes; weights is a [dst rows, topk] box): MoE's top-k reduction of the rows its experts
+// computed for each token (TileLink's scatter + top-k reduce).
+struct CombineRowsStep {
+  Region src;
+  Region weights;
+  Region dst;
+  int topk = 1;
+  std::vector<int64_t> source_rows;
+
+  bool operator==(const CombineRowsStep&) const = default;
+};
+
 // dst box `to` = src box `from` (same shape); both relative to the step's src / dst boxes.
 struct BoxMove {
   Rect from;
@@ -194,7 +207,7 @@ struct JoinStep {
   bool operator==(const JoinStep&) const = default;
 };
 
-using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, MoveBoxesStep, CollectiveStep, JoinStep>;
+using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CombineRowsStep, MoveBoxesStep, CollectiveStep, JoinStep>;
 
 struct Step {
   std::string label;  // names the step in messages and traces

@@ -12,6 +12,15 @@
 //   a2a_gemm: MoE token dispatch then expert GEMM (FiCCO's A2A+GEMM): row i of rank r's tokens
 //             A_r [M, K] goes to rank routing[r][i]; rank d gathers X_d, every row routed to d in
 //             order of source rank then row index, and computes C_d = X_d * B_d^T.
+//   ag_moe  : tensor-parallel MoE, first half (TileLink Figure 5): rank s holds M tokens A_s [M, K]
+//             and a shard [N, K] of every expert's weight, stacked in B [E*N, K]; token i of rank s
+//             picks the experts choices[s][i*topk + j], j < topk. C [W*M*topk, N], the same rows on
+//             every rank (with its own B): one row per (token, choice), grouped by source rank, then
+//             expert, then token, then choice (moe_rows() says where each lands); row = A_s[i] * B_e^T.
+//   moe_rs  : the second half: A [W*M*topk, K] in ag_moe's row layout (K: this rank's shard of the
+//             experts' inner dimension), B [E*N, K], topk_weights [W*M, topk]. Z[t] = sum_j
+//             w[t][j] * (A[row(t, j)] * B_e^T) for every token t (the top-k reduction of the
+//             scattered rows); C_r = rows [r*M, (r+1)*M) of the sum over ranks of Z, [M, N].
 #pragma once
 
 #include <cstdint>
@@ -22,11 +31,13 @@
 namespace weft {
 
 enum class DType { bf16, f16, f32 };
-enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm };
+enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs };
 // Every op, in declaration order (defaults of --op, test sweeps).
 const std::vector<OpKind>& all_ops();
 // The ops whose rows travel by a routing table (all-to-all): gemm_a2a and a2a_gemm.
 bool routes_rows(OpKind op);
+// The MoE ops: ag_moe and moe_rs (experts, topk and choices).
+bool is_moe(OpKind op);
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(OpKind op);
@@ -44,6 +55,11 @@ struct Problem {
   DType output_dtype = DType::bf16;
   // gemm_a2a and a2a_gemm only: routing[r][i] is the destination rank of row i of rank r.
   std::vector<std::vector<int>> routing;
+  // ag_moe and moe_rs only: experts, choices per token, and choices[s][i * topk + j], the expert of
+  // rank s's token i's j-th choice (distinct within a token).
+  int experts = 0;
+  int topk = 0;
+  std::vector<std::vector<int>> choices = {};
 
   bool operator==(const Problem&) const = default;
 };
@@ -52,8 +68,9 @@ struct Problem {
 // the ops can compute (non-positive sizes, M not divisible by W for gemm_rs, bad routing, ...).
 void check_problem(const Problem& problem);
 
-// Rows of A on each rank, rows and columns of each rank's result.
+// Rows of A and of B on each rank, rows of each rank's result.
 int64_t a_rows(const Problem& problem);
+int64_t b_rows(const Problem& problem);
 int64_t output_rows(const Problem& problem, int rank);
 // For the routed ops: rows_routed[s][d] = how many rows rank s sends to rank d.
 std::vector<std::vector<int64_t>> rows_routed(const Problem& problem);
@@ -62,5 +79,28 @@ std::string describe(const Problem& problem);
 
 // A routing table with every destination drawn uniformly at random (deterministic in seed).
 std::vector<std::vector<int>> random_routing(int world_size, int64_t rows, uint64_t seed);
+// MoE choices: `topk` distinct experts per token, drawn uniformly (deterministic in seed). With
+// skew > 0, expert 0 is picked first with probability skew (an overfull expert) and the upper
+// half of the experts never (empty ones).
+std::vector<std::vector<int>> random_choices(int world_size, int64_t tokens, int experts, int topk, uint64_t seed, double skew = 0.0);
+
+// What a problem needs beyond its shape, drawn from `seed`: the routing of gemm_a2a and a2a_gemm;
+// for the MoE ops, experts (8) and topk (2, at most experts) where zero, and the choices.
+void draw_routing(Problem& problem, uint64_t seed);
+
+// Where the MoE ops' rows lie: grouped by source rank, then expert, then token, then choice.
+struct MoeRows {
+  int experts = 0;
+  std::vector<int64_t> first;   // first[s * experts + e]: the first row of (source s, expert e); one more at the end
+  std::vector<int64_t> token;   // token[row]: the global token, s * M + i
+  std::vector<int64_t> row_of;  // row_of[t * topk + j]: the row of token t's j-th choice
+
+  int64_t rows() const { return static_cast<int64_t>(token.size()); }
+  int64_t block_first(int s, int e) const { return first[static_cast<size_t>(s * experts + e)]; }
+  int64_t block_rows(int s, int e) const { return first[static_cast<size_t>(s * experts + e) + 1] - block_first(s, e); }
+  int64_t source_first(int s) const { return block_first(s, 0); }
+  int64_t source_rows(int s) const { return first[static_cast<size_t>((s + 1) * experts)] - source_first(s); }
+};
+MoeRows moe_rows(const Problem& problem);
 
 }  // namespace weft

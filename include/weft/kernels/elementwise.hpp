@@ -28,6 +28,11 @@ void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t str
 void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_count, bool accumulate, cudaStream_t stream);
 // dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries.
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream);
+// dst row i = sum over j < topk of weights[i * weight_stride + j] * src row source_rows[i * topk + j]
+// (fp32 accumulation; weights bf16): MoE's top-k reduction. source_rows is a device array of
+// dst.rows * topk entries.
+void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
+                       cudaStream_t stream);
 // One box move of move_boxes_bf16, in elements relative to the regions' origins.
 struct DeviceBoxMove {
   int64_t from_row, from_col, to_row, to_col, rows, cols;

@@ -78,6 +78,18 @@ class OrderingChecker {
   void access(int node, const Region& region, AccessKind kind) {
     if (!region.box.empty()) accesses_.push_back({region, kind, node});
   }
+  // Reads of rows `rows` of `src`, merged into runs so that a sorted list costs one access per run.
+  void read_rows(int node, const Region& src, std::vector<int64_t> rows) {
+    std::sort(rows.begin(), rows.end());
+    for (size_t i = 0; i < rows.size();) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] <= rows[j - 1] + 1) ++j;
+      Region run = src;
+      run.box = {src.box.row + rows[i], src.box.col, rows[j - 1] - rows[i] + 1, src.box.cols};
+      access(node, run, AccessKind::read);
+      i = j;
+    }
+  }
   bool happens_before(int u, int v) const { return u != v && before_[static_cast<size_t>(v)].test(static_cast<size_t>(u)); }
   bool ordered(int u, int v) const { return u == v || happens_before(u, v) || happens_before(v, u); }
 
@@ -143,17 +155,11 @@ class OrderingChecker {
                     if (!(src == body.dst)) access(entry, src, AccessKind::read);
                   access(entry, body.dst, body.accumulate ? AccessKind::update : AccessKind::define);
                 } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
-                  // Source rows, merged into runs so a sorted permutation costs one access per run.
-                  std::vector<int64_t> rows = body.source_rows;
-                  std::sort(rows.begin(), rows.end());
-                  for (size_t i = 0; i < rows.size();) {
-                    size_t j = i + 1;
-                    while (j < rows.size() && rows[j] <= rows[j - 1] + 1) ++j;
-                    Region run = body.src;
-                    run.box = {body.src.box.row + rows[i], body.src.box.col, rows[j - 1] - rows[i] + 1, body.src.box.cols};
-                    access(entry, run, AccessKind::read);
-                    i = j;
-                  }
+                  read_rows(entry, body.src, body.source_rows);
+                  access(entry, body.dst, AccessKind::define);
+                } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+                  read_rows(entry, body.src, body.source_rows);
+                  access(entry, body.weights, AccessKind::read);
                   access(entry, body.dst, AccessKind::define);
                 } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
                   for (const BoxMove& move : body.moves) {

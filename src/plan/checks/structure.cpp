@@ -146,6 +146,21 @@ struct StructureChecker {
                       break;
                     }
                 }
+              } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst") &&
+                    region(where, rank, body.weights, "weights")) {
+                  if (body.src.box.cols != body.dst.box.cols) fail(where, "combine changes the column count");
+                  if (body.topk < 1 || body.weights.box.cols != body.topk || body.weights.box.rows != body.dst.box.rows)
+                    fail(where, "combine needs a [dst rows, topk] weights box");
+                  if (static_cast<int64_t>(body.source_rows.size()) != body.dst.box.rows * body.topk)
+                    fail(where, "combine lists " + std::to_string(body.source_rows.size()) + " rows for " + std::to_string(body.dst.box.rows) +
+                                    " destination rows of top " + std::to_string(body.topk));
+                  for (int64_t r : body.source_rows)
+                    if (r < 0 || r >= body.src.box.rows) {
+                      fail(where, "combine reads source row " + std::to_string(r) + " outside the source");
+                      break;
+                    }
+                }
               } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
                 if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
                   const Rect src_frame{0, 0, body.src.box.rows, body.src.box.cols};

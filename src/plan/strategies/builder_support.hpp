@@ -23,6 +23,8 @@ class RankPlanBuilder {
   SignalRef own(SignalId id) const { return SignalRef{plan_.rank, id}; }
   Step& add(std::string label, int stream, Engine engine, StepBody body);
   Step& last_step() { return plan_.steps.back(); }
+  Step& step(size_t index) { return plan_.steps.at(index); }
+  size_t step_count() const { return plan_.steps.size(); }
   void set_output(Region output) { plan_.output = output; }
   int rank() const { return plan_.rank; }
   RankPlan finish() { return std::move(plan_); }

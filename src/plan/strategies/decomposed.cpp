@@ -196,6 +196,7 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
 
 Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
   check_problem(p);
+  if (is_moe(p.op)) throw std::invalid_argument("decomposed plans are not built for " + std::string(to_string(p.op)) + " (sequential and tilelink are)");
   Plan plan;
   plan.strategy = "decomposed";
   plan.problem = p;
@@ -207,6 +208,8 @@ Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
       case OpKind::gemm_ar: build_gemm_ar(p, options, b); break;
       case OpKind::gemm_a2a: build_gemm_a2a(p, options, b); break;
       case OpKind::a2a_gemm: build_a2a_gemm(p, options, b); break;
+      case OpKind::ag_moe:
+      case OpKind::moe_rs: break;  // refused above
     }
     plan.ranks.push_back(b.finish());
   }

@@ -25,7 +25,8 @@ Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const s
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> all = {
       {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_sequential, false},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_moe, OpKind::moe_rs},
+       plan_sequential, false},
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
        {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed, false},
@@ -57,7 +58,7 @@ const std::vector<Strategy>& strategies() {
       {"tilelink", "TileLink",
        "tile-centric notify/wait: the GEMM on the SMs the companion kernel leaves; the companion pulls A tiles (AG) or "
        "reduces each communication tile of partials from every rank as it completes (RS)",
-       {OpKind::ag_gemm, OpKind::gemm_rs}, plan_tilelink, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::ag_moe, OpKind::moe_rs}, plan_tilelink, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
        /*gemm_beside_companion=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),

@@ -1,6 +1,7 @@
 // `sequential`: one library GEMM, then one NCCL collective, on one stream. Every figure weft reports
 // is measured against this plan.
 #include "builder_support.hpp"
+#include "moe_support.hpp"
 
 namespace weft {
 
@@ -14,8 +15,8 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
   plan.problem = p;
   for (int r = 0; r < world; ++r) {
     RankPlanBuilder b(r, 1);
-    const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+    const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
+    const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
     switch (p.op) {
       case OpKind::ag_gemm: {
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
@@ -61,6 +62,38 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         b.add("group rows by destination", 0, Engine::sm, detail::rows_by_destination(p, r, b.whole(a), b.whole(sorted)));
         b.add("all_to_all tokens", 0, Engine::nccl, detail::all_to_all_by_destination(p, r, b.whole(sorted), b.whole(gathered)));
         b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(gathered), b.whole(w), b.whole(c), options));
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::ag_moe: {
+        // All tokens gathered, each source's rows laid out by expert, one GEMM per (source, expert).
+        const MoeRows rows = moe_rows(p);
+        const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
+        const BufferId x = b.buffer("X", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
+        b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
+        for (int s = 0; s < world; ++s) {
+          b.add("gather rank " + std::to_string(s) + "'s rows by expert", 0, Engine::sm,
+                detail::gather_block(p, rows, s, b.rows(gathered, s * p.m, p.m), b.rows(x, rows.source_first(s), rows.source_rows(s))));
+          detail::add_expert_gemms(b, p, rows, s, x, w, c, options, 0);
+        }
+        b.set_output(b.whole(c));
+        break;
+      }
+      case OpKind::moe_rs: {
+        // One GEMM per (source, expert), each source's rows reduced to its tokens, then ReduceScatter.
+        const MoeRows rows = moe_rows(p);
+        const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+        const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
+        const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
+        const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+        for (int s = 0; s < world; ++s) {
+          detail::add_expert_gemms(b, p, rows, s, a, w, partial, options, 0);
+          b.add("top-k reduce rank " + std::to_string(s) + "'s tokens", 0, Engine::sm,
+                detail::combine_block(p, rows, s, b.rows(partial, rows.source_first(s), rows.source_rows(s)), b.rows(weights, s * p.m, p.m),
+                                      b.rows(tokens, s * p.m, p.m)));
+        }
+        b.add("reduce_scatter tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::reduce_scatter, 0, b.whole(tokens), b.whole(c), {}, {}});
         b.set_output(b.whole(c));
         break;
       }

@@ -17,10 +17,20 @@
 //            a rank's rows do not start on the GEMM's tile grid, the GEMM tile rows holding two
 //            ranks' rows run first and count locally, and each rank's companion relays "stored" to
 //            the owners they touch before its reductions.
+//   ag_moe:  the tokens travel as ag_gemm's A (companion pulls, own shard first, then ring or
+//            all-to-all order); as soon as a source rank's tokens are in, its rows are gathered into
+//            the expert-grouped layout and its grouped GEMM runs (a GEMM per expert it picked), so
+//            each source's experts compute while the next source's tokens arrive. The mapping from
+//            tokens to rows (the dynamic mapping of §4.2) is built from the routing with the plan.
+//   moe_rs:  every rank computes the source blocks in ring order after its own (grouped GEMM, then
+//            the top-k weighted reduction of the block's rows to its tokens) and counts each block on
+//            its owner, whose companion reduces the block from every rank as it completes (pull mode,
+//            as gemm_rs); the last block's reduction is all that remains after the GEMMs.
 #include <algorithm>
 #include <stdexcept>
 
 #include "builder_support.hpp"
+#include "moe_support.hpp"
 #include "weft/model/tiling.hpp"
 #include "weft/tile/tile_map.hpp"
 
@@ -195,19 +205,93 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   b.set_output(b.whole(c));
 }
 
+void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const MoeRows rows = moe_rows(p);
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
+  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+  const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
+  const BufferId x = b.buffer("X", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
+  const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
+  const SignalId arrived = b.signal("token_tiles_arrived");
+  const tile::StaticTileMap map{world, p.m, comm_tile_rows(o, p.m)};
+  const int channels = map.channels();
+  std::vector<int> order;  // as ag_gemm: the own tokens, then the peers'
+  for (int ch = 0; ch < channels; ++ch) order.push_back(r * channels + ch);
+  for (int i = 1; i < world; ++i)
+    for (int ch = 0; ch < channels; ++ch) order.push_back(((r + i) % world) * channels + ch);
+  if (!o.tilelink.ring) {
+    order.resize(static_cast<size_t>(channels));
+    for (int ch = 0; ch < channels; ++ch)
+      for (int i = 1; i < world; ++i) order.push_back(((r + i) % world) * channels + ch);
+  }
+  std::vector<uint64_t> source_in(static_cast<size_t>(world), 0);  // the counter once all of a source's tiles are in
+  for (size_t k = 0; k < order.size(); ++k) {
+    const tile::TileCoord t = map(order[k]);
+    source_in[static_cast<size_t>(t.rank)] = k + 1;
+    CopyStep move{b.rows(a, t.row - static_cast<int64_t>(t.rank) * p.m, t.rows, t.rank), b.rows(gathered, t.row, t.rows), o.tilelink.comm_sms};
+    Step& step = b.add((t.rank == r ? "copy own tokens " : "pull rank " + std::to_string(t.rank) + " tokens ") + std::to_string(t.channel), kComm,
+                       Engine::sm, std::move(move));
+    step.companion = kCompanion;
+    step.notifies.push_back({b.own(arrived), 1});
+  }
+  // Sources in the order their tokens complete.
+  std::vector<int> sources(static_cast<size_t>(world));
+  for (int s = 0; s < world; ++s) sources[static_cast<size_t>(s)] = s;
+  std::stable_sort(sources.begin(), sources.end(), [&](int x1, int x2) { return source_in[static_cast<size_t>(x1)] < source_in[static_cast<size_t>(x2)]; });
+  for (int s : sources) {
+    Step& gather = b.add("gather rank " + std::to_string(s) + "'s rows by expert", kCompute, Engine::sm,
+                         detail::gather_block(p, rows, s, b.rows(gathered, s * p.m, p.m), b.rows(x, rows.source_first(s), rows.source_rows(s))));
+    gather.waits.push_back({b.own(arrived), source_in[static_cast<size_t>(s)]});
+    detail::add_expert_gemms(b, p, rows, s, x, w, c, o, kCompute);
+  }
+  b.set_output(b.whole(c));
+}
+
+void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const MoeRows rows = moe_rows(p);
+  const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+  const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
+  const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype, /*symmetric=*/true);
+  const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+  std::vector<SignalId> block_from;
+  for (int q = 0; q < world; ++q) block_from.push_back(b.signal("tokens_from_rank" + std::to_string(q)));
+  for (int i = 1; i <= world; ++i) {
+    const int s = (r + i) % world;  // ring order after the own block, which comes last
+    detail::add_expert_gemms(b, p, rows, s, a, w, partial, o, kCompute);
+    Step& combine = b.add("top-k reduce rank " + std::to_string(s) + "'s tokens", kCompute, Engine::sm,
+                          detail::combine_block(p, rows, s, b.rows(partial, rows.source_first(s), rows.source_rows(s)), b.rows(weights, s * p.m, p.m),
+                                                b.rows(tokens, s * p.m, p.m)));
+    combine.notifies.push_back({b.signal_on(block_from[static_cast<size_t>(r)], s), 1});
+  }
+  for (int j = 0; j < world; ++j) {
+    const int q = (r - 1 - j + 2 * world) % world;
+    ReduceStep sum{{b.rows(tokens, r * p.m, p.m, q)}, b.whole(c), /*accumulate=*/j > 0, o.tilelink.comm_sms};
+    Step& step = b.add("reduce my tokens from rank " + std::to_string(q), kComm, Engine::sm, std::move(sum));
+    step.companion = kCompanion;
+    step.waits.push_back({b.own(block_from[static_cast<size_t>(q)]), 1});
+  }
+  b.set_output(b.whole(c));
+}
+
 }  // namespace
 
 Plan plan_tilelink(const Problem& p, const PlanOptions& options) {
   check_problem(p);
-  if (p.op != OpKind::ag_gemm && p.op != OpKind::gemm_rs)
-    throw std::invalid_argument("tilelink plans are built for ag_gemm and gemm_rs, not " + std::string(to_string(p.op)));
+  if (p.op != OpKind::ag_gemm && p.op != OpKind::gemm_rs && !is_moe(p.op))
+    throw std::invalid_argument("tilelink plans are built for ag_gemm, gemm_rs, ag_moe and moe_rs, not " + std::string(to_string(p.op)));
   Plan plan;
   plan.strategy = "tilelink";
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
     RankPlanBuilder b(r, 2);
     if (p.op == OpKind::ag_gemm) build_ag_gemm(p, options, b);
-    else build_gemm_rs(p, options, b);
+    else if (p.op == OpKind::gemm_rs) build_gemm_rs(p, options, b);
+    else if (p.op == OpKind::ag_moe) build_ag_moe(p, options, b);
+    else build_moe_rs(p, options, b);
     plan.ranks.push_back(b.finish());
   }
   return plan;

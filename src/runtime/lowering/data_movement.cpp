@@ -57,6 +57,16 @@ Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string&, c
           {}};
 }
 
+Lowered lower_combine_rows(const CombineRowsStep& combine, const std::string&, const Context& context) {
+  const BoundRegion src = context.region(combine.src), weights = context.region(combine.weights), dst = context.region(combine.dst);
+  std::shared_ptr<void> rows = upload(combine.source_rows.data(), combine.source_rows.size() * sizeof(int64_t));
+  const int topk = combine.topk;
+  return {[src, weights, dst, rows, topk](cudaStream_t stream) {
+            combine_rows_bf16(dst.resolve(), src.resolve(), weights.resolve(), static_cast<const int64_t*>(rows.get()), topk, stream);
+          },
+          {}};
+}
+
 Lowered lower_move_boxes(const MoveBoxesStep& step, const std::string&, const Context& context) {
   const BoundRegion src = context.region(step.src), dst = context.region(step.dst);
   std::vector<DeviceBoxMove> moves;

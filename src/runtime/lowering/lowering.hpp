@@ -60,6 +60,7 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
 Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label, const Context& context);
 Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context);
 Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& label, const Context& context);
+Lowered lower_combine_rows(const CombineRowsStep& combine, const std::string& label, const Context& context);
 Lowered lower_move_boxes(const MoveBoxesStep& moves, const std::string& label, const Context& context);
 Lowered lower_collective(const CollectiveStep& collective, const std::string& label, const Context& context);
 // The steps `step_indices` of `plan` (one companion group, in stream order) as one launch of the
