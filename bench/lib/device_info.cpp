@@ -1,5 +1,8 @@
 #include "device_info.hpp"
 
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
@@ -11,6 +14,13 @@ DeviceScan scan_devices() {
   if (status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
     scan.why_none = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
+    // The runtime says "driver version is insufficient" also where there is no driver at all.
+    if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice) {
+      void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+      if (!driver) scan.why_none = "no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)";
+      else if (access("/dev/nvidiactl", F_OK) != 0) scan.why_none = "no NVIDIA GPU on this machine (no /dev/nvidiactl)";
+      if (driver) dlclose(driver);
+    }
     return scan;
   }
   for (int i = 0; i < count; ++i) {

@@ -1,67 +1,106 @@
 #include "arguments.hpp"
 
+#include "weft/model/wave_partition.hpp"
 #include "weft/plan/chunked.hpp"
 
 #include <climits>
+#include <cmath>
+#include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <sstream>
 #include <stdexcept>
 
 namespace weft::cli {
 
-Arguments::Arguments(int argc, char** argv, int first) {
+Arguments::Arguments(int argc, char** argv, int first, const CommandSpec& spec) : spec_(spec) {
+  const std::string command = "weft " + spec.name;
   for (int i = first; i < argc; ++i) {
     std::string word = argv[i];
-    if (word.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + word + "'");
+    if (word.rfind("--", 0) != 0 || word.size() == 2)
+      throw std::invalid_argument("unexpected argument '" + word + "' (options are --name value; " + command + " --help)");
     word = word.substr(2);
-    if (auto eq = word.find('='); eq != std::string::npos) {
-      values_[word.substr(0, eq)] = word.substr(eq + 1);
-    } else if (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) {
-      values_[word] = argv[++i];
-    } else {
-      values_[word] = "";
+    std::optional<std::string> value;
+    if (const auto eq = word.find('='); eq != std::string::npos) {
+      value = word.substr(eq + 1);
+      word = word.substr(0, eq);
     }
+    const OptionSpec* option = spec.find(word);
+    if (!option) throw std::invalid_argument("unknown option --" + word + " for " + command + " (" + command + " --help lists its options)");
+    if (values_.count(word)) throw std::invalid_argument("--" + word + " is given twice");
+    if (option->kind == OptionKind::flag) {
+      if (value) throw std::invalid_argument("--" + word + " is a flag and takes no value (got '" + *value + "')");
+      values_[word] = "";
+      continue;
+    }
+    if (!value) {
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)
+        throw std::invalid_argument("--" + word + " needs a value (" + option->value + ": " + option->help + ")");
+      value = argv[++i];
+    }
+    if (value->empty()) throw std::invalid_argument("--" + word + " needs a value (" + option->value + ": " + option->help + ")");
+    values_[word] = *value;
   }
 }
 
+const OptionSpec& Arguments::spec_of(const std::string& name) const {
+  const OptionSpec* option = spec_.find(name);
+  // A command reading an option its table does not list is weft's bug, not the user's.
+  if (!option) throw std::logic_error("weft " + spec_.name + " reads --" + name + ", which its option table does not list");
+  return *option;
+}
+
 bool Arguments::flag(const std::string& name) const {
+  spec_of(name);
   read_[name] = true;
   return values_.count(name) > 0;
 }
 
 std::string Arguments::text(const std::string& name, const std::string& fallback) const {
+  spec_of(name);
   read_[name] = true;
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
 }
 
-int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
-  const std::string value = text(name, "");
-  if (value.empty()) return fallback;
+namespace {
+
+int64_t strict_integer(const OptionSpec& option, const std::string& value) {
+  int64_t parsed = 0;
   try {
     size_t used = 0;
-    const int64_t parsed = std::stoll(value, &used);
-    if (used == value.size()) return parsed;
+    parsed = std::stoll(value, &used);
+    if (used != value.size()) throw std::invalid_argument(value);
+  } catch (const std::out_of_range&) {
+    throw std::invalid_argument("--" + option.name + " must be between " + std::to_string(option.min) + " and " + std::to_string(option.max) +
+                                ", got " + value);
   } catch (const std::exception&) {
+    throw std::invalid_argument("--" + option.name + " expects an integer, got '" + value + "'");
   }
-  throw std::invalid_argument("--" + name + " expects an integer, got '" + value + "'");
+  if (parsed < option.min || parsed > option.max)
+    throw std::invalid_argument("--" + option.name + " must be between " + std::to_string(option.min) + " and " + std::to_string(option.max) +
+                                ", got " + value);
+  return parsed;
+}
+
+}  // namespace
+
+int64_t Arguments::integer(const std::string& name, int64_t fallback) const {
+  const std::string value = text(name, "");
+  return value.empty() ? fallback : strict_integer(spec_of(name), value);
 }
 
 std::vector<int> Arguments::integers(const std::string& name, const std::vector<int>& fallback) const {
+  const std::string value = text(name, "");
+  if (value.empty()) return fallback;
   std::vector<int> out;
-  for (const std::string& item : list(name, {})) {
-    try {
-      size_t used = 0;
-      const long long parsed = std::stoll(item, &used);
-      if (used == item.size() && parsed >= INT32_MIN && parsed <= INT32_MAX) {
-        out.push_back(static_cast<int>(parsed));
-        continue;
-      }
-    } catch (const std::exception&) {
-    }
-    throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + item + "'");
+  std::stringstream in(value);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + value + "'");
+    out.push_back(static_cast<int>(strict_integer(spec_of(name), item)));
   }
-  return out.empty() ? fallback : out;
+  if (out.empty()) throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + value + "'");
+  return out;
 }
 
 std::vector<int64_t> parse_shape(const std::string& text) {
@@ -90,8 +129,11 @@ std::vector<std::string> Arguments::list(const std::string& name, const std::vec
   if (value.empty()) return fallback;
   std::vector<std::string> items;
   std::stringstream in(value);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) items.push_back(item);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw std::invalid_argument("--" + name + " expects a comma-separated list without empty items, got '" + value + "'");
+    items.push_back(item);
+  }
+  if (value.back() == ',') throw std::invalid_argument("--" + name + " expects a comma-separated list without empty items, got '" + value + "'");
   return items;
 }
 
@@ -112,13 +154,33 @@ Problem problem_from(const Arguments& args) {
   p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
   p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
+  const int64_t experts = args.integer("experts", 0), topk = args.integer("topk", 0);
+  if (!is_moe(p.op) && (experts || topk))
+    throw std::invalid_argument("--experts and --topk are for the MoE ops (ag_moe, moe_rs), not " + std::string(to_string(p.op)));
   if (is_moe(p.op)) {
-    p.experts = static_cast<int>(args.integer("experts", 8));
-    p.topk = static_cast<int>(args.integer("topk", 2));
+    p.experts = static_cast<int>(experts ? experts : 8);
+    p.topk = static_cast<int>(topk ? topk : std::min<int64_t>(2, p.experts));
   }
+  // Routing tables hold an entry per routed row: bounded before they are drawn.
+  const int64_t routed = static_cast<int64_t>(p.world_size) * p.m * std::max(1, p.topk);
+  if ((routes_rows(p.op) || is_moe(p.op)) && routed > kMaxDimension)
+    throw std::invalid_argument("--world x --m" + std::string(is_moe(p.op) ? " x --topk" : "") + " is " + std::to_string(routed) +
+                                " routed rows, more than the " + std::to_string(kMaxDimension) + " weft lays out on the CPU");
   draw_routing(p, seed);
   check_problem(p);
   return p;
+}
+
+void require_plan_fits(const Problem& p, const PlanOptions& o) {
+  // The GEMM tile entries of all ranks' plans (each rank's GEMMs cover at most its A rows, or the
+  // gathered rows, by N), with the smallest tile the options allow.
+  const int64_t rows = p.op == OpKind::ag_gemm ? p.m * p.world_size : std::max(a_rows(p), output_rows(p, 0));
+  const double tiles = static_cast<double>(p.world_size) * std::ceil(static_cast<double>(rows) / o.tile_m) *
+                       std::ceil(static_cast<double>(p.n) / o.tile_n);
+  if (tiles > static_cast<double>(kMaxPlanTileEntries))
+    throw std::invalid_argument("this plan would hold about " + std::to_string(static_cast<int64_t>(tiles)) + " GEMM tile entries over its " +
+                                std::to_string(p.world_size) + " ranks, more than the " + std::to_string(kMaxPlanTileEntries) +
+                                " weft lays out on the CPU: use a larger --tile or smaller --m/--n");
 }
 
 std::vector<OpKind> ops_from(const Arguments& args) {
@@ -144,10 +206,10 @@ std::string suite_path(const std::string& name) {
 
 std::vector<int> world_sizes_from(const Arguments& args, int visible) {
   std::vector<int> sizes;
-  for (const auto& w : args.list("world", {std::to_string(visible)})) {
-    const int world = std::stoi(w);
+  for (const int world : args.integers("world", {visible})) {
     if (world < 1 || world > visible)
-      throw std::invalid_argument("--world " + w + ": only " + std::to_string(visible) + " GPU(s) are visible");
+      throw std::invalid_argument("--world " + std::to_string(world) + ": must be between 1 and the " + std::to_string(visible) +
+                                  " GPU(s) visible");
     sizes.push_back(world);
   }
   return sizes;
@@ -157,10 +219,18 @@ PlanOptions plan_options_from(const Arguments& args) {
   PlanOptions o;
   const std::string tile = args.text("tile", "128x128");
   const auto x = tile.find('x');
-  if (x == std::string::npos) throw std::invalid_argument("--tile expects MxN, got '" + tile + "'");
-  o.tile_m = std::stoi(tile.substr(0, x));
-  o.tile_n = std::stoi(tile.substr(x + 1));
-  if (o.tile_m < 1 || o.tile_n < 1) throw std::invalid_argument("--tile sizes must be positive, got '" + tile + "'");
+  auto side = [&](const std::string& part) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(part, &used);
+      if (used == part.size() && v >= 1 && v <= 4096) return static_cast<int>(v);
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument("--tile expects MxN with M and N between 1 and 4096, got '" + tile + "'");
+  };
+  if (x == std::string::npos) throw std::invalid_argument("--tile expects MxN with M and N between 1 and 4096, got '" + tile + "'");
+  o.tile_m = side(tile.substr(0, x));
+  o.tile_n = side(tile.substr(x + 1));
   o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   const std::string machine = args.text("machine", "");
@@ -189,6 +259,16 @@ void tilelink_options_from(const Arguments& args, TileLinkOptions& o) {
   if (order == "all_to_all") o.ring = false;
   else if (order == "ring") o.ring = true;
   else if (!order.empty()) throw std::invalid_argument("--order expects ring or all_to_all, got '" + order + "'");
+}
+
+void signal_options_from(const Arguments& args, PlanOptions& o) {
+  o.gemm_sms = static_cast<int>(args.integer("gemm-sms", o.gemm_sms));
+  o.gemm_cta_per_tile = args.flag("gemm-cta-per-tile") || o.gemm_cta_per_tile;
+  const std::string partition = args.text("partition", "");
+  if (!partition.empty()) o.wave_partition = parse_wave_partition(partition);
+  const std::string restore = args.text("restore", "");
+  if (!restore.empty()) o.signal_restore = parse_signal_restore(restore);
+  o.comm_chunks = static_cast<int>(args.integer("comm-chunks", o.comm_chunks));
 }
 
 }  // namespace weft::cli

@@ -6,14 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "command_specs.hpp"
 #include "weft/plan/strategies.hpp"
 
 namespace weft::cli {
 
 class Arguments {
  public:
-  // argv after the command word. Throws std::invalid_argument on a stray word.
-  Arguments(int argc, char** argv, int first);
+  // argv from `first` on, checked against the command's table before anything runs: an unknown,
+  // repeated or valueless option, a flag given a value, or a stray word throws std::invalid_argument
+  // naming it. Reading an integer checks its range (the table's); lists reject empty items.
+  Arguments(int argc, char** argv, int first, const CommandSpec& spec);
 
   bool flag(const std::string& name) const;
   std::string text(const std::string& name, const std::string& fallback) const;
@@ -24,6 +27,9 @@ class Arguments {
   std::vector<std::string> unread() const;
 
  private:
+  const OptionSpec& spec_of(const std::string& name) const;
+
+  const CommandSpec& spec_;
   std::map<std::string, std::string> values_;
   mutable std::map<std::string, bool> read_;
 };
@@ -31,6 +37,9 @@ class Arguments {
 // --op, --m, --n, --k, --world, --seed (routing for gemm_a2a, choices for the MoE ops), --experts,
 // --topk (the MoE ops), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
+// Throws std::invalid_argument when the plans of `problem` would be too large to lay out on the CPU
+// (kMaxPlanTileEntries GEMM tile entries over all ranks, with the options' tile).
+void require_plan_fits(const Problem& problem, const PlanOptions& options);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 std::vector<OpKind> ops_from(const Arguments& args);
 std::vector<std::string> strategies_from(const Arguments& args);
@@ -44,6 +53,8 @@ PlanOptions plan_options_from(const Arguments& args);
 // chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm
 // --comm-sms N --group-size N --schedule FILE (a user's JSON schedule).
 void chunked_options_from(const Arguments& args, ChunkedOptions& options);
+// signal: --gemm-sms N --gemm-cta-per-tile --partition LIST --restore P; fused: --comm-chunks N.
+void signal_options_from(const Arguments& args, PlanOptions& options);
 // tilelink: --comm-sms N (the companion's SMs) --comm-tile-rows N --order ring|all_to_all.
 void tilelink_options_from(const Arguments& args, TileLinkOptions& options);
 // "MxNxK" as {M, N, K}; throws std::invalid_argument naming the text.

@@ -1,6 +1,7 @@
 // `weft bench`: on GPUs, times strategies against the sequential baseline over a suite. Where no GPU
 // is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
 // Also `weft bench gemm`, which says so and exits 0 without a GPU.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "rmsnorm_bench.hpp"
 #include "tilelink_bench.hpp"
 #include "bench_suite.hpp"
+#include "weft/plan/validation.hpp"
 #include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "gpu_bench.hpp"
@@ -107,11 +109,58 @@ int command_bench_tilelink(const Arguments& args) {
   return 0;
 }
 
+namespace {
+
+// Without a GPU: every strategy's plan of every suite row at its real size, validated statically
+// (structure, liveness, signals, ordering, coverage), then small shapes proved with the reference
+// executor. Returns the number of failures.
+int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, const std::vector<std::string>& names,
+                      const std::vector<int>& worlds, const PlanOptions& options, uint64_t seed) {
+  int failed = 0, validated = 0;
+  std::printf("%-22s %-9s %5s %-26s %s\n", "row", "op", "world", "strategy", "real-sized plan");
+  for (const SuiteRow& row : suite.rows) {
+    if (std::find(ops.begin(), ops.end(), row.op) == ops.end()) continue;
+    for (int world : worlds) {
+      Problem p;
+      try {
+        p = problem_for(row, world, seed);
+      } catch (const std::invalid_argument& e) {
+        std::printf("%-22s %-9s %5d %-26s declined: %s\n", row.name.c_str(), std::string(to_string(row.op)).c_str(), world, "-", e.what());
+        continue;
+      }
+      for (const std::string& name : names) {
+        const Strategy& s = find_strategy(name);
+        if (!s.supports(p.op)) continue;
+        Plan plan;
+        try {
+          require_plan_fits(p, resolve_options(s, p, options));
+          plan = make_plan(s, p, options);
+        } catch (const std::invalid_argument& e) {
+          std::printf("%-22s %-9s %5d %-26s declined: %s\n", row.name.c_str(), std::string(to_string(p.op)).c_str(), world, name.c_str(), e.what());
+          continue;
+        }
+        const ValidationReport report = validate_plan(plan);
+        ++validated;
+        failed += !report.ok();
+        std::printf("%-22s %-9s %5d %-26s %s\n", row.name.c_str(), std::string(to_string(p.op)).c_str(), world, plan.strategy.c_str(),
+                    report.ok() ? "valid" : "INVALID");
+        if (!report.ok()) std::printf("%s", report.summary().c_str());
+      }
+    }
+  }
+  std::printf("suite '%s': %d real-sized plan(s) validated, %d invalid\n\n", suite.name.c_str(), validated, failed);
+  return failed + run_plan_checks(ops, names, worlds, seed);
+}
+
+}  // namespace
+
 int command_bench(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
   const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
+  PlanOptions knobs = plan_options_from(args);  // machine, chunked and tilelink knobs
+  signal_options_from(args, knobs);
 
 #ifdef WEFT_HAVE_CUDA
   const DeviceScan scan = scan_devices();
@@ -127,17 +176,14 @@ int command_bench(const Arguments& args) {
     o.iterations = static_cast<int>(args.integer("iterations", 20));
     o.json_path = args.text("json", "");
     o.csv_path = args.text("csv", "");
-    const std::string machine = args.text("machine", "");
-    if (!machine.empty()) o.machine = load_machine_profile(machine);
-    o.gemm_sms = static_cast<int>(args.integer("gemm-sms", 0));
-    o.gemm_cta_per_tile = args.flag("gemm-cta-per-tile");
-    const std::string partition = args.text("partition", "");
-    if (!partition.empty()) o.wave_partition = parse_wave_partition(partition);
-    const std::string restore = args.text("restore", "");
-    if (!restore.empty()) o.signal_restore = parse_signal_restore(restore);
-    o.comm_chunks = static_cast<int>(args.integer("comm-chunks", 0));
-    chunked_options_from(args, o.chunked);
-    tilelink_options_from(args, o.tilelink);
+    o.machine = knobs.machine;
+    o.gemm_sms = knobs.gemm_sms;
+    o.gemm_cta_per_tile = knobs.gemm_cta_per_tile;
+    o.wave_partition = knobs.wave_partition;
+    o.signal_restore = knobs.signal_restore;
+    o.comm_chunks = knobs.comm_chunks;
+    o.chunked = knobs.chunked;
+    o.tilelink = knobs.tilelink;
     std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                 o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
@@ -150,25 +196,20 @@ int command_bench(const Arguments& args) {
 #else
   const std::string why = "weft was built without CUDA";
 #endif
-  args.text("world", "");
-  args.text("warmup", "");
-  args.text("iterations", "");
-  args.text("json", "");
-  args.text("csv", "");
-  args.text("machine", "");
-  args.text("gemm-sms", "");
-  args.flag("gemm-cta-per-tile");
-  args.text("partition", "");
-  args.text("restore", "");
-  args.text("comm-chunks", "");
-  ChunkedOptions unused;
-  chunked_options_from(args, unused);
-  TileLinkOptions unused_tilelink;
-  tilelink_options_from(args, unused_tilelink);
-  std::printf("weft bench: no GPU found (%s).\n", why.c_str());
-  std::printf("Nothing can be timed on this machine; running the plan checks on the CPU instead (suite '%s' has %zu rows to time on GPUs).\n\n",
+  // Nothing is timed here: an option that only shapes timing or its output cannot be honoured.
+  for (const char* timing_only : {"json", "csv", "warmup", "iterations"})
+    if (!args.text(timing_only, "").empty())
+      throw std::invalid_argument("--" + std::string(timing_only) + " needs a GPU to time on, and there is none (" + why +
+                                  "); without one weft bench only checks the suite's plans on the CPU");
+  const std::vector<int> worlds = args.integers("world", {2, 4, 8});
+  for (int w : worlds)
+    if (w > kMaxPlanWorld)
+      throw std::invalid_argument("--world " + std::to_string(w) + ": plans are checked on the CPU up to " + std::to_string(kMaxPlanWorld) + " ranks");
+  knobs.tile_m = 128;
+  knobs.tile_n = 256;  // the tile weft bench gives library-GEMM strategies
+  std::printf("weft bench: no GPU (%s).\nNothing is timed; checking the plans of suite '%s' (%zu rows) on the CPU instead.\n\n", why.c_str(),
               suite.name.c_str(), suite.rows.size());
-  return run_plan_checks(ops, names, {1, 2, 4, 8}, seed) == 0 ? 0 : 1;
+  return check_suite_plans(suite, ops, names, worlds, knobs, seed) == 0 ? 0 : 1;
 }
 
 }  // namespace weft::cli

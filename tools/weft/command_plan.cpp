@@ -10,6 +10,7 @@ namespace weft::cli {
 int command_plan(const Arguments& args) {
   const Problem problem = problem_from(args);
   const PlanOptions options = plan_options_from(args);
+  require_plan_fits(problem, options);
   // A schedule file means the chunked strategy; its JSON is printed with the plan.
   const std::string strategy = args.text("strategy", options.chunked.schedule ? "chunked" : "sequential");
   const Plan plan = find_strategy(strategy).build(problem, options);
@@ -24,8 +25,7 @@ int command_plan(const Arguments& args) {
 int command_check(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
-  std::vector<int> worlds;
-  for (const auto& w : args.list("world", {"1", "2", "3", "4", "8"})) worlds.push_back(std::stoi(w));
+  const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
   return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1))) == 0 ? 0 : 1;
 }
 
@@ -53,13 +53,21 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           char shape[64];
           std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),
                         static_cast<long long>(p.k));
+          try {
+            check_problem(p);
+          } catch (const std::invalid_argument& e) {
+            // A problem weft cannot state is a failure of the check, not a shape a strategy declines.
+            std::printf("%-9s %-11s %5d %14s  %-6s %s\n", std::string(to_string(op)).c_str(), name.c_str(), world, shape, "FAILED", e.what());
+            ++failed;
+            continue;
+          }
           Plan plan;
           try {
             plan = strategy.build(p, options);
           } catch (const std::invalid_argument& e) {
             // The strategy cannot lay out this shape (signal's gemm_rs needs whole tile rows per rank):
             // not a failed plan, a shape it declines, said with its reason.
-            std::printf("%-9s %-11s %5d %14s  %-6s %s\n", std::string(to_string(op)).c_str(), name.c_str(), world, shape, "n/a", e.what());
+            std::printf("%-9s %-11s %5d %14s  %-6s %s\n", std::string(to_string(op)).c_str(), name.c_str(), world, shape, "declined", e.what());
             continue;
           }
           const CpuProof proof = prove_on_cpu(plan, seed);
@@ -72,6 +80,10 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           }
         }
     }
+  if (checked == 0 && failed == 0) {
+    std::printf("plan checks: nothing was checked (every strategy declined or supports none of the ops)\n");
+    return 1;
+  }
   std::printf("plan checks: %d plan(s) checked, %d failed (validation, reference run on the CPU, comparison with the direct computation)\n",
               checked, failed);
   return failed;

@@ -84,6 +84,7 @@ int command_simulate(const Arguments& args) {
   const std::string results = args.text("check-results", "");
   if (!results.empty()) return check_against_results(results, base.machine, args.text("csv", ""));
   const Problem problem = problem_from(args);
+  require_plan_fits(problem, base);
   std::vector<std::string> names = args.list("strategy", {});
   if (names.empty())
     for (const Strategy& s : strategies())

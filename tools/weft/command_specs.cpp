@@ -1,0 +1,171 @@
+#include "command_specs.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace weft::cli {
+
+namespace {
+
+using K = OptionKind;
+using Options = std::vector<OptionSpec>;
+
+constexpr int64_t kMaxSms = 1024;
+constexpr int64_t kMaxIterations = 100000;
+
+OptionSpec integer(std::string name, std::string value, std::string help, int64_t min, int64_t max) {
+  return {std::move(name), K::integer, std::move(value), std::move(help), min, max};
+}
+OptionSpec integers(std::string name, std::string value, std::string help, int64_t min, int64_t max) {
+  return {std::move(name), K::integers, std::move(value), std::move(help), min, max};
+}
+OptionSpec text(std::string name, std::string value, std::string help) { return {std::move(name), K::text, std::move(value), std::move(help)}; }
+OptionSpec list(std::string name, std::string value, std::string help) { return {std::move(name), K::list, std::move(value), std::move(help)}; }
+OptionSpec flag(std::string name, std::string help) { return {std::move(name), K::flag, "", std::move(help)}; }
+
+Options operator+(Options a, const Options& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Options timing(int64_t iterations) {
+  return {integer("warmup", "N", "untimed calls first (5)", 0, kMaxIterations),
+          integer("iterations", "N", "timed calls; the median is reported (" + std::to_string(iterations) + ")", 1, kMaxIterations)};
+}
+
+Options one_problem() {
+  return {text("op", "OP", "ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe or moe_rs (gemm_ar)"),
+          integer("m", "M", "rows of A per rank (ag_gemm, gemm_a2a, a2a_gemm, MoE: tokens per rank) (256)", 1, kMaxDimension),
+          integer("n", "N", "columns of C (128)", 1, kMaxDimension),
+          integer("k", "K", "columns of A (64)", 1, kMaxDimension),
+          integer("seed", "S", "seed of the routing of the routed and MoE ops (1)", 0, std::numeric_limits<int64_t>::max()),
+          integer("experts", "E", "MoE ops: experts (8)", 1, 1024),
+          integer("topk", "K", "MoE ops: experts per token (2)", 1, 64),
+          text("input-dtype", "T", "bf16 (the executor's only dtype so far), f16 or f32"),
+          text("output-dtype", "T", "as --input-dtype")};
+}
+
+Options plan_knobs() {
+  return {text("tile", "MxN", "GEMM tile of plain tables (128x128)"),
+          text("raster", "R", "along_m or along_n: the tile order (along_m)"),
+          integer("swizzle", "S", "tile columns per strip of the raster (8)", 1, 64),
+          text("machine", "FILE", "a machine profile (weft tune --calibrate); default: built-in H200 figures"),
+          // chunked
+          text("template", "T", "chunked: swizzle, ring, 2d, pull or partition"),
+          integer("chunks", "N", "chunked: chunks per shard or block (0: the template's default)", 0, 4096),
+          text("backend", "B", "chunked: copy_engine or sm"),
+          integer("comm-sms", "N", "chunked (sm backend) and tilelink: SMs given to communication", 0, kMaxSms),
+          integer("group-size", "N", "chunked 2d: ranks per group (0: the largest divisor of W <= sqrt(W))", 0, 1024),
+          text("schedule", "FILE", "chunked: a user's JSON chunk schedule"),
+          // tilelink
+          integer("comm-tile-rows", "N", "tilelink: rows per communication tile (0: the model's pick)", 0, kMaxDimension),
+          text("order", "O", "tilelink ag_gemm: ring or all_to_all")};
+}
+
+Options signal_knobs() {
+  return {integer("gemm-sms", "N", "signal: SMs its GEMM keeps (0: the profile's)", 0, kMaxSms),
+          flag("gemm-cta-per-tile", "signal: a CTA per tile instead of a persistent GEMM"),
+          text("partition", "LIST", "signal: wave groups, e.g. 1,2,2 (default: the predictive search)"),
+          text("restore", "P", "signal: after_each_group, own_stream or at_end"),
+          integer("comm-chunks", "N", "fused ag_gemm: row chunks each peer's shard is pulled in (0: one)", 0, 4096)};
+}
+
+std::vector<CommandSpec> build() {
+  const OptionSpec world_list = integers("world", "LIST", "world sizes, each 1 .. the visible GPUs (default: all of them)", 1, 1024);
+  const OptionSpec gpu_world = integer("world", "W", "ranks the suites' shapes are cut for", 1, 1024);
+  const OptionSpec csv = text("csv", "FILE", "write the table as CSV");
+  const OptionSpec json = text("json", "FILE", "write the rows as JSON");
+  const OptionSpec seed = integer("seed", "S", "seed of inputs and routings (1)", 0, std::numeric_limits<int64_t>::max());
+  const OptionSpec machine = text("machine", "FILE", "a machine profile (weft tune --calibrate)");
+  const OptionSpec suite = text("suite", "NAME|FILE", "bench/NAME.json or a JSON suite");
+  const OptionSpec suites = list("suite", "LIST", "suites (names or files)");
+  const OptionSpec ops = list("op", "LIST", "ops (default: every op)");
+  const OptionSpec strategy_list = list("strategy", "LIST", "strategies (default: every strategy)");
+  std::vector<CommandSpec> all;
+  all.push_back({"bench", "time strategies against sequential on the local GPUs (without a GPU: check the suite's plans on the CPU)",
+                 "Every rank is a thread of this process. Each row is first checked against sequential, then timed\n"
+                 "(GEMM alone, communication alone, sequential, each strategy; interleaved per iteration).",
+                 Options{suite, world_list, ops, strategy_list, json, csv, seed} + timing(20) + plan_knobs() + signal_knobs()});
+  all.push_back({"bench gemm", "the overlap GEMM against cuBLASLt on GPU 0 over the suites' per-rank GEMM shapes", "",
+                 Options{suites, gpu_world, csv, seed} + timing(20)});
+  all.push_back({"bench rmsnorm", "RMSNorm of signal's restored result vs RMSNorm reading it where signal left it (GPU 0)", "",
+                 Options{suites, gpu_world, csv, seed, machine} + timing(50)});
+  all.push_back({"bench tilelink", "TileLink's microbenchmark: the companion's copy bandwidth by CTAs, the GEMM by SMs given to communication", "",
+                 Options{integers("ctas", "LIST", "companion CTAs for the copy table", 1, kMaxSms),
+                         integers("comm-sms", "LIST", "SMs given to communication for the GEMM table", 0, kMaxSms),
+                         list("gemm", "MxNxK,...", "GEMM shapes"), integer("copy-mib", "N", "MiB each copy moves (256)", 1, 1 << 16),
+                         integer("comm-tile-rows", "N", "rows per communication tile (1024)", 1, kMaxDimension), csv, machine} +
+                     timing(20)});
+  all.push_back({"characterize", "FiCCO's decomposition and contention losses for a suite's AllGather+GEMM rows", "",
+                 Options{suite, world_list, csv, seed} + timing(20)});
+  all.push_back({"tune", "measure the machine, signal's partitions, strategies' knobs, or judge auto and the simulator",
+                 "  --calibrate        GPU 0's GEMM rate, HBM bandwidth and NCCL curves into a machine profile (--out)\n"
+                 "  --partitions       signal's predicted vs measured time per wave partition\n"
+                 "  --strategy S       search S's knobs, time the best --keep N, write them into the tuning table (--out)\n"
+                 "  --from-results     a tuning table of the rows under --results\n"
+                 "  --check-auto       auto on every recorded shape, left out of the table it chooses by\n"
+                 "  --fit-simulator    fit the simulator's constants to the recorded rows (--out: the fitted profile)",
+                 Options{flag("calibrate", "measure GPU 0 and the NCCL curves"), flag("partitions", "signal's partition study"),
+                         text("strategy", "S", "the strategy whose knobs to search"), integer("keep", "N", "settings timed (3)", 1, 1000),
+                         flag("from-results", "build a tuning table from recorded rows"), flag("check-auto", "judge auto offline"),
+                         flag("fit-simulator", "fit the simulator"), text("results", "DIR", "recorded rows (bench/results)"),
+                         text("out", "FILE", "where the profile or table goes"), suite, ops, world_list, machine,
+                         integer("max-partitions", "N", "partitions per row (12)", 1, 10000),
+                         integer("gemm-sms", "N", "signal's GEMM SMs (0: the profile's)", 0, kMaxSms),
+                         text("restore", "P", "signal's restore placement"), csv, seed} +
+                     timing(20)});
+  all.push_back({"simulate", "predict a call's time per strategy from the machine profile (the plan's third executor)",
+                 "  --check-results DIR replays every row weft bench recorded there (world >= 2): error per strategy",
+                 one_problem() + plan_knobs() +
+                     Options{integer("world", "W", "ranks (any size the simulator can lay out)", 1, kMaxPlanWorld),
+                             list("strategy", "LIST", "strategies (default: every one the op has)"),
+                             text("trace", "FILE", "Chrome/Perfetto trace of the first strategy"),
+                             text("check-results", "DIR", "judge the simulator on recorded rows"), csv}});
+  all.push_back({"check", "prove plans on the CPU: validate, run the reference executor, compare with the op's definition", "",
+                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed}});
+  all.push_back({"plan", "print one plan and its validation report", "",
+                 one_problem() + plan_knobs() +
+                     Options{integer("world", "W", "ranks (2)", 1, kMaxPlanWorld),
+                             text("strategy", "S", "the strategy (sequential; chunked with --schedule)")}});
+  return all;
+}
+
+}  // namespace
+
+const OptionSpec* CommandSpec::find(const std::string& option) const {
+  for (const OptionSpec& o : options)
+    if (o.name == option) return &o;
+  return nullptr;
+}
+
+const std::vector<CommandSpec>& command_specs() {
+  static const std::vector<CommandSpec> all = build();
+  return all;
+}
+
+const CommandSpec& find_command(const std::string& name) {
+  std::string known;
+  for (const CommandSpec& c : command_specs()) {
+    if (c.name == name) return c;
+    known += (known.empty() ? "" : ", ") + c.name;
+  }
+  throw std::invalid_argument("unknown command '" + name + "' (commands: " + known + "; weft --help)");
+}
+
+std::string command_help(const CommandSpec& spec) {
+  std::ostringstream out;
+  out << "weft " << spec.name << ": " << spec.summary << "\n";
+  if (!spec.details.empty()) out << spec.details << "\n";
+  out << "\noptions:\n";
+  for (const OptionSpec& o : spec.options) {
+    std::string left = "  --" + o.name + (o.value.empty() ? "" : " " + o.value);
+    if (left.size() < 30) left.resize(30, ' ');
+    out << left << " " << o.help;
+    if ((o.kind == OptionKind::integer || o.kind == OptionKind::integers) && o.max != std::numeric_limits<int64_t>::max())
+      out << " [" << o.min << ".." << o.max << "]";
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace weft::cli
