@@ -173,7 +173,10 @@ class Simulator {
             // A step that continues a companion launch pays no launch of its own.
             const bool continues = step.companion >= 0 && index > 0 &&
                                    plan_.ranks[static_cast<size_t>(r)].steps[static_cast<size_t>(index - 1)].companion == step.companion;
-            schedule(0, r, index, now_ + (continues ? 0.0 : m_.launch_seconds) + seconds_of(r, body));
+            double seconds = 0;
+            if constexpr (std::is_same_v<T, ReduceStep>) seconds = reduce_seconds(r, body);
+            else seconds = memory_seconds(body);
+            schedule(0, r, index, now_ + (continues ? 0.0 : m_.launch_seconds) + seconds);
             return true;
           }
         },
@@ -182,15 +185,11 @@ class Simulator {
 
   // A reduction reads its local sources from memory and its peers' through NVLink, by SMs (at most
   // `sms` of them): whichever takes longer.
-  double seconds_of(int r, const ReduceStep& s) const {
+  double reduce_seconds(int r, const ReduceStep& s) const {
     double local = static_cast<double>(elements(s.dst)) * 2 * (1 + (s.accumulate ? 1 : 0)), remote = 0;
     for (const Region& src : s.srcs) (src.rank == r ? local : remote) += static_cast<double>(elements(src)) * 2;
     const double link = std::min(m_.nvlink_bytes_per_s, m_.sm_copy_bytes_per_s_per_sm * (s.sms > 0 ? s.sms : m_.sm_count));
     return std::max(local / (0.8 * m_.memory_bytes_per_s), remote / link);
-  }
-  template <class T>
-  double seconds_of(int, const T& body) const {
-    return memory_seconds(body);
   }
   double memory_seconds(const PermuteRowsStep& s) const { return static_cast<double>(elements(s.dst)) * 4 / (0.8 * m_.memory_bytes_per_s); }
   double memory_seconds(const CombineRowsStep& s) const {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -210,6 +211,31 @@ void Communicator::learn_peers() {
   const auto all = all_gather_bytes(&mine, sizeof mine);
   peers_.resize(static_cast<size_t>(world_));
   std::memcpy(peers_.data(), all.data(), all.size());
+  const char* p2p = std::getenv("WEFT_P2P");
+  const bool p2p_allowed = !(p2p && std::string(p2p) == "0");
+  std::vector<uint64_t> hosts;
+  topology_ = Topology::single_node(world_);
+  for (int r = 0; r < world_; ++r) {
+    const uint64_t host = peers_[static_cast<size_t>(r)].host;
+    auto it = std::find(hosts.begin(), hosts.end(), host);
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), host);
+    topology_.node[static_cast<size_t>(r)] = static_cast<int>(it - hosts.begin());
+  }
+  for (int a = 0; a < world_; ++a)
+    for (int b = 0; b < world_; ++b) {
+      const PeerInfo& pa = peers_[static_cast<size_t>(a)];
+      const PeerInfo& pb = peers_[static_cast<size_t>(b)];
+      bool reach = a == b;
+      if (!reach && p2p_allowed && pa.host == pb.host) {
+        reach = true;
+        if (pa.process == pb.process && pa.process == peers_[static_cast<size_t>(rank_)].process && pa.device != pb.device) {
+          int can = 0;
+          reach = cudaDeviceCanAccessPeer(&can, pa.device, pb.device) == cudaSuccess && can;
+          cudaGetLastError();
+        }
+      }
+      topology_.load_store[static_cast<size_t>(a)][static_cast<size_t>(b)] = reach;
+    }
 }
 
 std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t bytes) {

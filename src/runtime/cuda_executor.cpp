@@ -80,6 +80,7 @@ WorkspaceSize workspace_size(const Plan& plan, const ExecutorOptions& options) {
     size.local_bytes = std::max(size.local_bytes, p.local_bytes);
     size.signals = std::max(size.signals, static_cast<int>(rp.signals.size()));
   }
+  size.peers = reaches_across_ranks(plan);
   return size;
 }
 
@@ -215,8 +216,10 @@ void CudaExecutor::place_buffers() {
       im.base.push_back(static_cast<char*>(im.workspace->local()) + offset);
     }
   }
-  // Peers' symmetric buffers: at the offsets their own plans place them in their arenas.
+  // Peers' symmetric buffers: at the offsets their own plans place them in their arenas (only a plan
+  // that reaches peers has them mapped).
   for (const RankPlan& rp : plan_.ranks) {
+    if (!im.plan_touches_peers) break;
     if (rp.rank == comm_.rank()) continue;
     const Placement there = place(rp, options_);
     for (size_t b = 0; b < rp.buffers.size(); ++b)
@@ -257,7 +260,10 @@ void CudaExecutor::lower_steps() {
   context.gemm_workspace_bytes = kGemmWorkspaceBytes;
   context.nccl = comm_.nccl();
   context.own_signals = im.signals->local();
-  context.signals_of = [signals = im.signals](int rank) { return signals->on(rank); };
+  // A plan that reaches no peer has its counters alone: peers' are not mapped (and never raised).
+  context.signals_of = [signals = im.signals, touches = im.plan_touches_peers, me = comm_.rank()](int rank) -> uint64_t* {
+    return rank == me || touches ? signals->on(rank) : nullptr;
+  };
   context.device_error = im.workspace->device_error();
   const int64_t wait_ms = options_.device_wait_timeout_ms > 0 ? options_.device_wait_timeout_ms : env_ms("WEFT_DEVICE_WAIT_TIMEOUT_MS", 10000);
   context.device_wait_timeout_ns = static_cast<uint64_t>(wait_ms) * 1'000'000ull;

@@ -71,6 +71,8 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     spec_.plan.machine = load_machine_profile(path);
   if (const char* path = std::getenv("WEFT_TUNING_TABLE"); path && *path && !spec_.plan.tuning)
     spec_.plan.tuning = std::make_shared<const TuningTable>(load_tuning_table(path));
+  // Plans that reach a peer this machine cannot reach are refused (auto passes over them).
+  if (!spec_.plan.topology) spec_.plan.topology = comm_.topology();
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
   if (!strategy.supports(spec_.op))
     throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));

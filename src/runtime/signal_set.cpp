@@ -40,14 +40,14 @@ StreamValue64 write_value_64() {
 
 }  // namespace
 
-SignalSet::SignalSet(Communicator& comm, int count)
-    : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t)) {
+SignalSet::SignalSet(Communicator& comm, int count, bool shared)
+    : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t), shared) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
   preload_step_kernels();
   preload_tile_program_kernel();  // even under lazy loading, no step kernel's first launch may wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero
+  if (shared) comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero
 }
 
 SignalSet::~SignalSet() { cudaFreeHost(host_copy_); }

@@ -1,6 +1,7 @@
 #include "weft/runtime/symmetric_memory.hpp"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "weft/runtime/cuda_check.hpp"
 
@@ -10,14 +11,11 @@ void enable_peer_access(const Communicator& comm) {
   WEFT_CUDA_CHECK(cudaSetDevice(comm.device()));
   for (int r = 0; r < comm.world_size(); ++r) {
     const PeerInfo& peer = comm.peer(r);
-    if (peer.host != comm.peer(comm.rank()).host)
-      throw CudaError("rank " + std::to_string(r) + " is on another node: symmetric memory needs ranks of one node");
+    if (r == comm.rank()) continue;
+    if (!comm.reaches(r))
+      throw CudaError("rank " + std::to_string(comm.rank()) + " cannot load/store rank " + std::to_string(r) + "'s memory (" +
+                      describe(comm.topology()) + "); use a strategy that communicates through NCCL alone (sequential, signal)");
     if (peer.device == comm.device()) continue;
-    int can = 0;
-    WEFT_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, comm.device(), peer.device));
-    if (!can)
-      throw CudaError("GPU " + std::to_string(comm.device()) + " cannot reach GPU " + std::to_string(peer.device) +
-                      " by load/store (no NVLink or PCIe P2P between them); use a strategy that communicates through NCCL");
     if (comm.peer_in_this_process(r)) {
       const cudaError_t status = cudaDeviceEnablePeerAccess(peer.device, 0);
       if (status == cudaErrorPeerAccessAlreadyEnabled) {
@@ -29,7 +27,15 @@ void enable_peer_access(const Communicator& comm) {
   }
 }
 
-SymmetricMemory::SymmetricMemory(Communicator& comm, size_t bytes) : comm_(comm), bytes_(bytes) {
+SymmetricMemory::SymmetricMemory(Communicator& comm, size_t bytes, bool shared) : comm_(comm), bytes_(bytes), shared_(shared) {
+  if (!shared) {
+    WEFT_CUDA_CHECK(cudaSetDevice(comm.device()));
+    WEFT_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 16 : bytes_));
+    peers_.assign(static_cast<size_t>(comm.world_size()), nullptr);
+    opened_.assign(static_cast<size_t>(comm.world_size()), false);
+    peers_[static_cast<size_t>(comm.rank())] = local_;
+    return;
+  }
   comm.require_agreement(bytes, "the size of a symmetric allocation");
   enable_peer_access(comm);
   WEFT_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 16 : bytes_));
@@ -53,6 +59,14 @@ SymmetricMemory::SymmetricMemory(Communicator& comm, size_t bytes) : comm_(comm)
       opened_[static_cast<size_t>(r)] = true;
     }
   }
+}
+
+void* SymmetricMemory::on(int rank) const {
+  void* p = peers_.at(static_cast<size_t>(rank));
+  if (!p)
+    throw std::logic_error("rank " + std::to_string(comm_.rank()) + "'s symmetric memory was allocated for this rank alone; rank " +
+                           std::to_string(rank) + "'s is not mapped here");
+  return p;
 }
 
 SymmetricMemory::~SymmetricMemory() {

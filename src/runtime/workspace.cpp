@@ -1,5 +1,6 @@
 #include "weft/runtime/workspace.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "weft/runtime/cuda_check.hpp"
@@ -11,8 +12,9 @@ Workspace::Workspace(Communicator& comm) : comm_(comm) {
   WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&device_error_host_), sizeof(WaitRecord), cudaHostAllocMapped));
   std::memset(static_cast<void*>(device_error_host_), 0, sizeof(WaitRecord));
   WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_error_device_), device_error_host_, 0));
-  signals_.push_back(std::make_unique<SignalSet>(comm_, 0));
-  symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, 0));
+  // Nothing shared yet: a workspace whose plans never reach a peer never needs peer access.
+  signals_.push_back(std::make_unique<SignalSet>(comm_, 0, /*shared=*/false));
+  symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, 0, /*shared=*/false));
 }
 
 Workspace::~Workspace() {
@@ -23,16 +25,20 @@ Workspace::~Workspace() {
 }
 
 WorkspaceSize Workspace::size() const {
-  return {symmetric_.back()->bytes(), local_ ? local_->bytes : 0, signals_.back()->count()};
+  return {symmetric_.back()->bytes(), local_ ? local_->bytes : 0, signals_.back()->count(),
+          symmetric_.back()->shared() && signals_.back()->shared()};
 }
 
 void Workspace::reserve(const WorkspaceSize& wanted) {
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
   const WorkspaceSize now = size();
-  // Symmetric memory and signals are collective: every rank takes the same branch because every
-  // rank passes the same sizes (SymmetricMemory checks that they agree).
-  if (wanted.symmetric_bytes > now.symmetric_bytes) symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, wanted.symmetric_bytes));
-  if (wanted.signals > now.signals) signals_.push_back(std::make_unique<SignalSet>(comm_, wanted.signals));
+  // Shared symmetric memory and signals are collective: every rank takes the same branch because
+  // every rank passes the same sizes (SymmetricMemory checks that they agree).
+  const bool symmetric_fits = wanted.symmetric_bytes <= now.symmetric_bytes && (!wanted.peers || symmetric_.back()->shared());
+  if (!symmetric_fits)
+    symmetric_.push_back(std::make_unique<SymmetricMemory>(comm_, std::max(wanted.symmetric_bytes, now.symmetric_bytes), wanted.peers));
+  const bool signals_fit = wanted.signals <= now.signals && (!wanted.peers || signals_.back()->shared());
+  if (!signals_fit) signals_.push_back(std::make_unique<SignalSet>(comm_, std::max(wanted.signals, now.signals), wanted.peers));
   if (wanted.local_bytes > now.local_bytes) {
     if (local_) retired_local_.push_back(*local_);
     local_ = std::make_unique<LocalArena>();

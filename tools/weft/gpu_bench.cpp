@@ -121,6 +121,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
               "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "check");
   for (int world : o.world_sizes) {
     auto group = first_gpus(world);
+    // Strategies that reach a peer these GPUs cannot reach (WEFT_P2P=0, no P2P) decline, saying so.
+    plan_options.topology = group.front()->topology();
     for (const SuiteRow& row : suite.rows) {
       if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
       Problem problem;
@@ -143,7 +145,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         if (name == "sequential" || !s.supports(problem.op)) continue;
         const PlanOptions options = resolve_options(s, problem, plan_options);
         try {
-          plans.push_back(s.build(problem, options));
+          plans.push_back(make_plan(s, problem, plan_options));
         } catch (const std::invalid_argument& e) {
           std::fprintf(stderr, "weft bench: %s does not apply to '%s' at world %d: %s\n", name.c_str(), row.name.c_str(), world, e.what());
           continue;

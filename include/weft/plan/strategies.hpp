@@ -18,6 +18,7 @@
 
 #include "weft/ir/plan.hpp"
 #include "weft/ir/schedule.hpp"
+#include "weft/ir/topology.hpp"
 #include "weft/model/machine_profile.hpp"
 
 namespace weft {
@@ -87,6 +88,10 @@ struct PlanOptions {
   int comm_chunks = 0;
   ChunkedOptions chunked;
   TileLinkOptions tilelink;
+  // Which ranks can load/store each other (Communicator::topology); empty: every pair can. make_plan
+  // refuses a plan that reaches a peer it cannot (the strategy declines, naming the ranks), and auto
+  // passes over such strategies.
+  std::optional<Topology> topology;
   // auto: measured choices (model/tuning_table.hpp; null: the simulator alone), the gain over
   // sequential a predicted choice must show, and how far (log-space distance of m, n, k) a measured
   // shape may be from the call's to stand for it.
@@ -123,7 +128,8 @@ const Strategy& find_strategy(std::string_view name);
 // the SMs the GEMM keeps, where the strategy runs on it (Strategy::overlap_gemm); other strategies
 // keep `base`'s tile (their plain tables run on cuBLASLt, which picks its own).
 PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
-// The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)).
+// The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)), and
+// where base.topology is given, require_reachable (std::invalid_argument naming the ranks).
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
 
 // Library GEMM, then the NCCL collective: the baseline every figure is measured against.

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/ir/topology.hpp"
+
 namespace weft {
 
 // NCCL's bootstrap id as plain bytes, for sending over another channel.
@@ -55,6 +57,12 @@ class Communicator {
   ncclComm_t nccl() const { return comm_; }
   const PeerInfo& peer(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
   bool peer_in_this_process(int rank) const { return peers_.at(static_cast<size_t>(rank)).process == peers_[rank_].process; }
+  // Which ranks share a node and which pairs load/store each other's memory: same node and P2P
+  // between the GPUs (cudaDeviceCanAccessPeer where both are this process's; GPUs of processes on
+  // one node are taken to reach each other through CUDA IPC). WEFT_P2P=0 makes every peer
+  // unreachable, so that only plans communicating through NCCL run (the stand-in for several nodes).
+  const Topology& topology() const { return topology_; }
+  bool reaches(int rank) const { return topology_.reaches(rank_, rank); }
 
   // Gathers `bytes` bytes from every rank (rank order); collective, synchronous, and bounded: throws
   // when the peers do not join within WEFT_COLLECTIVE_TIMEOUT_S (120 s unless set). Ranks of one
@@ -92,6 +100,7 @@ class Communicator {
   bool owned_ = true;
   std::string aborted_;  // why, once aborted
   std::vector<PeerInfo> peers_;
+  Topology topology_;
   void* scratch_ = nullptr;  // device memory for all_gather_bytes (one process per rank)
   // barrier()'s one word, allocated with the communicator: in a process driving several GPUs, a
   // rank allocating device memory can wait for a peer's device that sits in a collective waiting

@@ -29,7 +29,9 @@ namespace weft {
 
 class SignalSet {
  public:
-  SignalSet(Communicator& comm, int count);
+  // shared: in symmetric memory, raised by peers too (collective); else this rank's alone.
+  SignalSet(Communicator& comm, int count, bool shared = true);
+  bool shared() const { return memory_.shared(); }
   ~SignalSet();
   SignalSet(const SignalSet&) = delete;
   SignalSet& operator=(const SignalSet&) = delete;

@@ -19,18 +19,23 @@ namespace weft {
 
 class SymmetricMemory {
  public:
-  SymmetricMemory(Communicator& comm, size_t bytes);
+  // shared: every peer's address is exchanged (collective; every peer must be reachable by
+  // load/store). Not shared: this rank's memory only, no collective call, no peer access needed,
+  // for plans that touch no peer memory (they run over NCCL alone, across nodes too).
+  SymmetricMemory(Communicator& comm, size_t bytes, bool shared = true);
   ~SymmetricMemory();
   SymmetricMemory(const SymmetricMemory&) = delete;
   SymmetricMemory& operator=(const SymmetricMemory&) = delete;
 
   void* local() const { return local_; }
-  void* on(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
+  void* on(int rank) const;
   size_t bytes() const { return bytes_; }
+  bool shared() const { return shared_; }
 
  private:
   Communicator& comm_;
   size_t bytes_ = 0;
+  bool shared_ = true;
   void* local_ = nullptr;
   std::vector<void*> peers_;
   std::vector<bool> opened_;  // IPC mappings to close

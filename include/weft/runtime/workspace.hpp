@@ -31,6 +31,10 @@ struct WorkspaceSize {
   size_t symmetric_bytes = 0;
   size_t local_bytes = 0;
   int signals = 0;
+  // Whether the plans reach peers' memory or signals (reaches_across_ranks): then symmetric bytes
+  // and signals are shared with every peer (collective, load/store access needed); else they are
+  // this rank's alone, and the plans run between any ranks NCCL connects.
+  bool peers = false;
 };
 
 class Workspace {
@@ -41,7 +45,8 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
 
   Communicator& communicator() const { return comm_; }
-  // Collective: every rank passes the same size. No-op where the current arenas are large enough.
+  // Collective where size.peers (every rank passes the same size). No-op where the current arenas
+  // are large enough (and shared with the peers, where size.peers).
   void reserve(const WorkspaceSize& size);
   WorkspaceSize size() const;
 

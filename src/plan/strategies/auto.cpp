@@ -53,6 +53,16 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
     }
   };
   double best_ratio = 1;
+  // A strategy whose plan reaches a peer this topology cannot reach does not run here at all.
+  auto runs_here = [&](const std::string& name, const PlanOptions& with) {
+    if (!o.topology) return true;
+    try {
+      make_plan(find_strategy(name), p, with);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  };
   for (const std::string& name : candidates) {
     if (name == "sequential" || !find_strategy(name).supports(p.op)) continue;
     const TunedCandidate* at = nullptr;
@@ -76,7 +86,7 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
       why = "predicted " + name + " " + format_ms(*mine * 1e3) + " vs sequential " + format_ms(*predicted_sequential * 1e3) + " (bias-corrected; trusted beyond " +
             std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
     }
-    if (ratio <= 1 - trust && ratio < best_ratio) {
+    if (ratio <= 1 - trust && ratio < best_ratio && runs_here(name, at ? apply_candidate(o, *at) : o)) {
       best_ratio = ratio;
       choice.candidate = at ? *at : TunedCandidate{name, {}, 0};
       choice.options = at ? apply_candidate(o, *at) : o;

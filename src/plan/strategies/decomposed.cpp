@@ -23,7 +23,8 @@ constexpr int kComm = 1;
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
+  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
+  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   std::vector<SignalId> arrived;
   for (int s = 0; s < world; ++s) arrived.push_back(b.signal("shard" + std::to_string(s) + "_arrived"));
   b.add("gemm shard " + std::to_string(r), kCompute, Engine::sm,

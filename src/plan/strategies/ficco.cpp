@@ -120,7 +120,8 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
 void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const auto cuts = detail::split_rows(p.k, world);  // K columns of slice j: [cuts[j], cuts[j+1])
-  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
+  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
+  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   std::vector<SignalId> arrived;
   for (int j = 0; j < world; ++j) arrived.push_back(b.signal("slice" + std::to_string(j) + "_arrived"));
   auto columns = [&](BufferId id, int64_t first_row, int64_t rows, int j, std::optional<int> rank = std::nullopt) {

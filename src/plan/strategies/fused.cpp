@@ -38,7 +38,8 @@ int chunks_per_shard(const PlanOptions& o, int64_t shard_rows) {
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
+  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
+  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   const SignalId arrived = b.signal("chunks_arrived");
   // needed[row]: how many pulls must have landed before row `row` of the gathered A may be read
   // (0: a row of the own shard).

@@ -115,7 +115,9 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
 }
 
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
-  return strategy.build(problem, resolve_options(strategy, problem, base));
+  Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
+  if (base.topology) require_reachable(plan, *base.topology);
+  return plan;
 }
 
 }  // namespace weft

@@ -60,7 +60,8 @@ int64_t comm_tile_rows(const PlanOptions& o, int64_t rows_per_rank) {
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const auto [a, w, gathered, c] = detail::declare_all_gather_operands(p, b);
+  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
+  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   const SignalId arrived = b.signal("comm_tiles_arrived");
   const tile::StaticTileMap map{world, p.m, comm_tile_rows(o, p.m)};
   const int channels = map.channels();

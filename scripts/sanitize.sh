@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and the reference
+# executor's tests (one thread per rank and stream) under ThreadSanitizer: clang, no CUDA, no Python.
+# Any finding fails the run (halt_on_error). Usage: scripts/sanitize.sh [asan] [tsan] (both by default).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+what=("$@")
+[ ${#what[@]} -gt 0 ] || what=(asan tsan)
+configure() {  # build dir, flags
+  cmake -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+    -DWEFT_ENABLE_CUDA=OFF -DWEFT_PYTHON=OFF "-DCMAKE_CXX_FLAGS=$2" > "$1.configure.log" 2>&1 ||
+    { tail -20 "$1.configure.log"; exit 1; }
+  cmake --build "$1" --target weft_cpu_tests weft_tool > "$1.build.log" 2>&1 || { grep -E "error" -A3 "$1.build.log" | head -40; exit 1; }
+}
+status=0
+for w in "${what[@]}"; do
+  case $w in
+    asan)
+      build="$root/build-asan"
+      configure "$build" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+      export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+      # Every CPU test but those that build other projects or need Python (they run in the plain build).
+      ctest --test-dir "$build" -L cpu -E "python|pip|consumer|ci_runs" -j2 --timeout 900 --output-on-failure > "$build.ctest.log" 2>&1 || status=1
+      grep -E "tests passed|tests failed|Failed|ERROR: AddressSanitizer|runtime error" "$build.ctest.log" | head -20
+      ;;
+    tsan)
+      build="$root/build-tsan"
+      configure "$build" "-fsanitize=thread -g -O1"
+      export TSAN_OPTIONS=halt_on_error=1
+      "$build/tests/weft_cpu_tests" --gtest_filter='ReferenceExecutor*:*BuilderProperty*w4*:TileLinkPlans.*:FusedPlans.*' > "$build.tests.log" 2>&1 ||
+        status=1
+      grep -E "PASSED|FAILED|WARNING: ThreadSanitizer" "$build.tests.log" | head -20
+      ;;
+    *) echo "sanitize.sh: unknown '$w' (asan, tsan)" >&2; exit 2 ;;
+  esac
+done
+exit $status
