@@ -22,6 +22,17 @@ class Parser {
  private:
   std::string_view text_;
   size_t at_ = 0;
+  // Nesting is bounded: each level is a stack frame here and in Json's destructor, and weft's files
+  // nest a few levels (fuzz_readers overflowed the stack with 5,000 '[').
+  static constexpr int kMaxDepth = 128;
+  int depth_ = 0;
+  struct Nested {
+    Parser& parser;
+    explicit Nested(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxDepth) parser.fail("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    ~Nested() { --parser.depth_; }
+  };
 
   [[noreturn]] void fail(const std::string& what) const {
     throw std::invalid_argument("JSON: " + what + " at byte " + std::to_string(at_));
@@ -56,6 +67,7 @@ class Parser {
   }
 
   Json parse_object() {
+    const Nested level(*this);
     expect('{');
     Json::Object object;
     if (peek() == '}') {
@@ -77,6 +89,7 @@ class Parser {
   }
 
   Json parse_array() {
+    const Nested level(*this);
     expect('[');
     Json::Array array;
     if (peek() == ']') {
@@ -200,6 +213,9 @@ double Json::number() const {
 int64_t Json::integer() const {
   const double d = number();
   if (std::floor(d) != d) throw std::invalid_argument("JSON: expected an integer, got " + std::to_string(d));
+  // 2^63 is exact in a double; anything at or beyond it (or NaN) has no int64 value.
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+    throw std::invalid_argument("JSON: integer " + std::to_string(d) + " is outside the 64-bit range");
   return static_cast<int64_t>(d);
 }
 

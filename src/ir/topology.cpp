@@ -57,7 +57,7 @@ void require_reachable(const Plan& plan, const Topology& t) {
       if (t.reaches(rp.rank, other)) return;
       throw std::invalid_argument(plan.strategy + " needs ranks " + std::to_string(rp.rank) + " and " + std::to_string(other) +
                                   " to load/store each other's memory (step '" + step.label + "' " + how + "), and they cannot (" +
-                                  describe(t) + "); sequential and signal communicate through NCCL alone");
+                                  describe(t) + "); strategies that communicate through NCCL alone run here: sequential, signal, two_level (and auto picks among them)");
     };
     for (const Step& step : rp.steps) {
       for (const Notify& n : step.notifies) check(n.signal.rank, step, "raises a signal there");

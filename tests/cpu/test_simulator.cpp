@@ -112,5 +112,21 @@ TEST(Simulator, ItsTraceIsChromeTraceJson) {
   EXPECT_NEAR(trace["otherData"]["predicted_ms"].number(), s.seconds * 1e3, 1e-4 * s.seconds * 1e3) << "JSON keeps 6 digits";
 }
 
+// Found by fuzz_readers: an integer field beyond 2^63 was converted to int64 (undefined behaviour).
+// Found by fuzz_readers: 5,000 nested '[' overflowed the stack.
+TEST(Json, NestingIsBounded) {
+  EXPECT_NO_THROW(Json::parse(std::string(100, '[') + std::string(100, ']')));
+  EXPECT_THROW(Json::parse(std::string(5000, '[') + std::string(5000, ']')), std::invalid_argument);
+  EXPECT_THROW(Json::parse(std::string(5000, '[')), std::invalid_argument);
+}
+
+TEST(Json, IntegersOutsideSixtyFourBitsAreRejected) {
+  EXPECT_EQ(Json::parse("9007199254740992").integer(), int64_t{9007199254740992});
+  EXPECT_EQ(Json::parse("-9223372036854775808").integer(), INT64_MIN);
+  EXPECT_THROW(Json::parse("9223372036854775808").integer(), std::invalid_argument);
+  EXPECT_THROW(Json::parse("4.09778e+37").integer(), std::invalid_argument);
+  EXPECT_THROW(Json::parse("-1e300").integer(), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

@@ -240,6 +240,19 @@ PlanOptions plan_options_from(const Arguments& args) {
   return o;
 }
 
+std::optional<Topology> topology_from(const Arguments& args, int world) {
+  const int64_t nodes = args.integer("nodes", 0);  // 0: not given
+  if (args.flag("no-p2p")) {
+    if (nodes != 0) throw std::invalid_argument("--no-p2p and --nodes " + std::to_string(nodes) + ": give one of them");
+    return Topology::no_load_store(world);
+  }
+  if (nodes == 0) return std::nullopt;
+  if (world % nodes != 0)
+    throw std::invalid_argument("--nodes " + std::to_string(nodes) + " must divide the world size " + std::to_string(world) +
+                                " (the same number of ranks on every node)");
+  return Topology::nodes_of(static_cast<int>(nodes), world / static_cast<int>(nodes));
+}
+
 void chunked_options_from(const Arguments& args, ChunkedOptions& o) {
   const std::string shape = args.text("template", "");
   if (!shape.empty()) o.shape = parse_schedule_shape(shape);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ std::vector<int> world_sizes_from(const Arguments& args, int visible);
 // --tile MxN, --raster along_m|along_n, --swizzle S, --machine FILE (a machine profile), and the
 // chunked options below.
 PlanOptions plan_options_from(const Arguments& args);
+// --nodes N (consecutive ranks per node, load/store within a node) or --no-p2p (none at all) for a
+// world of `world` ranks; neither: none (one node, every pair reaches the other).
+std::optional<Topology> topology_from(const Arguments& args, int world);
 // chunked: --template swizzle|ring|2d|pull|partition --chunks N --backend copy_engine|sm
 // --comm-sms N --group-size N --schedule FILE (a user's JSON schedule).
 void chunked_options_from(const Arguments& args, ChunkedOptions& options);

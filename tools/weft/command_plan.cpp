@@ -9,11 +9,14 @@ namespace weft::cli {
 
 int command_plan(const Arguments& args) {
   const Problem problem = problem_from(args);
-  const PlanOptions options = plan_options_from(args);
+  PlanOptions options = plan_options_from(args);
+  options.topology = topology_from(args, problem.world_size);
   require_plan_fits(problem, options);
+  if (options.topology) std::cout << "topology: " << describe(*options.topology) << "\n";
   // A schedule file means the chunked strategy; its JSON is printed with the plan.
   const std::string strategy = args.text("strategy", options.chunked.schedule ? "chunked" : "sequential");
   const Plan plan = find_strategy(strategy).build(problem, options);
+  if (options.topology) require_reachable(plan, *options.topology);  // a decline names the ranks
   if (strategy == "chunked")
     std::cout << "schedule: " << schedule_json(options.chunked.schedule ? *options.chunked.schedule : make_schedule(problem, options.chunked)) << "\n";
   std::cout << to_string(plan);
@@ -26,11 +29,12 @@ int command_check(const Arguments& args) {
   const std::vector<OpKind> ops = ops_from(args);
   const std::vector<std::string> names = strategies_from(args);
   const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
-  return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1))) == 0 ? 0 : 1;
+  const int nodes = static_cast<int>(args.integer("nodes", 0));
+  return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1)), nodes, args.flag("no-p2p")) == 0 ? 0 : 1;
 }
 
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
-                    const std::vector<int>& world_sizes, uint64_t seed) {
+                    const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p) {
   // Small shapes keep the reference executor fast; the second is ragged against the 32x32 tiles.
   struct Shape {
     int64_t m, n, k;
@@ -47,6 +51,14 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
       if (!strategy.supports(op)) continue;
       for (int world : world_sizes)
         for (const Shape& s : shapes) {
+          if (nodes > 0 && world % nodes != 0) {
+            std::printf("%-9s %-11s %5d %14s  %-6s --nodes %d does not divide the world size\n", std::string(to_string(op)).c_str(), name.c_str(),
+                        world, "-", "FAILED", nodes);
+            ++failed;
+            break;
+          }
+          if (no_p2p) options.topology = Topology::no_load_store(world);
+          else if (nodes > 0) options.topology = Topology::nodes_of(nodes, world / nodes);
           Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
           draw_routing(p, seed + static_cast<uint64_t>(world));
@@ -64,6 +76,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           Plan plan;
           try {
             plan = strategy.build(p, options);
+            if (options.topology) require_reachable(plan, *options.topology);
           } catch (const std::invalid_argument& e) {
             // The strategy cannot lay out this shape (signal's gemm_rs needs whole tile rows per rank):
             // not a failed plan, a shape it declines, said with its reason.

@@ -62,6 +62,14 @@ Options plan_knobs() {
           text("order", "O", "tilelink ag_gemm: ring or all_to_all")};
 }
 
+// Where the ranks are: plan and check lay plans out for it (strategies that would load/store across
+// it decline, naming the ranks).
+Options topology_knobs() {
+  return {integer("nodes", "N", "nodes the ranks are spread over, consecutive ranks on each; load/store within a node only", 1,
+                  kMaxPlanWorld),
+          flag("no-p2p", "no rank loads or stores another's memory (what WEFT_P2P=0 makes a GPU run assume)")};
+}
+
 Options signal_knobs() {
   return {integer("gemm-sms", "N", "signal: SMs its GEMM keeps (0: the profile's)", 0, kMaxSms),
           flag("gemm-cta-per-tile", "signal: a CTA per tile instead of a persistent GEMM"),
@@ -122,11 +130,12 @@ std::vector<CommandSpec> build() {
                              text("trace", "FILE", "Chrome/Perfetto trace of the first strategy"),
                              text("check-results", "DIR", "judge the simulator on recorded rows"), csv}});
   all.push_back({"check", "prove plans on the CPU: validate, run the reference executor, compare with the op's definition", "",
-                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed}});
+                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed} + topology_knobs()});
   all.push_back({"plan", "print one plan and its validation report", "",
                  one_problem() + plan_knobs() +
                      Options{integer("world", "W", "ranks (2)", 1, kMaxPlanWorld),
-                             text("strategy", "S", "the strategy (sequential; chunked with --schedule)")}});
+                             text("strategy", "S", "the strategy (sequential; chunked with --schedule)")} +
+                     topology_knobs()});
   return all;
 }
 

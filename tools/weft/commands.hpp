@@ -16,8 +16,9 @@ int command_tune(const Arguments& args);          // --calibrate: measure and sa
 int command_simulate(const Arguments& args);      // predict strategies' times; check against recorded rows
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
-// Returns the number of plans that failed.
+// Returns the number of plans that failed. nodes (0: one) / no_p2p: the ranks' topology, as
+// topology_from reads it.
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
-                    const std::vector<int>& world_sizes, uint64_t seed);
+                    const std::vector<int>& world_sizes, uint64_t seed, int nodes = 0, bool no_p2p = false);
 
 }  // namespace weft::cli

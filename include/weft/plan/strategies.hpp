@@ -166,6 +166,11 @@ Plan plan_chunked(const Problem& problem, const PlanOptions& options);
 // tile from every rank's partials (NVLink loads) as it completes. plan/strategies/tilelink.cpp.
 Plan plan_tilelink(const Problem& problem, const PlanOptions& options);
 
+// Flux and TileLink across nodes (two_level.cpp): load/store within groups of ranks that reach each
+// other (options.topology), NCCL rounds of pairwise exchanges between groups; with no load/store at
+// all, a decomposed plan whose transfers are NCCL's. ag_gemm and gemm_rs.
+Plan plan_two_level(const Problem& problem, const PlanOptions& options);
+
 // auto: the strategy (and knobs) for this problem, from the tuning table's nearest measured shape,
 // else from the simulator's predictions; sequential wherever what would be chosen was measured or is
 // predicted no faster than sequential (plan/auto.hpp).

@@ -47,6 +47,10 @@ const std::vector<Strategy>& strategies() {
        "one GEMM with the communication fused in: tiles wait for their pulled rows (AG), or are stored into their "
        "rank's slot on that rank (RS)",
        {OpKind::ag_gemm, OpKind::gemm_rs}, plan_fused, /*overlap_gemm=*/true},
+      {"two_level", "Flux/TileLink",
+       "across nodes: load/store within each node (or group of ranks that reach each other), NCCL rounds of pairwise "
+       "exchanges between nodes, per-shard GEMMs as data arrives; without load/store, decomposed over NCCL",
+       {OpKind::ag_gemm, OpKind::gemm_rs}, plan_two_level, false},
       {"auto", "-",
        "the strategy and knobs measured fastest at the nearest tuned shape, else predicted fastest by the simulator; "
        "sequential wherever nothing is faster",
