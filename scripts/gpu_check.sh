@@ -8,6 +8,12 @@
 #   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   tilelink: `weft bench tilelink` (companion copy bandwidth by CTAs, GEMM by SMs given to communication).
+#   nccl-only: with WEFT_P2P=0 (no load/store between ranks; NCCL's own transports, and at world > 1
+#   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 as well): the op API's tests of every strategy and
+#   `weft bench` of the strategies that communicate through NCCL alone.
+#   memcheck: compute-sanitizer memcheck on the executor's and the op API's GPU tests (world 1),
+#   racecheck and synccheck on the executor's plans against the reference.
+#   tune: `weft tune --strategy chunked` on one suite row at world 1 (the knob search end to end).
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
 #   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
 #   back-to-back: brackets a hang of the 1,000 back-to-back calls (one process, a thread per GPU):
@@ -67,6 +73,42 @@ if wants python; then
   # The package as pip installs it (no network there: the build backend is the image's), used from torch.
   rm -rf /tmp/weft_site && python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/weft_site . > "$out/pip.log" 2>&1 &&
     PYTHONPATH=/tmp/weft_site python3 -c "import torch, weft.torch as wt; wt.init(); a = torch.randn(256, 128, device='cuda', dtype=torch.bfloat16); b = torch.randn(512, 128, device='cuda', dtype=torch.bfloat16); c = torch.ops.weft.ag_gemm(a, b); print('pip-installed weft from', wt.__file__, 'ag_gemm error', ((c.float() - a.float() @ b.float().t()).norm() / (a.float() @ b.float().t()).norm()).item())" || { status=1; tail -20 "$out/pip.log"; }
+fi
+if wants nccl-only; then
+  binary=build-device/tests/gpu/weft_gpu_tests
+  export WEFT_P2P=0
+  [ "$gpus" -gt 1 ] && export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+  timeout -s KILL ${TESTS_TIMEOUT:-300} $binary --gtest_filter='OpOnCallerBuffers*:Op.*:OpGraph.*:ExecutorMatchesReference*:-*Thousand*' \
+    > "$out/nccl_only_tests.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/nccl_only_tests.log" | tail -20
+  ./build-device/weft bench --strategy ${NCCL_ONLY_STRATEGIES:-sequential,signal,two_level,decomposed,auto} --iterations 10 --warmup 3 \
+    --csv "$out/nccl_only_bench.csv" "$@" 2> "$out/nccl_only_bench.err" | tee "$out/nccl_only_bench.txt" || status=1
+  tail -5 "$out/nccl_only_bench.err"
+  unset WEFT_P2P NCCL_P2P_DISABLE NCCL_SHM_DISABLE
+fi
+if wants memcheck; then
+  binary=build-device/tests/gpu/weft_gpu_tests
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  export WEFT_TEST_WORLD=1
+  for tool in memcheck racecheck synccheck; do
+    case $tool in
+      memcheck) filter='Executor.*:ExecutorMatchesReference*:OpOnCallerBuffers*:Op.*:-*Thousand*:*GivesUp*:*CannotFinish*' ;;
+      *) filter='ExecutorMatchesReference*' ;;
+    esac
+    start=$(date +%s)
+    timeout -s KILL ${SANITIZER_TIMEOUT:-240} "$sanitizer" --tool $tool --error-exitcode 99 --print-limit 20 $binary --gtest_filter="$filter" \
+      > "$out/sanitizer_$tool.log" 2>&1
+    code=$?
+    echo "compute-sanitizer $tool: exit $code after $(( $(date +%s) - start )) s; $(grep -cE '^\[       OK \]' "$out/sanitizer_$tool.log") test(s) passed; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
+    grep -E "^\[  FAILED  \]|Invalid|Race|hazard" "$out/sanitizer_$tool.log" | head -8
+    [ $code -eq 0 ] || status=1
+  done
+  unset WEFT_TEST_WORLD
+fi
+if wants tune; then
+  ./build-device/weft tune --strategy chunked --suite default --op gemm_rs --world 1 --keep 2 --iterations 5 --warmup 2 --out "$out/tuning_chunked.json" \
+    2> "$out/tune.err" | tee "$out/tune.txt" | tail -15 || status=1
+  tail -5 "$out/tune.err"
 fi
 if wants back-to-back; then
   binary=build-device/tests/gpu/weft_gpu_tests
