@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # Builds weft's libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer, no CUDA)
 # and runs each for FUZZ_SECONDS (60) over a copy of its seed corpus in tests/fuzz/corpus. A crash
-# leaves its input in build-fuzz/crashes/<target>/ and fails the script; turn it into a regression
+# leaves its input in build-asan/crashes/<target>/ and fails the script; turn it into a regression
 # test by adding it to the corpus. Usage: scripts/fuzz.sh [target ...] (readers arguments plans).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${FUZZ_BUILD:-$root/build-fuzz}
+build=${FUZZ_BUILD:-$root/build-asan}
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(readers arguments plans)
-flags="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -g -O1"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DWEFT_ENABLE_CUDA=OFF -DWEFT_PYTHON=OFF -DWEFT_BUILD_TESTS=OFF -DWEFT_FUZZ=ON \
-  "-DCMAKE_CXX_FLAGS=$flags" > "$build.configure.log" 2>&1 || { tail -20 "$build.configure.log"; exit 1; }
+# The same build as scripts/sanitize.sh asan (one clang build serves both).
+source "$root/scripts/clang_asan_build.sh"
+configure_asan_build "$build" || exit 1
 cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}") > "$build.build.log" 2>&1 || { grep -E "error" -A3 "$build.build.log" | head -40; exit 1; }
 status=0
 for t in "${targets[@]}"; do

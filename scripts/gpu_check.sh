@@ -7,6 +7,7 @@
 #   python: the Python GPU tests (pytest -m gpu: torch ops, compile, CUDA graphs, layers) on GPU 0
 #   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
+#   kernels: `weft bench kernels` (the auxiliary kernels against the copy roofline, GPU 0; KERNELS_ARGS).
 #   tilelink: `weft bench tilelink` (companion copy bandwidth by CTAs, GEMM by SMs given to communication).
 #   nccl-only: with WEFT_P2P=0 (no load/store between ranks; NCCL's own transports, and at world > 1
 #   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 as well): the op API's tests of every strategy and
@@ -78,7 +79,7 @@ if wants nccl-only; then
   binary=build-device/tests/gpu/weft_gpu_tests
   export WEFT_P2P=0
   [ "$gpus" -gt 1 ] && export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-  timeout -s KILL ${TESTS_TIMEOUT:-300} $binary --gtest_filter='OpOnCallerBuffers*:Op.*:OpGraph.*:ExecutorMatchesReference*:-*Thousand*' \
+  timeout -s KILL ${TESTS_TIMEOUT:-300} $binary --gtest_filter='*OpOnCallerBuffers*:Op.*:OpGraph.*:*ExecutorMatchesReference*:-*Thousand*' \
     > "$out/nccl_only_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]" "$out/nccl_only_tests.log" | tail -20
   ./build-device/weft bench --strategy ${NCCL_ONLY_STRATEGIES:-sequential,signal,two_level,decomposed,auto} --iterations 10 --warmup 3 \
@@ -92,11 +93,11 @@ if wants memcheck; then
   export WEFT_TEST_WORLD=1
   for tool in memcheck racecheck synccheck; do
     case $tool in
-      memcheck) filter='Executor.*:ExecutorMatchesReference*:OpOnCallerBuffers*:Op.*:-*Thousand*:*GivesUp*:*CannotFinish*' ;;
-      *) filter='ExecutorMatchesReference*' ;;
+      memcheck) filter='Executor.*:*ExecutorMatchesReference*:*OpOnCallerBuffers*:Op.*:-*Thousand*:*GivesUp*:*CannotFinish*' ;;
+      *) filter=${RACECHECK_FILTER:-'*ExecutorMatchesReference*'} ;;
     esac
     start=$(date +%s)
-    timeout -s KILL ${SANITIZER_TIMEOUT:-240} "$sanitizer" --tool $tool --error-exitcode 99 --print-limit 20 $binary --gtest_filter="$filter" \
+    timeout -s KILL ${SANITIZER_TIMEOUT:-240} "$sanitizer" --tool $tool --error-exitcode 99 --print-limit 20 --report-api-errors no $binary --gtest_filter="$filter" \
       > "$out/sanitizer_$tool.log" 2>&1
     code=$?
     echo "compute-sanitizer $tool: exit $code after $(( $(date +%s) - start )) s; $(grep -cE '^\[       OK \]' "$out/sanitizer_$tool.log") test(s) passed; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.log" | tail -1)"
@@ -131,6 +132,10 @@ fi
 if wants tilelink; then
   ./build-device/weft bench tilelink --csv "$out/tilelink.csv" ${TILELINK_ARGS:-} 2> "$out/tilelink.err" | tee "$out/tilelink.txt" || status=1
   tail -5 "$out/tilelink.err"
+fi
+if wants kernels; then
+  ./build-device/weft bench kernels --csv "$out/kernels.csv" ${KERNELS_ARGS:-} 2> "$out/kernels.err" | tee "$out/kernels.txt" || status=1
+  tail -5 "$out/kernels.err"
 fi
 if wants gemm; then
   ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1

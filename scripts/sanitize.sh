@@ -17,7 +17,10 @@ for w in "${what[@]}"; do
   case $w in
     asan)
       build="$root/build-asan"
-      configure "$build" "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+      source "$root/scripts/clang_asan_build.sh"
+      configure_asan_build "$build" || exit 1
+      cmake --build "$build" --target weft_cpu_tests weft_tool > "$build.build.log" 2>&1 ||
+        { grep -E "error" -A3 "$build.build.log" | head -40; exit 1; }
       export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
       # Every CPU test but those that build other projects or need Python (they run in the plain build).
       ctest --test-dir "$build" -L cpu -E "python|pip|consumer|ci_runs" -j2 --timeout 900 --output-on-failure > "$build.ctest.log" 2>&1 || status=1

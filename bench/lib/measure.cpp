@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,8 @@
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft::bench {
+
+DeviceBuffer::DeviceBuffer(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 16))); }
 
 namespace {
 
@@ -46,30 +49,40 @@ namespace {
 
 // The one timing loop: per iteration every variant once, in turn from variant i % count (so that
 // clock and power drift reach all alike and no variant always follows the same one), each after
-// `before_each(stream)` and between CUDA events.
+// `before_each(stream)` and between CUDA events. host_us (if given): each variant's median host
+// time to enqueue (the call's own CPU cost, what a CUDA graph's replay removes).
 std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& before_each,
                                   const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                  int iterations, const std::function<void(size_t)>& finish) {
+                                  int iterations, const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr) {
   cudaEvent_t start, stop;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<std::vector<double>> times(variants.size());
+  std::vector<std::vector<double>> times(variants.size()), host(variants.size());
   for (int i = 0; i < warmup + iterations; ++i)
     for (size_t turn = 0; turn < variants.size(); ++turn) {
       const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
       before_each(stream);
       WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
+      const auto enqueue_start = std::chrono::steady_clock::now();
       variants[v](stream);
+      const auto enqueue_end = std::chrono::steady_clock::now();
       WEFT_CUDA_CHECK(cudaEventRecord(stop, stream));
       finish(v);
       float ms = 0;
       WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= warmup) times[v].push_back(ms);
+      if (i >= warmup) {
+        times[v].push_back(ms);
+        host[v].push_back(std::chrono::duration<double, std::micro>(enqueue_end - enqueue_start).count());
+      }
     }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::vector<double> medians;
   for (auto& t : times) medians.push_back(median(t));
+  if (host_us) {
+    host_us->clear();
+    for (auto& h : host) host_us->push_back(median(h));
+  }
   return medians;
 }
 
@@ -77,13 +90,13 @@ std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& befor
 
 std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup,
                                                 int iterations, const std::vector<std::function<void(cudaStream_t)>>& variants,
-                                                const std::function<void(size_t)>& finish) {
+                                                const std::function<void(size_t)>& finish, std::vector<double>* host_us) {
   return timed_in_turn(
       [&](cudaStream_t s) {
         ranks_meet();
         comm.barrier(s);
       },
-      variants, stream, warmup, iterations, finish);
+      variants, stream, warmup, iterations, finish, host_us);
 }
 
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,

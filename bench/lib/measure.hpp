@@ -14,6 +14,18 @@
 
 namespace weft::bench {
 
+// Device memory freed on scope exit (at least 16 bytes, so that an empty buffer is still a pointer).
+struct DeviceBuffer {
+  void* data = nullptr;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer() { cudaFree(data); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return data; }
+  template <class T = void>
+  T* as() const { return static_cast<T*>(data); }
+};
+
 // Inputs get the same random values in every executor of a rank for a seed (so results are
 // comparable); scratch gets random values too, so nothing is ever timed on zeros; outputs are
 // poisoned (NaN), so an element nobody writes shows.
@@ -35,10 +47,11 @@ double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& 
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
 // The same for several variants, interleaved as interleaved_median_ms says: one median per variant.
-// `finish(v)` returns once variant v's work on `stream` is done.
+// `finish(v)` returns once variant v's work on `stream` is done. host_us (if given) gets each
+// variant's median host time to enqueue a call, in microseconds.
 std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup,
                                                 int iterations, const std::vector<std::function<void(cudaStream_t)>>& variants,
-                                                const std::function<void(size_t)>& finish);
+                                                const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr);
 // Median time of each variant on one GPU, no barrier. Iterations visit the variants in turn, so that clock and
 // power drift over a long measurement reaches all of them alike instead of whichever runs last;
 // iteration i starts at variant i % count, so that no variant always runs right after the same

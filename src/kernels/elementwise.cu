@@ -1,5 +1,7 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/tile/tilelink.cuh"
@@ -37,6 +39,8 @@ __global__ void fill_random_kernel(__nv_bfloat16* data, int64_t count, uint64_t 
   }
 }
 
+static_assert(kMaxReduceSources <= tile::kMaxTileReduceSources, "reduce_bf16's sources must fit tile_reduce's");
+
 struct ReduceArgs {
   DeviceRegion dst;
   DeviceRegion srcs[kMaxReduceSources];
@@ -44,37 +48,113 @@ struct ReduceArgs {
   bool accumulate;
 };
 
-__global__ void reduce_kernel(ReduceArgs args) {
-  const int64_t total = args.dst.rows * args.dst.cols;
-  for (int64_t i = global_index(); i < total; i += global_stride()) {
-    const int64_t row = i / args.dst.cols, col = i % args.dst.cols;
-    auto* out = static_cast<__nv_bfloat16*>(args.dst.data) + row * args.dst.stride + col;
-    float sum = args.accumulate ? __bfloat162float(*out) : 0.0f;
-    for (int s = 0; s < args.source_count; ++s)
-      sum += __bfloat162float(static_cast<const __nv_bfloat16*>(args.srcs[s].data)[row * args.srcs[s].stride + col]);
-    *out = __float2bfloat16(sum);
+__device__ __forceinline__ tile::TileBox box_of(const DeviceRegion& r) { return tile::TileBox{r.data, r.rows, r.cols, r.stride}; }
+
+// How a region is cut over CTAs: blockIdx.y takes `rows_per_block` rows, blockIdx.x
+// `cols_per_piece` columns of them (host-side arithmetic; no division on the device).
+struct Cut {
+  int64_t rows_per_block = 1, cols_per_piece = 1;
+  dim3 grid;
+  __device__ tile::TileBox piece(const tile::TileBox& b) const {
+    const int64_t row = blockIdx.y * rows_per_block, col = blockIdx.x * cols_per_piece;
+    return b.sub(row, col, min(rows_per_block, b.rows - row), min(cols_per_piece, b.cols - col));
+  }
+};
+
+bool vectorizable(const DeviceRegion& r) { return r.stride % 8 == 0 && reinterpret_cast<uintptr_t>(r.data) % 16 == 0; }
+bool contiguous(const DeviceRegion& r) { return r.rows == 1 || r.stride == r.cols; }
+DeviceRegion flattened(const DeviceRegion& r) { return DeviceRegion{r.data, 1, r.rows * r.cols, r.rows * r.cols}; }
+
+// About 64 KiB of traffic per CTA, at most `max_ctas` CTAs (2,048 when 0): enough CTAs to cover the
+// GPU several times over, each with enough vectors in flight; rows are never split below 8 columns
+// (one 16-byte vector) where `vectors`.
+Cut cut_for(int64_t rows, int64_t cols, int64_t bytes, bool vectors, int max_ctas) {
+  const int64_t limit = max_ctas > 0 ? max_ctas : 2048;
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(limit, bytes / (64 * 1024)));
+  Cut cut;
+  if (rows >= pieces) {
+    cut.rows_per_block = (rows + pieces - 1) / pieces;
+    cut.cols_per_piece = cols;
+  } else {
+    const int64_t per_row = pieces / rows, align = vectors ? 8 : 1;  // rows x per_row <= pieces (max_ctas holds)
+    cut.rows_per_block = 1;
+    cut.cols_per_piece = std::max<int64_t>(align, ((cols + per_row - 1) / per_row + align - 1) / align * align);
+  }
+  cut.grid = dim3(static_cast<unsigned>((cols + cut.cols_per_piece - 1) / cut.cols_per_piece),
+                  static_cast<unsigned>((rows + cut.rows_per_block - 1) / cut.rows_per_block));
+  return cut;
+}
+
+__global__ void reduce_kernel(ReduceArgs args, Cut cut) {
+  tile::TileBox srcs[kMaxReduceSources];
+  for (int s = 0; s < args.source_count; ++s) srcs[s] = cut.piece(box_of(args.srcs[s]));
+  tile::tile_reduce(cut.piece(box_of(args.dst)), srcs, args.source_count, args.accumulate);
+}
+
+// dst row i = src row source_rows[i]: each CTA a block of rows, its vectors numbered row-major (one
+// 32-bit division per vector), 16-byte accesses where the regions allow.
+__global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const int64_t* source_rows, int64_t rows_per_block, bool vectors) {
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t rows = min(rows_per_block, dst.rows - first_row);
+  const auto* from = static_cast<const uint16_t*>(src.data);
+  auto* to = static_cast<uint16_t*>(dst.data);
+  if (vectors) {
+    const auto per_row = static_cast<uint32_t>(dst.cols / 8), count = static_cast<uint32_t>(rows * (dst.cols / 8));
+    constexpr int kUnroll = tile::kCopyUnroll;
+    for (uint32_t base = threadIdx.x; base < count; base += blockDim.x * kUnroll) {
+      uint4 v[kUnroll];
+      int64_t at[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t i = base + u * blockDim.x;
+        if (i >= count) continue;
+        const uint32_t r = i / per_row, c = (i - r * per_row) * 8;
+        const int64_t row = first_row + r;
+        at[u] = row * dst.stride + c;
+        v[u] = *reinterpret_cast<const uint4*>(from + source_rows[row] * src.stride + c);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * blockDim.x < count) *reinterpret_cast<uint4*>(to + at[u]) = v[u];
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = first_row + r, from_row = source_rows[row];
+    for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) to[row * dst.stride + c] = from[from_row * src.stride + c];
   }
 }
 
-__global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const int64_t* source_rows) {
-  const int64_t total = dst.rows * dst.cols;
-  for (int64_t i = global_index(); i < total; i += global_stride()) {
-    const int64_t row = i / dst.cols, col = i % dst.cols;
-    static_cast<uint16_t*>(dst.data)[row * dst.stride + col] =
-        static_cast<const uint16_t*>(src.data)[source_rows[row] * src.stride + col];
-  }
-}
-
-// One CTA per destination row: its top-k source rows, weighted, summed in fp32.
-__global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRegion weights, const int64_t* source_rows, int topk) {
-  for (int64_t row = blockIdx.x; row < dst.rows; row += gridDim.x) {
+// A warp per destination row: its top-k source rows, weighted, summed in fp32, 16-byte accesses
+// where the regions allow.
+__global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRegion weights, const int64_t* source_rows, int topk, bool vectors) {
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; row < dst.rows; row += static_cast<int64_t>(gridDim.x) * warps) {
     auto* out = static_cast<__nv_bfloat16*>(dst.data) + row * dst.stride;
     const auto* w = static_cast<const __nv_bfloat16*>(weights.data) + row * weights.stride;
-    for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) {
+    const int64_t* from_rows = source_rows + row * topk;
+    if (vectors) {
+      for (int64_t v = lane; v < dst.cols / 8; v += 32) {
+        float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int j = 0; j < topk; ++j) {
+          const uint4 x = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(src.data) + from_rows[j] * src.stride + v * 8);
+          const float weight = __bfloat162float(w[j]);
+          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __bfloat1622float2(h[e]);
+            sum[2 * e] += weight * f.x;
+            sum[2 * e + 1] += weight * f.y;
+          }
+        }
+        *reinterpret_cast<uint4*>(out + v * 8) = tile::bf16_vector_of(sum);
+      }
+      continue;
+    }
+    for (int64_t c = lane; c < dst.cols; c += 32) {
       float sum = 0.0f;
       for (int j = 0; j < topk; ++j)
-        sum += __bfloat162float(w[j]) *
-               __bfloat162float(static_cast<const __nv_bfloat16*>(src.data)[source_rows[row * topk + j] * src.stride + c]);
+        sum += __bfloat162float(w[j]) * __bfloat162float(static_cast<const __nv_bfloat16*>(src.data)[from_rows[j] * src.stride + c]);
       out[c] = __float2bfloat16(sum);
     }
   }
@@ -89,14 +169,7 @@ __global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const Devi
   }
 }
 
-// Rows in one block per CTA.
-__global__ void copy_kernel(DeviceRegion dst, DeviceRegion src) {
-  const int64_t per_cta = (dst.rows + gridDim.x - 1) / gridDim.x, first = blockIdx.x * per_cta;
-  if (first >= dst.rows) return;
-  const int64_t rows = min(per_cta, dst.rows - first);
-  tile::tile_copy(tile::TileBox{static_cast<uint16_t*>(dst.data) + first * dst.stride, rows, dst.cols, dst.stride},
-                  tile::TileBox{static_cast<uint16_t*>(src.data) + first * src.stride, rows, dst.cols, src.stride});
-}
+__global__ void copy_kernel(DeviceRegion dst, DeviceRegion src, Cut cut) { tile::tile_copy(cut.piece(box_of(dst)), cut.piece(box_of(src))); }
 
 __global__ void signal_add_kernel(unsigned long long* counter, unsigned long long increment) {
   // Stream order already finished the earlier work; the fence makes its writes visible system-wide
@@ -148,23 +221,39 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   if (dst.rows * dst.cols <= 0) return;
   ReduceArgs args{};
   args.dst = dst;
-  for (int s = 0; s < source_count; ++s) args.srcs[s] = srcs[s];
+  bool flat = contiguous(dst), vectors = vectorizable(dst) && dst.cols % 8 == 0;
+  for (int s = 0; s < source_count; ++s) {
+    args.srcs[s] = srcs[s];
+    flat = flat && contiguous(srcs[s]);
+    vectors = vectors && vectorizable(srcs[s]);
+  }
+  // Regions whose rows are contiguous everywhere are one long row, cut into column pieces.
+  if (flat) {
+    args.dst = flattened(dst);
+    for (int s = 0; s < source_count; ++s) args.srcs[s] = flattened(srcs[s]);
+  }
   args.source_count = source_count;
   args.accumulate = accumulate;
-  reduce_kernel<<<blocks_for(dst.rows * dst.cols), kThreads, 0, stream>>>(args);
+  const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
+  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, vectors || flat, 0);
+  reduce_kernel<<<cut.grid, kThreads, 0, stream>>>(args, cut);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream) {
   if (dst.rows * dst.cols <= 0) return;
-  permute_rows_kernel<<<blocks_for(dst.rows * dst.cols), kThreads, 0, stream>>>(dst, src, source_rows);
+  const bool vectors = dst.cols % 8 == 0 && vectorizable(dst) && vectorizable(src) && dst.rows * (dst.cols / 8) < (int64_t{1} << 32);
+  const Cut cut = cut_for(dst.rows, dst.cols, dst.rows * dst.cols * 4, vectors, 0);
+  permute_rows_kernel<<<cut.grid.y, kThreads, 0, stream>>>(dst, src, source_rows, cut.rows_per_block, vectors);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
 void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
                        cudaStream_t stream) {
   if (dst.rows <= 0 || dst.cols <= 0) return;
-  combine_rows_kernel<<<static_cast<int>(dst.rows < 65535 ? dst.rows : 65535), kThreads, 0, stream>>>(dst, src, weights, source_rows, topk);
+  const bool vectors = dst.cols % 8 == 0 && vectorizable(dst) && vectorizable(src);
+  const int64_t ctas = (dst.rows + kThreads / 32 - 1) / (kThreads / 32);
+  combine_rows_kernel<<<static_cast<int>(ctas < 65535 ? ctas : 65535), kThreads, 0, stream>>>(dst, src, weights, source_rows, topk, vectors);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -177,8 +266,14 @@ void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const Dev
 
 void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, cudaStream_t stream) {
   if (dst.rows <= 0 || dst.cols <= 0) return;
-  const int64_t limit = max_ctas > 0 ? max_ctas : 1024;
-  copy_kernel<<<static_cast<int>(dst.rows < limit ? dst.rows : limit), kThreads, 0, stream>>>(dst, src);
+  DeviceRegion to = dst, from = src;
+  if (contiguous(dst) && contiguous(src)) {
+    to = flattened(dst);
+    from = flattened(src);
+  }
+  const bool vectors = to.cols % 8 == 0 && vectorizable(to) && vectorizable(from);
+  const Cut cut = cut_for(to.rows, to.cols, to.rows * to.cols * 4, vectors, max_ctas);
+  copy_kernel<<<cut.grid, kThreads, 0, stream>>>(to, from, cut);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -23,75 +23,6 @@ __device__ __forceinline__ tile::TileBox box_of(const TileProgramLaunch& launch,
   return tile::TileBox{static_cast<uint16_t*>(launch.bases[r.base]) + r.offset + row * r.stride, rows, r.cols, r.stride};
 }
 
-// dst = sum of sources (+ dst), fp32 accumulation, over `count` 16-byte vectors (8 bf16) that are
-// contiguous on every side; each thread has kReduceUnroll vectors of every source in flight (see
-// tile::kCopyUnroll).
-constexpr int kReduceUnroll = 4;
-
-__device__ __forceinline__ void add_vector(float* sum, const uint4& x) {
-  const auto* h = reinterpret_cast<const __nv_bfloat16*>(&x);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) sum[e] += __bfloat162float(h[e]);
-}
-
-__device__ void reduce_vectors(uint4* out, const uint4* const* in, int sources, bool accumulate, int64_t count) {
-  for (int64_t base = threadIdx.x; base < count; base += static_cast<int64_t>(blockDim.x) * kReduceUnroll) {
-    float sum[kReduceUnroll][8];
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
-    for (int s = accumulate ? -1 : 0; s < sources; ++s) {
-      const uint4* from = s < 0 ? out : in[s];
-      uint4 x[kReduceUnroll];
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
-        const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
-        if (i < count) x[u] = from[i];
-      }
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u)
-        if (base + static_cast<int64_t>(u) * blockDim.x < count) add_vector(sum[u], x[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) {
-      const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
-      if (i >= count) continue;
-      uint4 result;
-      auto* h = reinterpret_cast<__nv_bfloat16*>(&result);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) h[e] = __float2bfloat16(sum[u][e]);
-      out[i] = result;
-    }
-  }
-}
-
-__device__ void reduce_piece(const tile::TileBox& dst, const tile::TileBox* srcs, int count, bool accumulate) {
-  bool vectors = dst.cols % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(dst.data) % 16 == 0;
-  bool flat = dst.rows == 1 || dst.stride == dst.cols;
-  for (int s = 0; s < count; ++s) {
-    vectors = vectors && srcs[s].stride % 8 == 0 && reinterpret_cast<uintptr_t>(srcs[s].data) % 16 == 0;
-    flat = flat && (dst.rows == 1 || srcs[s].stride == dst.cols);
-  }
-  auto* out = static_cast<__nv_bfloat16*>(dst.data);
-  if (vectors) {
-    // Whole box at once where rows are contiguous, else row by row (no division per vector).
-    const int64_t rows = flat ? 1 : dst.rows, per_row = (flat ? dst.rows * dst.cols : dst.cols) / 8;
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint4* in[kMaxReduceSources];
-      for (int s = 0; s < count; ++s) in[s] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(srcs[s].data) + r * srcs[s].stride);
-      reduce_vectors(reinterpret_cast<uint4*>(out + r * dst.stride), in, count, accumulate, per_row);
-    }
-    return;
-  }
-  for (int64_t r = 0; r < dst.rows; ++r)
-    for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) {
-      float sum = accumulate ? __bfloat162float(out[r * dst.stride + c]) : 0.0f;
-      for (int s = 0; s < count; ++s) sum += __bfloat162float(static_cast<const __nv_bfloat16*>(srcs[s].data)[r * srcs[s].stride + c]);
-      out[r * dst.stride + c] = __float2bfloat16(sum);
-    }
-}
-
 __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_constant__ TileProgramLaunch launch) {
   __shared__ int64_t ticket;
   const tile::WaitPolicy policy{launch.wait_timeout_ns, launch.error, tile::kWaitInTileProgram};
@@ -126,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_con
     } else {
       tile::TileBox srcs[kMaxReduceSources];
       for (int s = 0; s < it.source_count; ++s) srcs[s] = box_of(launch, it.srcs[s], row, rows);
-      reduce_piece(dst, srcs, it.source_count, it.accumulate != 0);
+      tile::tile_reduce(dst, srcs, it.source_count, it.accumulate != 0);
     }
     __syncthreads();  // every thread's stores of the piece before thread 0's release
     if (threadIdx.x == 0) {

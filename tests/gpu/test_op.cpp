@@ -24,16 +24,7 @@ constexpr double kTolerance = 1e-2;  // bf16 output against fp32
 
 const std::vector<std::unique_ptr<Communicator>>& group() { return bench::test_group(); }
 
-// Device memory a test owns.
-struct DeviceBuffer {
-  void* data = nullptr;
-  explicit DeviceBuffer(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(bytes, 16))); }
-  ~DeviceBuffer() { cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  template <class T = void>
-  T* as() const { return static_cast<T*>(data); }
-};
+using bench::DeviceBuffer;
 
 // A rank's caller buffers for an op of at most max_rows rows, and what checking them needs.
 struct CallerBuffers {

@@ -163,9 +163,9 @@ Problem problem_from(const Arguments& args) {
   }
   // Routing tables hold an entry per routed row: bounded before they are drawn.
   const int64_t routed = static_cast<int64_t>(p.world_size) * p.m * std::max(1, p.topk);
-  if ((routes_rows(p.op) || is_moe(p.op)) && routed > kMaxDimension)
+  if ((routes_rows(p.op) || is_moe(p.op)) && routed > kMaxRoutedRows)
     throw std::invalid_argument("--world x --m" + std::string(is_moe(p.op) ? " x --topk" : "") + " is " + std::to_string(routed) +
-                                " routed rows, more than the " + std::to_string(kMaxDimension) + " weft lays out on the CPU");
+                                " routed rows, more than the " + std::to_string(kMaxRoutedRows) + " weft lays out on the CPU");
   draw_routing(p, seed);
   check_problem(p);
   return p;

@@ -10,6 +10,7 @@
 #include "gemm_bench.hpp"
 #include "rmsnorm_bench.hpp"
 #include "tilelink_bench.hpp"
+#include "kernels_bench.hpp"
 #include "bench_suite.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/model/wave_partition.hpp"
@@ -73,6 +74,33 @@ int command_bench_rmsnorm(const Arguments& args) {
   const std::string why = "weft was built without CUDA";
 #endif
   std::printf("weft bench rmsnorm: no GPU found (%s); nothing to time.\n", why.c_str());
+  return 0;
+}
+
+int command_bench_kernels(const Arguments& args) {
+  std::vector<BenchSuite> suites;
+  for (const auto& name : args.list("suite", {"default"})) suites.push_back(load_suite(suite_path(name)));
+  KernelsBenchOptions o;
+  o.world = static_cast<int>(args.integer("world", o.world));
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 20));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+  o.csv_path = args.text("csv", "");
+#ifdef WEFT_HAVE_CUDA
+  const DeviceScan scan = scan_devices();
+  if (!scan.devices.empty()) {
+    const auto& d = scan.devices.front();
+    std::printf("GPU 0: %s, %d SMs; the suites' rows cut for %d ranks\n", d.name.c_str(), d.sm_count, o.world);
+    const int failed = run_kernels_bench(suites, o);
+    if (failed) std::printf("\n%d kernel result(s) differed from their reference\n", failed);
+    return failed ? 1 : 0;
+  }
+  const std::string why = scan.why_none;
+#else
+  const std::string why = "weft was built without CUDA";
+#endif
+  if (!o.csv_path.empty()) throw std::invalid_argument("--csv: weft bench kernels found no GPU (" + why + "); nothing would be written");
+  std::printf("weft bench kernels: no GPU found (%s); nothing to time.\n", why.c_str());
   return 0;
 }
 

@@ -98,6 +98,9 @@ std::vector<CommandSpec> build() {
                  Options{suites, gpu_world, csv, seed} + timing(20)});
   all.push_back({"bench rmsnorm", "RMSNorm of signal's restored result vs RMSNorm reading it where signal left it (GPU 0)", "",
                  Options{suites, gpu_world, csv, seed, machine} + timing(50)});
+  all.push_back({"bench kernels", "the auxiliary kernels (copy, reduce, permute, box moves, top-k combine, RMSNorm) at the suites' sizes "
+                                  "against the copy engine moving the same bytes (GPU 0)", "",
+                 Options{suites, gpu_world, csv, seed} + timing(20)});
   all.push_back({"bench tilelink", "TileLink's microbenchmark: the companion's copy bandwidth by CTAs, the GEMM by SMs given to communication", "",
                  Options{integers("ctas", "LIST", "companion CTAs for the copy table", 1, kMaxSms),
                          integers("comm-sms", "LIST", "SMs given to communication for the GEMM table", 0, kMaxSms),

@@ -8,9 +8,10 @@ namespace weft::cli {
 int command_plan(const Arguments& args);   // print a plan and its validation report
 int command_check(const Arguments& args);  // prove plans on the CPU (validation + reference run)
 int command_bench(const Arguments& args);       // time strategies on GPUs; plan checks where there are none
-int command_bench_gemm(const Arguments& args);
-int command_bench_rmsnorm(const Arguments& args);
-int command_bench_tilelink(const Arguments& args);  // TileLink's microbenchmark: companion copy bandwidth, GEMM by comm SMs  // RMSNorm plain vs fused with signal's remap, one GPU  // the overlap GEMM against cuBLASLt on one GPU
+int command_bench_gemm(const Arguments& args);      // the overlap GEMM against cuBLASLt on one GPU
+int command_bench_rmsnorm(const Arguments& args);   // RMSNorm plain vs fused with signal's remap, one GPU
+int command_bench_tilelink(const Arguments& args);  // TileLink's microbenchmark: companion copy bandwidth, GEMM by comm SMs
+int command_bench_kernels(const Arguments& args);   // the auxiliary kernels against the copy roofline, one GPU
 int command_characterize(const Arguments& args);  // FiCCO's decomposition and contention losses
 int command_tune(const Arguments& args);          // --calibrate: measure and save the machine profile
 int command_simulate(const Arguments& args);      // predict strategies' times; check against recorded rows

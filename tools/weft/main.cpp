@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     print_help();
     return argc < 2 ? 2 : 0;
   }
-  // "bench gemm", "bench rmsnorm", "bench tilelink": two words.
+  // "bench gemm", "bench rmsnorm", "bench tilelink", "bench kernels": two words.
   std::string command = argv[1];
   int first = 2;
   if (command == "bench" && argc > 2 && argv[2][0] != '-') {
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     if (command == "bench gemm") code = weft::cli::command_bench_gemm(args);
     else if (command == "bench rmsnorm") code = weft::cli::command_bench_rmsnorm(args);
     else if (command == "bench tilelink") code = weft::cli::command_bench_tilelink(args);
+    else if (command == "bench kernels") code = weft::cli::command_bench_kernels(args);
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "characterize") code = weft::cli::command_characterize(args);

@@ -20,19 +20,6 @@ namespace {
 
 constexpr float kEpsilon = 1e-6f;
 
-// Device memory freed on scope exit.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data_, bytes > 0 ? bytes : 16)); }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return data_; }
-
- private:
-  void* data_ = nullptr;
-};
-
 // The plan's restore steps into its output, on the buffers given by name.
 struct RestoreMoves {
   DeviceRegion src, dst;

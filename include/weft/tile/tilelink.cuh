@@ -11,6 +11,8 @@
 //                                               on our own, at system scope.
 //   rank_notify / rank_wait                     a whole rank's progress (a counter per rank), e.g.
 //                                               "my shard is in place" before any tile is pulled.
+//   tile_reduce                                 a box summed from several (local or peers') boxes,
+//                                               fp32 accumulation, by a CTA's (or a warp's) threads.
 //   tile_push_data / tile_pull_data             a 2-D bf16 box copied by a CTA's threads with 16-byte
 //                                               loads and stores (peer memory through NVLink).
 //   StaticTileMap / DynamicTileMap              §4's mappings from a tile id to its rank, channel and
@@ -44,6 +46,8 @@
 // tile_push_data into the owner's buffer, and peer_tile_wait on the owner. weft's `tilelink` strategy
 // and its companion kernel (src/kernels/tile_program.cu) are built on exactly these calls.
 #pragma once
+
+#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -205,45 +209,208 @@ struct TileBox {
   }
 };
 
-// CTA-wide copy dst = src (same shape): 16-byte accesses where the boxes allow, else 2-byte. Either
+// Copies and reductions of 16-bit boxes by a group of threads (a CTA: first = threadIdx.x, step =
+// blockDim.x; a warp: the lane and 32): 16-byte accesses where the boxes allow, else 2-byte. Either
 // side may be a peer's memory. No ordering: follow with a notify to publish. Each thread has
 // kCopyUnroll loads in flight before it stores: one load at a time per thread leaves a CTA at a few
-// GB/s (HBM and NVLink latency, measured with weft bench tilelink).
+// GB/s (HBM and NVLink latency, measured with weft bench tilelink). A box whose rows are contiguous
+// on every side is one flat run; otherwise its vectors are numbered row-major and each thread finds
+// its vector's row with one 32-bit division (never a 64-bit one), so that narrow rows (a 128x256
+// tile has 32 vectors per row) still keep every thread busy.
 constexpr int kCopyUnroll = 8;
+constexpr int kReduceUnroll = 4;
+constexpr int kMaxTileReduceSources = 16;
 
-// The flat copy of `count` 16-byte vectors (a box whose rows are contiguous on both sides).
-__device__ __forceinline__ void copy_vectors(uint4* to, const uint4* from, int64_t count) {
-  for (int64_t base = threadIdx.x; base < count; base += static_cast<int64_t>(blockDim.x) * kCopyUnroll) {
+// The flat copy of `count` 16-byte vectors.
+__device__ __forceinline__ void copy_vectors(uint4* to, const uint4* from, int64_t count, int first, int step) {
+  for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kCopyUnroll) {
     uint4 v[kCopyUnroll];
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) {
-      const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+      const int64_t i = base + static_cast<int64_t>(u) * step;
       if (i < count) v[u] = from[i];
     }
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) {
-      const int64_t i = base + static_cast<int64_t>(u) * blockDim.x;
+      const int64_t i = base + static_cast<int64_t>(u) * step;
       if (i < count) to[i] = v[u];
     }
   }
 }
+__device__ __forceinline__ void copy_vectors(uint4* to, const uint4* from, int64_t count) {
+  copy_vectors(to, from, count, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
 
-__device__ __forceinline__ void tile_copy(const TileBox& dst, const TileBox& src) {
+__device__ __forceinline__ bool vector_box(const TileBox& b) {
+  return b.stride % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0;
+}
+
+// Vector i of a box of `per_row` vectors per row, `stride` elements between rows.
+__device__ __forceinline__ int64_t box_vector_offset(uint32_t i, uint32_t per_row, int64_t stride) {
+  const uint32_t r = i / per_row;
+  return static_cast<int64_t>(r) * stride + static_cast<int64_t>(i - r * per_row) * 8;
+}
+
+// The strided copy: vectors numbered row-major (fewer than 2^32 of them).
+__device__ __forceinline__ void copy_box_vectors(uint16_t* to, int64_t to_stride, const uint16_t* from, int64_t from_stride, uint32_t per_row,
+                                                 uint32_t count, int first, int step) {
+  for (uint32_t base = static_cast<uint32_t>(first); base < count; base += static_cast<uint32_t>(step) * kCopyUnroll) {
+    uint4 v[kCopyUnroll];
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      const uint32_t i = base + static_cast<uint32_t>(u * step);
+      if (i < count) v[u] = *reinterpret_cast<const uint4*>(from + box_vector_offset(i, per_row, from_stride));
+    }
+#pragma unroll
+    for (int u = 0; u < kCopyUnroll; ++u) {
+      const uint32_t i = base + static_cast<uint32_t>(u * step);
+      if (i < count) *reinterpret_cast<uint4*>(to + box_vector_offset(i, per_row, to_stride)) = v[u];
+    }
+  }
+}
+
+// dst = src (same shape) by the thread group (first, step).
+__device__ __forceinline__ void tile_copy(const TileBox& dst, const TileBox& src, int first, int step) {
   const auto* from = static_cast<const uint16_t*>(src.data);
   auto* to = static_cast<uint16_t*>(dst.data);
-  const bool vectors = src.cols % 8 == 0 && src.stride % 8 == 0 && dst.stride % 8 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(to) % 16 == 0;
+  const bool vectors = src.cols % 8 == 0 && vector_box(src) && vector_box(dst);
   if (vectors && (src.rows == 1 || (src.stride == src.cols && dst.stride == src.cols))) {
-    copy_vectors(reinterpret_cast<uint4*>(to), reinterpret_cast<const uint4*>(from), src.rows * src.cols / 8);
+    copy_vectors(reinterpret_cast<uint4*>(to), reinterpret_cast<const uint4*>(from), src.rows * src.cols / 8, first, step);
+  } else if (vectors && src.rows * (src.cols / 8) < (int64_t{1} << 32)) {
+    copy_box_vectors(to, dst.stride, from, src.stride, static_cast<uint32_t>(src.cols / 8), static_cast<uint32_t>(src.rows * (src.cols / 8)), first, step);
   } else if (vectors) {
-    // Row by row: no division per vector (64-bit division costs more than the copy's memory time).
     const int64_t per_row = src.cols / 8;
     for (int64_t r = 0; r < src.rows; ++r)
-      copy_vectors(reinterpret_cast<uint4*>(to + r * dst.stride), reinterpret_cast<const uint4*>(from + r * src.stride), per_row);
+      copy_vectors(reinterpret_cast<uint4*>(to + r * dst.stride), reinterpret_cast<const uint4*>(from + r * src.stride), per_row, first, step);
   } else {
     for (int64_t r = 0; r < src.rows; ++r)
-      for (int64_t c = threadIdx.x; c < src.cols; c += blockDim.x) to[r * dst.stride + c] = from[r * src.stride + c];
+      for (int64_t c = first; c < src.cols; c += step) to[r * dst.stride + c] = from[r * src.stride + c];
   }
+}
+// CTA-wide.
+__device__ __forceinline__ void tile_copy(const TileBox& dst, const TileBox& src) {
+  tile_copy(dst, src, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
+}
+
+__device__ __forceinline__ void add_bf16_vector(float* sum, const uint4& x) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __bfloat1622float2(h[e]);
+    sum[2 * e] += f.x;
+    sum[2 * e + 1] += f.y;
+  }
+}
+
+__device__ __forceinline__ uint4 bf16_vector_of(const float* sum) {
+  uint4 result;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&result);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) h[e] = __floats2bfloat162_rn(sum[2 * e], sum[2 * e + 1]);
+  return result;
+}
+
+// out = sum of in[0..sources) (+ out), fp32 accumulation, over `count` 16-byte vectors of bf16;
+// each thread has kReduceUnroll vectors of every source in flight.
+__device__ __forceinline__ void reduce_vectors(uint4* out, const uint4* const* in, int sources, bool accumulate, int64_t count, int first,
+                                               int step) {
+  for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kReduceUnroll) {
+    float sum[kReduceUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+    for (int s = accumulate ? -1 : 0; s < sources; ++s) {
+      const uint4* from = s < 0 ? out : in[s];
+      uint4 x[kReduceUnroll];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const int64_t i = base + static_cast<int64_t>(u) * step;
+        if (i < count) x[u] = from[i];
+      }
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u)
+        if (base + static_cast<int64_t>(u) * step < count) add_bf16_vector(sum[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * step;
+      if (i < count) out[i] = bf16_vector_of(sum[u]);
+    }
+  }
+}
+
+// The strided reduction: vectors numbered row-major (fewer than 2^32), every box with its stride.
+__device__ __forceinline__ void reduce_box_vectors(uint16_t* out, int64_t out_stride, const uint16_t* const* in, const int64_t* in_stride,
+                                                   int sources, bool accumulate, uint32_t per_row, uint32_t count, int first, int step) {
+  for (uint32_t base = static_cast<uint32_t>(first); base < count; base += static_cast<uint32_t>(step) * kReduceUnroll) {
+    float sum[kReduceUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+    for (int s = accumulate ? -1 : 0; s < sources; ++s) {
+      const uint16_t* from = s < 0 ? out : in[s];
+      const int64_t stride = s < 0 ? out_stride : in_stride[s];
+      uint4 x[kReduceUnroll];
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const uint32_t i = base + static_cast<uint32_t>(u * step);
+        if (i < count) x[u] = *reinterpret_cast<const uint4*>(from + box_vector_offset(i, per_row, stride));
+      }
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u)
+        if (base + static_cast<uint32_t>(u * step) < count) add_bf16_vector(sum[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kReduceUnroll; ++u) {
+      const uint32_t i = base + static_cast<uint32_t>(u * step);
+      if (i < count) *reinterpret_cast<uint4*>(out + box_vector_offset(i, per_row, out_stride)) = bf16_vector_of(sum[u]);
+    }
+  }
+}
+
+// dst = sum of srcs[0..count) (+ dst when accumulate), bf16 with fp32 accumulation, by the thread
+// group (first, step); at most kMaxTileReduceSources sources, each of dst's shape. Sources may be
+// peers' memory (TileLink's pull-mode reduce-scatter).
+__device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* srcs, int count, bool accumulate, int first, int step) {
+  bool vectors = dst.cols % 8 == 0 && vector_box(dst);
+  bool flat = dst.rows == 1 || dst.stride == dst.cols;
+  for (int s = 0; s < count; ++s) {
+    vectors = vectors && vector_box(srcs[s]);
+    flat = flat && (dst.rows == 1 || srcs[s].stride == dst.cols);
+  }
+  auto* out = static_cast<__nv_bfloat16*>(dst.data);
+  if (vectors && !flat && dst.rows * (dst.cols / 8) < (int64_t{1} << 32)) {
+    const uint16_t* in[kMaxTileReduceSources];
+    int64_t in_stride[kMaxTileReduceSources];
+    for (int s = 0; s < count; ++s) {
+      in[s] = static_cast<const uint16_t*>(srcs[s].data);
+      in_stride[s] = srcs[s].stride;
+    }
+    reduce_box_vectors(static_cast<uint16_t*>(dst.data), dst.stride, in, in_stride, count, accumulate, static_cast<uint32_t>(dst.cols / 8),
+                       static_cast<uint32_t>(dst.rows * (dst.cols / 8)), first, step);
+    return;
+  }
+  if (vectors) {
+    const int64_t rows = flat ? 1 : dst.rows, per_row = (flat ? dst.rows * dst.cols : dst.cols) / 8;
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint4* in[kMaxTileReduceSources];
+      for (int s = 0; s < count; ++s) in[s] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(srcs[s].data) + r * srcs[s].stride);
+      reduce_vectors(reinterpret_cast<uint4*>(out + r * dst.stride), in, count, accumulate, per_row, first, step);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < dst.rows; ++r)
+    for (int64_t c = first; c < dst.cols; c += step) {
+      float sum = accumulate ? __bfloat162float(out[r * dst.stride + c]) : 0.0f;
+      for (int s = 0; s < count; ++s) sum += __bfloat162float(static_cast<const __nv_bfloat16*>(srcs[s].data)[r * srcs[s].stride + c]);
+      out[r * dst.stride + c] = __float2bfloat16(sum);
+    }
+}
+// CTA-wide.
+__device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* srcs, int count, bool accumulate) {
+  tile_reduce(dst, srcs, count, accumulate, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
 // Push: our tile into a peer's (symmetric) buffer. Pull: a peer's tile into ours. The same copy;
