@@ -46,6 +46,7 @@ struct ReduceArgs {
   DeviceRegion srcs[kMaxReduceSources];
   int source_count;
   bool accumulate;
+  bool vectors;  // every region 16-byte aligned with 8-element strides and columns
 };
 
 __device__ __forceinline__ tile::TileBox box_of(const DeviceRegion& r) { return tile::TileBox{r.data, r.rows, r.cols, r.stride}; }
@@ -85,10 +86,58 @@ Cut cut_for(int64_t rows, int64_t cols, int64_t bytes, bool vectors, int max_cta
   return cut;
 }
 
-__global__ void reduce_kernel(ReduceArgs args, Cut cut) {
-  tile::TileBox srcs[kMaxReduceSources];
-  for (int s = 0; s < args.source_count; ++s) srcs[s] = cut.piece(box_of(args.srcs[s]));
-  tile::tile_reduce(cut.piece(box_of(args.dst)), srcs, args.source_count, args.accumulate);
+// S > 0: exactly S sources, unrolled (their pointers stay in registers and the parameter space:
+// an array of sources indexed at run time would live in local memory, and copying the arguments
+// there cost more traffic than the reduction itself); S == 0: any count. __grid_constant__: the
+// arguments are read where they are, never copied per thread.
+template <int S>
+__global__ void reduce_kernel(const __grid_constant__ ReduceArgs args, Cut cut) {
+  constexpr int kUnroll = tile::kReduceUnroll;
+  const int sources = S > 0 ? S : args.source_count;
+  const int64_t row0 = blockIdx.y * cut.rows_per_block, col0 = blockIdx.x * cut.cols_per_piece;
+  const int64_t rows = min(cut.rows_per_block, args.dst.rows - row0), cols = min(cut.cols_per_piece, args.dst.cols - col0);
+  auto* out = static_cast<uint16_t*>(args.dst.data) + row0 * args.dst.stride + col0;
+  if (!args.vectors) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float sum = args.accumulate ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(out)[r * args.dst.stride + c]) : 0.0f;
+#pragma unroll
+        for (int s = 0; s < (S > 0 ? S : kMaxReduceSources); ++s)
+          if (s < sources)
+            sum += __bfloat162float(static_cast<const __nv_bfloat16*>(args.srcs[s].data)[(row0 + r) * args.srcs[s].stride + col0 + c]);
+        reinterpret_cast<__nv_bfloat16*>(out)[r * args.dst.stride + c] = __float2bfloat16(sum);
+      }
+    return;
+  }
+  const auto per_row = static_cast<uint32_t>(cols / 8), count = static_cast<uint32_t>(rows * (cols / 8));
+  for (uint32_t base = threadIdx.x; base < count; base += blockDim.x * kUnroll) {
+    float sum[kUnroll][8];
+    uint32_t row[kUnroll], col[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint32_t i = base + u * blockDim.x;
+      row[u] = i / per_row;
+      col[u] = (i - row[u] * per_row) * 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+      if (args.accumulate && i < count) tile::add_bf16_vector(sum[u], *reinterpret_cast<const uint4*>(out + row[u] * args.dst.stride + col[u]));
+    }
+#pragma unroll
+    for (int s = 0; s < (S > 0 ? S : kMaxReduceSources); ++s) {
+      if (s >= sources) break;
+      const auto* from = static_cast<const uint16_t*>(args.srcs[s].data) + row0 * args.srcs[s].stride + col0;
+      uint4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * blockDim.x < count) x[u] = *reinterpret_cast<const uint4*>(from + row[u] * args.srcs[s].stride + col[u]);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (base + u * blockDim.x < count) tile::add_bf16_vector(sum[u], x[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * blockDim.x < count) *reinterpret_cast<uint4*>(out + row[u] * args.dst.stride + col[u]) = tile::bf16_vector_of(sum[u]);
+  }
 }
 
 // dst row i = src row source_rows[i]: each CTA a block of rows, its vectors numbered row-major (one
@@ -134,20 +183,37 @@ __global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRe
     const auto* w = static_cast<const __nv_bfloat16*>(weights.data) + row * weights.stride;
     const int64_t* from_rows = source_rows + row * topk;
     if (vectors) {
-      for (int64_t v = lane; v < dst.cols / 8; v += 32) {
-        float sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int j = 0; j < topk; ++j) {
-          const uint4 x = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(src.data) + from_rows[j] * src.stride + v * 8);
-          const float weight = __bfloat162float(w[j]);
-          const auto* h = reinterpret_cast<const __nv_bfloat162*>(&x);
+      // kUnroll vectors per lane per source in flight.
+      constexpr int kUnroll = 4;
+      const int64_t per_row = dst.cols / 8;
+      for (int64_t base = lane; base < per_row; base += 32 * kUnroll) {
+        float sum[kUnroll][8];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = __bfloat1622float2(h[e]);
-            sum[2 * e] += weight * f.x;
-            sum[2 * e + 1] += weight * f.y;
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+        for (int j = 0; j < topk; ++j) {
+          const auto* from = static_cast<const __nv_bfloat16*>(src.data) + from_rows[j] * src.stride;
+          const float weight = __bfloat162float(w[j]);
+          uint4 x[kUnroll];
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u)
+            if (base + 32 * u < per_row) x[u] = *reinterpret_cast<const uint4*>(from + (base + 32 * u) * 8);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            if (base + 32 * u >= per_row) continue;
+            const auto* h = reinterpret_cast<const __nv_bfloat162*>(&x[u]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __bfloat1622float2(h[e]);
+              sum[u][2 * e] += weight * f.x;
+              sum[u][2 * e + 1] += weight * f.y;
+            }
           }
         }
-        *reinterpret_cast<uint4*>(out + v * 8) = tile::bf16_vector_of(sum);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          if (base + 32 * u < per_row) *reinterpret_cast<uint4*>(out + (base + 32 * u) * 8) = tile::bf16_vector_of(sum[u]);
       }
       continue;
     }
@@ -234,9 +300,20 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   }
   args.source_count = source_count;
   args.accumulate = accumulate;
+  args.vectors = vectors && args.dst.cols % 8 == 0 && args.dst.rows * (args.dst.cols / 8) < (int64_t{1} << 32);
   const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
-  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, vectors || flat, 0);
-  reduce_kernel<<<cut.grid, kThreads, 0, stream>>>(args, cut);
+  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0);
+  switch (source_count) {
+    case 1: reduce_kernel<1><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 2: reduce_kernel<2><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 3: reduce_kernel<3><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 4: reduce_kernel<4><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 5: reduce_kernel<5><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 6: reduce_kernel<6><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 7: reduce_kernel<7><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    case 8: reduce_kernel<8><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+    default: reduce_kernel<0><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
+  }
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -286,7 +363,12 @@ void preload_step_kernels() {
   // Asking for a kernel's attributes loads its module.
   cudaFuncAttributes attributes;
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, signal_add_kernel));
-  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel));
+  for (const void* kernel : {reinterpret_cast<const void*>(reduce_kernel<0>), reinterpret_cast<const void*>(reduce_kernel<1>),
+                             reinterpret_cast<const void*>(reduce_kernel<2>), reinterpret_cast<const void*>(reduce_kernel<3>),
+                             reinterpret_cast<const void*>(reduce_kernel<4>), reinterpret_cast<const void*>(reduce_kernel<5>),
+                             reinterpret_cast<const void*>(reduce_kernel<6>), reinterpret_cast<const void*>(reduce_kernel<7>),
+                             reinterpret_cast<const void*>(reduce_kernel<8>)})
+    WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel));

@@ -89,7 +89,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       } catch (const std::invalid_argument&) {
         continue;
       }
-      for (const Step& step : plan_sequential(p, PlanOptions{}).ranks.at(0).steps)
+      const Plan plan = plan_sequential(p, PlanOptions{});  // named: a range-for over a temporary's member dangles
+      for (const Step& step : plan.ranks.at(0).steps)
         if (const auto* g = std::get_if<GemmStep>(&step.body)) {
           const GemmShape s{g->a.box.rows, g->b.box.rows, g->a.box.cols};
           if (seen.insert(s).second) shapes.emplace_back(suite.name + ":" + row.name, s);
