@@ -66,12 +66,14 @@ bool vectorizable(const DeviceRegion& r) { return r.stride % 8 == 0 && reinterpr
 bool contiguous(const DeviceRegion& r) { return r.rows == 1 || r.stride == r.cols; }
 DeviceRegion flattened(const DeviceRegion& r) { return DeviceRegion{r.data, 1, r.rows * r.cols, r.rows * r.cols}; }
 
-// About 64 KiB of traffic per CTA, at most `max_ctas` CTAs (2,048 when 0): enough CTAs to cover the
-// GPU several times over, each with enough vectors in flight; rows are never split below 8 columns
-// (one 16-byte vector) where `vectors`.
-Cut cut_for(int64_t rows, int64_t cols, int64_t bytes, bool vectors, int max_ctas) {
+// About `piece_bytes` of traffic per CTA, at most `max_ctas` CTAs (2,048 when 0): enough CTAs to
+// cover the GPU several times over, each with enough vectors in flight; rows are never split below
+// 8 columns (one 16-byte vector) where `vectors`.
+constexpr int64_t kCopyPieceBytes = 64 * 1024;
+constexpr int64_t kReducePieceBytes = 64 * 1024;
+Cut cut_for(int64_t rows, int64_t cols, int64_t bytes, bool vectors, int max_ctas, int64_t piece_bytes = kCopyPieceBytes) {
   const int64_t limit = max_ctas > 0 ? max_ctas : 2048;
-  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(limit, bytes / (64 * 1024)));
+  const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(limit, bytes / piece_bytes));
   Cut cut;
   if (rows >= pieces) {
     cut.rows_per_block = (rows + pieces - 1) / pieces;
@@ -302,7 +304,7 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   args.accumulate = accumulate;
   args.vectors = vectors && args.dst.cols % 8 == 0 && args.dst.rows * (args.dst.cols / 8) < (int64_t{1} << 32);
   const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
-  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0);
+  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
   switch (source_count) {
     case 1: reduce_kernel<1><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
     case 2: reduce_kernel<2><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
