@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -10,7 +11,13 @@ namespace weft {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kMaxThreads = 1024;
+
+// About two 16-byte vectors of the row per thread (128 to 1024 threads): with one CTA per row, a wide
+// row on few rows (256 x 12288) needs the whole row's loads in flight at once to stay near the copy
+// roofline. Plain and remapped RMSNorm of one width get the same count, so their sums add in the
+// same order and their results stay bit-identical.
+int threads_for(int64_t vectors) { return static_cast<int>(std::clamp<int64_t>((vectors / 2 + 31) / 32 * 32, 128, kMaxThreads)); }
 constexpr int kVector = 8;  // bf16 per 16-byte access
 
 struct MatrixRows {
@@ -47,7 +54,7 @@ struct ReorderedRows {
 // One CTA per row; the row is kept in shared memory between the sum of squares and the scaling, so
 // both kernels read x from HBM once.
 template <class Rows>
-__global__ void rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, float epsilon) {
+__global__ void __launch_bounds__(kMaxThreads) rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, float epsilon) {
   extern __shared__ uint4 row_cache[];
   const int64_t row = blockIdx.x;
   const int64_t vectors = y.cols / kVector;
@@ -56,7 +63,7 @@ __global__ void rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, f
   if (x.table_entries() > 0) __syncthreads();
   float sum = 0.0f;
   // kLoadsInFlight vectors per thread loaded before any is used: one at a time leaves a CTA (one row)
-  // latency-bound where rows are few (77% of the copy roofline at 256 rows of 12288).
+  // latency-bound where rows are few.
   constexpr int kLoadsInFlight = 4;
   for (int64_t base = threadIdx.x; base < vectors; base += static_cast<int64_t>(blockDim.x) * kLoadsInFlight) {
     uint4 packed[kLoadsInFlight];
@@ -78,12 +85,12 @@ __global__ void rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, f
       }
     }
   }
-  __shared__ float warp_sums[kThreads / 32];
+  __shared__ float warp_sums[kMaxThreads / 32];
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
   __syncthreads();
   float total = 0.0f;
-  for (int w = 0; w < kThreads / 32; ++w) total += warp_sums[w];
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];
   const float scale = rsqrtf(total / static_cast<float>(y.cols) + epsilon);
   auto* out = static_cast<uint16_t*>(y.data) + row * y.stride;
   for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
@@ -117,7 +124,8 @@ void launch(const Rows& x, int64_t table_entries, const void* weight, const Devi
   if (cache_bytes > 48 * 1024)
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_kernel<Rows>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cache_bytes)));
   require(y.rows <= 0x7fffffff, what, "too many rows for one CTA each: " + std::to_string(y.rows));
-  rmsnorm_kernel<Rows><<<static_cast<unsigned>(y.rows), kThreads, cache_bytes, stream>>>(x, static_cast<const uint16_t*>(weight), y, epsilon);
+  rmsnorm_kernel<Rows><<<static_cast<unsigned>(y.rows), threads_for(y.cols / kVector), cache_bytes, stream>>>(x, static_cast<const uint16_t*>(weight), y,
+                                                                                                        epsilon);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
