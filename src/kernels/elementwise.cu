@@ -118,7 +118,8 @@ __global__ void reduce_kernel(const __grid_constant__ ReduceArgs args, Cut cut) 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t i = base + u * blockDim.x;
-      row[u] = i / per_row;
+      // One row (a contiguous region cut into column pieces): no division at all.
+      row[u] = rows == 1 ? 0 : i / per_row;
       col[u] = (i - row[u] * per_row) * 8;
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;

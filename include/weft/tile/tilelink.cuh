@@ -218,7 +218,7 @@ struct TileBox {
 // its vector's row with one 32-bit division (never a 64-bit one), so that narrow rows (a 128x256
 // tile has 32 vectors per row) still keep every thread busy.
 constexpr int kCopyUnroll = 8;
-constexpr int kReduceUnroll = 2;  // 2 measured 81-85% of the copy roofline on H100 at 4 sources, 4 gave 76-87%
+constexpr int kReduceUnroll = 2;  // H100, 4 sources: 2 in flight 82-93% of the copy roofline, 4 about the same, 8 56-71%
 constexpr int kMaxTileReduceSources = 16;
 
 // The flat copy of `count` 16-byte vectors.
