@@ -7,6 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-asan}
 seconds=${FUZZ_SECONDS:-60}
+seed=${FUZZ_SEED:-0}  # 0: libFuzzer picks one; CI fixes it, so that a run is repeatable
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(readers arguments plans)
 # The same build as scripts/sanitize.sh asan (one clang build serves both).
@@ -19,7 +20,7 @@ for t in "${targets[@]}"; do
   rm -rf "$work" && mkdir -p "$work" "$crashes"
   cp "$root/tests/fuzz/corpus/$t/"* "$work/" 2>/dev/null || true
   echo "fuzz_$t: ${seconds}s"
-  if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -max_len=8192 -rss_limit_mb=2048 -timeout=20 \
+  if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -seed="$seed" -max_len=8192 -rss_limit_mb=2048 -timeout=20 \
        -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$build/fuzz_$t.log" 2>&1; then
     status=1
     grep -E "ERROR|SUMMARY|Test unit written" "$build/fuzz_$t.log" | head -10

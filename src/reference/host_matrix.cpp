@@ -160,6 +160,19 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
   return out;
 }
 
+double relative_error(const HostMatrix& got, const HostMatrix& want, const HostMatrix& scale) {
+  if (got.rows != want.rows || got.cols != want.cols || scale.data.size() != want.data.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    if (std::isnan(got.data[i])) return std::numeric_limits<double>::infinity();
+    const double d = static_cast<double>(got.data[i]) - want.data[i];
+    diff += d * d;
+    norm += static_cast<double>(scale.data[i]) * scale.data[i];
+  }
+  if (norm == 0.0) return diff == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(diff / norm);
+}
+
 double relative_error(const HostMatrix& got, const HostMatrix& want) {
   if (got.rows != want.rows || got.cols != want.cols) return std::numeric_limits<double>::infinity();
   double diff = 0.0, norm = 0.0;

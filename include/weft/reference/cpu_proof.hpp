@@ -16,7 +16,7 @@ namespace weft {
 struct CpuProof {
   ValidationReport validation;
   bool executed = false;
-  double worst_relative_error = 0.0;  // over ranks
+  double worst_relative_error = 0.0;  // over ranks: ||got - want|| / ||the op on |inputs|||
   int worst_rank = -1;
   std::string failure;  // executor error, if any
 

@@ -34,6 +34,10 @@ std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vect
 
 // ||got - want|| / ||want|| in the Frobenius norm; infinity when shapes differ or got holds NaN.
 double relative_error(const HostMatrix& got, const HostMatrix& want);
+// ||got - want|| / ||scale||: the error relative to the size of the terms that were summed (`scale`:
+// the op on the inputs' absolute values), which a different summation order can only change by a
+// few float roundings of it, however much the terms cancel.
+double relative_error(const HostMatrix& got, const HostMatrix& want, const HostMatrix& scale);
 
 float round_to_bf16(float value);
 
