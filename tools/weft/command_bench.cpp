@@ -12,6 +12,7 @@
 #include "tilelink_bench.hpp"
 #include "kernels_bench.hpp"
 #include "bench_suite.hpp"
+#include "on_gpus.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
@@ -31,22 +32,14 @@ int command_bench_gemm(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
+  return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d\n\n", d.name.c_str(), d.compute_major,
                 d.compute_minor, d.sm_count, o.world);
     const int failed = run_gemm_bench(suites, o);
     if (failed) std::printf("\n%d shape(s) did not match cuBLASLt\n", failed);
     return failed ? 1 : 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  std::printf("weft bench gemm: no GPU found (%s); nothing to time.\n", why.c_str());
-  return 0;
+  });
 }
 
 int command_bench_rmsnorm(const Arguments& args) {
@@ -60,21 +53,13 @@ int command_bench_rmsnorm(const Arguments& args) {
   o.csv_path = args.text("csv", "");
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
+  return on_gpus("bench rmsnorm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("GPU 0: %s, %d SMs; signal's result of rank 0 at world size %d, RMSNorm over its rows\n\n", d.name.c_str(), d.sm_count, o.world);
     const int failed = run_rmsnorm_bench(suites, o);
     if (failed) std::printf("\n%d row(s): the fused RMSNorm differed from the plain one\n", failed);
     return failed ? 1 : 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  std::printf("weft bench rmsnorm: no GPU found (%s); nothing to time.\n", why.c_str());
-  return 0;
+  });
 }
 
 int command_bench_kernels(const Arguments& args) {
@@ -86,22 +71,16 @@ int command_bench_kernels(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
-    const auto& d = scan.devices.front();
-    std::printf("GPU 0: %s, %d SMs; the suites' rows cut for %d ranks\n", d.name.c_str(), d.sm_count, o.world);
-    const int failed = run_kernels_bench(suites, o);
-    if (failed) std::printf("\n%d kernel result(s) differed from their reference\n", failed);
-    return failed ? 1 : 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  if (!o.csv_path.empty()) throw std::invalid_argument("--csv: weft bench kernels found no GPU (" + why + "); nothing would be written");
-  std::printf("weft bench kernels: no GPU found (%s); nothing to time.\n", why.c_str());
-  return 0;
+  return on_gpus(
+      "bench kernels", "time",
+      [&](const DeviceScan& scan) {
+        const auto& d = scan.devices.front();
+        std::printf("GPU 0: %s, %d SMs; the suites' rows cut for %d ranks\n", d.name.c_str(), d.sm_count, o.world);
+        const int failed = run_kernels_bench(suites, o);
+        if (failed) std::printf("\n%d kernel result(s) differed from their reference\n", failed);
+        return failed ? 1 : 0;
+      },
+      o.csv_path);
 }
 
 int command_bench_tilelink(const Arguments& args) {
@@ -120,21 +99,13 @@ int command_bench_tilelink(const Arguments& args) {
   o.csv_path = args.text("csv", "");
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
+  return on_gpus("bench tilelink", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("GPU 0: %s, sm_%d%d, %d SMs (%zu visible)\n\n", d.name.c_str(), d.compute_major, d.compute_minor, d.sm_count, scan.devices.size());
     const int failed = run_tilelink_bench(o);
     if (failed) std::printf("\n%d copy result(s) differed from their source\n", failed);
     return failed ? 1 : 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  std::printf("weft bench tilelink: no GPU found (%s); nothing to time.\n", why.c_str());
-  return 0;
+  });
 }
 
 namespace {

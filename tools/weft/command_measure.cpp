@@ -13,6 +13,7 @@
 #include "weft/model/tuning_table.hpp"
 #include "partition_study.hpp"
 #include "bench_suite.hpp"
+#include "on_gpus.hpp"
 #include "weft/model/machine_profile.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "calibrate.hpp"
@@ -28,21 +29,13 @@ int command_characterize(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
+  args.text("world", "");  // read below where there are GPUs; without them it has nothing to say
+  return on_gpus("characterize", "measure", [&](const DeviceScan& scan) {
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
     std::printf("suite '%s', AllGather+GEMM rows; %s\n\n", suite.name.c_str(), scan.devices.front().name.c_str());
     run_characterize(suite, o);
     return 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  args.text("world", "");
-  std::printf("weft characterize: no GPU found (%s); nothing to measure.\n", why.c_str());
-  return 0;
+  });
 }
 
 namespace {
@@ -148,22 +141,15 @@ int command_tune(const Arguments& args) {
     const std::string machine = args.text("machine", "");
     if (!machine.empty()) o.machine = load_machine_profile(machine);
     const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
-#ifdef WEFT_HAVE_CUDA
-    const DeviceScan scan = scan_devices();
-    if (!scan.devices.empty()) {
+    args.text("world", "");  // read below where there are GPUs
+    args.text("out", "");
+    return on_gpus("tune --strategy", "measure", [&](const DeviceScan& scan) {
       o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
       o.out = args.text("out", std::string(WEFT_BENCH_DIR) + "/tuning/" + (scan.devices.front().name.find("H100") != std::string::npos ? "h100" : "h200") + ".json");
       const int failed = run_strategy_tuning(suite, o);
       if (failed) std::printf("%d candidate(s) did not match sequential (left out of the table)\n", failed);
       return failed ? 1 : 0;
-    }
-    std::printf("weft tune --strategy: no GPU found (%s); nothing to measure.\n", scan.why_none.c_str());
-#else
-    std::printf("weft tune --strategy: weft was built without CUDA; nothing to measure.\n");
-#endif
-    args.text("world", "");
-    args.text("out", "");
-    return 0;
+    });
   }
   const bool calibrate = args.flag("calibrate"), partitions = args.flag("partitions");
   if (calibrate == partitions) throw std::invalid_argument("weft tune: give exactly one of --calibrate, --partitions or --fit-simulator");

@@ -221,52 +221,47 @@ constexpr int kCopyUnroll = 8;
 constexpr int kReduceUnroll = 2;  // H100, 4 sources: 2 in flight 82-93% of the copy roofline, 4 about the same, 8 56-71%
 constexpr int kMaxTileReduceSources = 16;
 
-// The flat copy of `count` 16-byte vectors.
-__device__ __forceinline__ void copy_vectors(uint4* to, const uint4* from, int64_t count, int first, int step) {
+__device__ __forceinline__ bool vector_box(const TileBox& b) {
+  return b.stride % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0;
+}
+
+// Where 16-byte vector i of a box lies, in elements from the box's start: in one flat run, or in
+// rows of `per_row` vectors `stride` elements apart (fewer than 2^32 vectors: a 32-bit division).
+struct FlatRun {
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return i * 8; }
+};
+struct BoxRows {
+  uint32_t per_row;
+  int64_t stride;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const {
+    const auto v = static_cast<uint32_t>(i);
+    const uint32_t r = v / per_row;
+    return static_cast<int64_t>(r) * stride + static_cast<int64_t>(v - r * per_row) * 8;
+  }
+};
+
+// `count` 16-byte vectors from `from` to `to`, each side placed by its own Place.
+template <class Place>
+__device__ __forceinline__ void copy_vectors(uint16_t* to, Place to_at, const uint16_t* from, Place from_at, int64_t count, int first,
+                                             int step) {
   for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kCopyUnroll) {
     uint4 v[kCopyUnroll];
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) {
       const int64_t i = base + static_cast<int64_t>(u) * step;
-      if (i < count) v[u] = from[i];
+      if (i < count) v[u] = *reinterpret_cast<const uint4*>(from + from_at(i));
     }
 #pragma unroll
     for (int u = 0; u < kCopyUnroll; ++u) {
       const int64_t i = base + static_cast<int64_t>(u) * step;
-      if (i < count) to[i] = v[u];
+      if (i < count) *reinterpret_cast<uint4*>(to + to_at(i)) = v[u];
     }
   }
 }
+// The flat copy of `count` vectors, CTA-wide.
 __device__ __forceinline__ void copy_vectors(uint4* to, const uint4* from, int64_t count) {
-  copy_vectors(to, from, count, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
-}
-
-__device__ __forceinline__ bool vector_box(const TileBox& b) {
-  return b.stride % 8 == 0 && reinterpret_cast<uintptr_t>(b.data) % 16 == 0;
-}
-
-// Vector i of a box of `per_row` vectors per row, `stride` elements between rows.
-__device__ __forceinline__ int64_t box_vector_offset(uint32_t i, uint32_t per_row, int64_t stride) {
-  const uint32_t r = i / per_row;
-  return static_cast<int64_t>(r) * stride + static_cast<int64_t>(i - r * per_row) * 8;
-}
-
-// The strided copy: vectors numbered row-major (fewer than 2^32 of them).
-__device__ __forceinline__ void copy_box_vectors(uint16_t* to, int64_t to_stride, const uint16_t* from, int64_t from_stride, uint32_t per_row,
-                                                 uint32_t count, int first, int step) {
-  for (uint32_t base = static_cast<uint32_t>(first); base < count; base += static_cast<uint32_t>(step) * kCopyUnroll) {
-    uint4 v[kCopyUnroll];
-#pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) {
-      const uint32_t i = base + static_cast<uint32_t>(u * step);
-      if (i < count) v[u] = *reinterpret_cast<const uint4*>(from + box_vector_offset(i, per_row, from_stride));
-    }
-#pragma unroll
-    for (int u = 0; u < kCopyUnroll; ++u) {
-      const uint32_t i = base + static_cast<uint32_t>(u * step);
-      if (i < count) *reinterpret_cast<uint4*>(to + box_vector_offset(i, per_row, to_stride)) = v[u];
-    }
-  }
+  copy_vectors(reinterpret_cast<uint16_t*>(to), FlatRun{}, reinterpret_cast<const uint16_t*>(from), FlatRun{}, count,
+               static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x));
 }
 
 // dst = src (same shape) by the thread group (first, step).
@@ -275,13 +270,13 @@ __device__ __forceinline__ void tile_copy(const TileBox& dst, const TileBox& src
   auto* to = static_cast<uint16_t*>(dst.data);
   const bool vectors = src.cols % 8 == 0 && vector_box(src) && vector_box(dst);
   if (vectors && (src.rows == 1 || (src.stride == src.cols && dst.stride == src.cols))) {
-    copy_vectors(reinterpret_cast<uint4*>(to), reinterpret_cast<const uint4*>(from), src.rows * src.cols / 8, first, step);
+    copy_vectors(to, FlatRun{}, from, FlatRun{}, src.rows * src.cols / 8, first, step);
   } else if (vectors && src.rows * (src.cols / 8) < (int64_t{1} << 32)) {
-    copy_box_vectors(to, dst.stride, from, src.stride, static_cast<uint32_t>(src.cols / 8), static_cast<uint32_t>(src.rows * (src.cols / 8)), first, step);
+    const auto per_row = static_cast<uint32_t>(src.cols / 8);
+    copy_vectors(to, BoxRows{per_row, dst.stride}, from, BoxRows{per_row, src.stride}, src.rows * (src.cols / 8), first, step);
   } else if (vectors) {
-    const int64_t per_row = src.cols / 8;
     for (int64_t r = 0; r < src.rows; ++r)
-      copy_vectors(reinterpret_cast<uint4*>(to + r * dst.stride), reinterpret_cast<const uint4*>(from + r * src.stride), per_row, first, step);
+      copy_vectors(to + r * dst.stride, FlatRun{}, from + r * src.stride, FlatRun{}, src.cols / 8, first, step);
   } else {
     for (int64_t r = 0; r < src.rows; ++r)
       for (int64_t c = first; c < src.cols; c += step) to[r * dst.stride + c] = from[r * src.stride + c];
@@ -310,10 +305,11 @@ __device__ __forceinline__ uint4 bf16_vector_of(const float* sum) {
   return result;
 }
 
-// out = sum of in[0..sources) (+ out), fp32 accumulation, over `count` 16-byte vectors of bf16;
-// each thread has kReduceUnroll vectors of every source in flight.
-__device__ __forceinline__ void reduce_vectors(uint4* out, const uint4* const* in, int sources, bool accumulate, int64_t count, int first,
-                                               int step) {
+// out = sum of in[0..sources) (+ out), fp32 accumulation, over `count` 16-byte vectors of bf16, each
+// box placed by its own Place; each thread has kReduceUnroll vectors of every source in flight.
+template <class Place>
+__device__ __forceinline__ void reduce_vectors(uint16_t* out, Place out_at, const uint16_t* const* in, const Place* in_at, int sources,
+                                               bool accumulate, int64_t count, int first, int step) {
   for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kReduceUnroll) {
     float sum[kReduceUnroll][8];
 #pragma unroll
@@ -321,12 +317,13 @@ __device__ __forceinline__ void reduce_vectors(uint4* out, const uint4* const* i
 #pragma unroll
       for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
     for (int s = accumulate ? -1 : 0; s < sources; ++s) {
-      const uint4* from = s < 0 ? out : in[s];
+      const uint16_t* from = s < 0 ? out : in[s];
+      const Place at = s < 0 ? out_at : in_at[s];
       uint4 x[kReduceUnroll];
 #pragma unroll
       for (int u = 0; u < kReduceUnroll; ++u) {
         const int64_t i = base + static_cast<int64_t>(u) * step;
-        if (i < count) x[u] = from[i];
+        if (i < count) x[u] = *reinterpret_cast<const uint4*>(from + at(i));
       }
 #pragma unroll
       for (int u = 0; u < kReduceUnroll; ++u)
@@ -335,37 +332,7 @@ __device__ __forceinline__ void reduce_vectors(uint4* out, const uint4* const* i
 #pragma unroll
     for (int u = 0; u < kReduceUnroll; ++u) {
       const int64_t i = base + static_cast<int64_t>(u) * step;
-      if (i < count) out[i] = bf16_vector_of(sum[u]);
-    }
-  }
-}
-
-// The strided reduction: vectors numbered row-major (fewer than 2^32), every box with its stride.
-__device__ __forceinline__ void reduce_box_vectors(uint16_t* out, int64_t out_stride, const uint16_t* const* in, const int64_t* in_stride,
-                                                   int sources, bool accumulate, uint32_t per_row, uint32_t count, int first, int step) {
-  for (uint32_t base = static_cast<uint32_t>(first); base < count; base += static_cast<uint32_t>(step) * kReduceUnroll) {
-    float sum[kReduceUnroll][8];
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u)
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
-    for (int s = accumulate ? -1 : 0; s < sources; ++s) {
-      const uint16_t* from = s < 0 ? out : in[s];
-      const int64_t stride = s < 0 ? out_stride : in_stride[s];
-      uint4 x[kReduceUnroll];
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
-        const uint32_t i = base + static_cast<uint32_t>(u * step);
-        if (i < count) x[u] = *reinterpret_cast<const uint4*>(from + box_vector_offset(i, per_row, stride));
-      }
-#pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u)
-        if (base + static_cast<uint32_t>(u * step) < count) add_bf16_vector(sum[u], x[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < kReduceUnroll; ++u) {
-      const uint32_t i = base + static_cast<uint32_t>(u * step);
-      if (i < count) *reinterpret_cast<uint4*>(out + box_vector_offset(i, per_row, out_stride)) = bf16_vector_of(sum[u]);
+      if (i < count) *reinterpret_cast<uint4*>(out + out_at(i)) = bf16_vector_of(sum[u]);
     }
   }
 }
@@ -381,23 +348,27 @@ __device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* s
     flat = flat && (dst.rows == 1 || srcs[s].stride == dst.cols);
   }
   auto* out = static_cast<__nv_bfloat16*>(dst.data);
-  if (vectors && !flat && dst.rows * (dst.cols / 8) < (int64_t{1} << 32)) {
-    const uint16_t* in[kMaxTileReduceSources];
-    int64_t in_stride[kMaxTileReduceSources];
-    for (int s = 0; s < count; ++s) {
-      in[s] = static_cast<const uint16_t*>(srcs[s].data);
-      in_stride[s] = srcs[s].stride;
-    }
-    reduce_box_vectors(static_cast<uint16_t*>(dst.data), dst.stride, in, in_stride, count, accumulate, static_cast<uint32_t>(dst.cols / 8),
-                       static_cast<uint32_t>(dst.rows * (dst.cols / 8)), first, step);
+  const uint16_t* in[kMaxTileReduceSources];
+  for (int s = 0; s < count; ++s) in[s] = static_cast<const uint16_t*>(srcs[s].data);
+  auto* to = static_cast<uint16_t*>(dst.data);
+  if (vectors && flat) {
+    const FlatRun at[kMaxTileReduceSources] = {};
+    reduce_vectors(to, FlatRun{}, in, at, count, accumulate, dst.rows * dst.cols / 8, first, step);
+    return;
+  }
+  if (vectors && dst.rows * (dst.cols / 8) < (int64_t{1} << 32)) {
+    const auto per_row = static_cast<uint32_t>(dst.cols / 8);
+    BoxRows at[kMaxTileReduceSources];
+    for (int s = 0; s < count; ++s) at[s] = BoxRows{per_row, srcs[s].stride};
+    reduce_vectors(to, BoxRows{per_row, dst.stride}, in, at, count, accumulate, dst.rows * (dst.cols / 8), first, step);
     return;
   }
   if (vectors) {
-    const int64_t rows = flat ? 1 : dst.rows, per_row = (flat ? dst.rows * dst.cols : dst.cols) / 8;
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint4* in[kMaxTileReduceSources];
-      for (int s = 0; s < count; ++s) in[s] = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(srcs[s].data) + r * srcs[s].stride);
-      reduce_vectors(reinterpret_cast<uint4*>(out + r * dst.stride), in, count, accumulate, per_row, first, step);
+    const FlatRun at[kMaxTileReduceSources] = {};
+    for (int64_t r = 0; r < dst.rows; ++r) {
+      const uint16_t* row_in[kMaxTileReduceSources];
+      for (int s = 0; s < count; ++s) row_in[s] = in[s] + r * srcs[s].stride;
+      reduce_vectors(to + r * dst.stride, FlatRun{}, row_in, at, count, accumulate, dst.cols / 8, first, step);
     }
     return;
   }
