@@ -23,7 +23,7 @@ class Parser {
   std::string_view text_;
   size_t at_ = 0;
   // Nesting is bounded: each level is a stack frame here and in Json's destructor, and weft's files
-  // nest a few levels (fuzz_readers overflowed the stack with 5,000 '[').
+  // nest a few levels.
   static constexpr int kMaxDepth = 128;
   int depth_ = 0;
   struct Nested {

@@ -13,7 +13,8 @@ namespace {
 
 constexpr int kMaxThreads = 512;
 
-// About two 16-byte vectors of the row per thread (128 to 512 threads; 1024-thread CTAs, two per SM, lost 20% at 16384 columns): with one CTA per row, a wide
+// About two 16-byte vectors of the row per thread (128 to 512 threads: 1024-thread CTAs fit two to an SM, too few to hide the
+// barrier between the two passes): with one CTA per row, a wide
 // row on few rows (256 x 12288) needs the whole row's loads in flight at once to stay near the copy
 // roofline. Plain and remapped RMSNorm of one width get the same count, so their sums add in the
 // same order and their results stay bit-identical.

@@ -25,9 +25,8 @@ CpuProof prove_on_cpu(const Plan& plan, uint64_t seed, const ReferenceOptions& o
     proof.executed = true;
     const auto expected = expected_outputs(plan.problem, inputs);
     // The scale of each result: the op on the inputs' absolute values. Against it a reordered float
-    // sum differs by a few roundings even where the terms cancel (fuzz_plans found a gemm_rs whose one
-    // output element per rank was a near-cancelling sum: 2.4e-5 relative to itself), while a race or a
-    // missing step is off by the size of the terms.
+    // sum differs by a few roundings even where the terms cancel (relative to a near-cancelling result
+    // itself it can differ by far more), while a race or a missing step is off by the size of the terms.
     auto magnitudes = inputs;
     for (RankTensors& rank : magnitudes)
       for (auto& [name, matrix] : rank)

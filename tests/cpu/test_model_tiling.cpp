@@ -39,7 +39,7 @@ TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
   EXPECT_EQ(gemms, 1);
   // A strategy whose GEMM shares the GPU with NCCL keeps its waves: never split, whatever the shape.
   const Problem small{OpKind::gemm_ar, 256, 2048, 12288, 2, DType::bf16, DType::bf16, {}};
-  // (The plan is named: a range-for over a temporary's member reads freed memory; ASan found it.)
+  // (The plan is named: a range-for over a temporary's member would read freed memory.)
   const Plan signal_plan = make_plan(find_strategy("signal"), small);
   for (const Step& s : signal_plan.ranks[0].steps) {
     if (const auto* g = std::get_if<GemmStep>(&s.body)) {

@@ -112,8 +112,8 @@ TEST(Simulator, ItsTraceIsChromeTraceJson) {
   EXPECT_NEAR(trace["otherData"]["predicted_ms"].number(), s.seconds * 1e3, 1e-4 * s.seconds * 1e3) << "JSON keeps 6 digits";
 }
 
-// Found by fuzz_readers: an integer field beyond 2^63 was converted to int64 (undefined behaviour).
-// Found by fuzz_readers: 5,000 nested '[' overflowed the stack.
+// An integer field beyond 2^63 has no int64 value: converting it would be undefined behaviour.
+// Nesting is bounded, so that a hostile file cannot overflow the parser's stack.
 TEST(Json, NestingIsBounded) {
   EXPECT_NO_THROW(Json::parse(std::string(100, '[') + std::string(100, ']')));
   EXPECT_THROW(Json::parse(std::string(5000, '[') + std::string(5000, ']')), std::invalid_argument);

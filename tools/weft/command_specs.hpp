@@ -43,8 +43,7 @@ constexpr int64_t kMaxPlanWorld = 64;
 constexpr int64_t kMaxPlanTileEntries = int64_t{1} << 21;
 constexpr int64_t kMaxDimension = int64_t{1} << 24;
 // Routed rows (world x m x topk) a CPU plan draws a routing for: 4M, far beyond a real batch (8
-// ranks x 16k tokens x top-8 is 1M), and drawn in well under a second (fuzz_arguments timed out
-// under the sanitizers drawing 14M).
+// ranks x 16k tokens x top-8 is 1M), and drawn in well under a second, sanitizers included.
 constexpr int64_t kMaxRoutedRows = int64_t{1} << 22;
 
 }  // namespace weft::cli

@@ -218,7 +218,7 @@ struct TileBox {
 // its vector's row with one 32-bit division (never a 64-bit one), so that narrow rows (a 128x256
 // tile has 32 vectors per row) still keep every thread busy.
 constexpr int kCopyUnroll = 8;
-constexpr int kReduceUnroll = 2;  // H100, 4 sources: 2 in flight 82-93% of the copy roofline, 4 about the same, 8 56-71%
+constexpr int kReduceUnroll = 2;  // per source: with several sources, more in flight only adds registers (bench/results)
 constexpr int kMaxTileReduceSources = 16;
 
 __device__ __forceinline__ bool vector_box(const TileBox& b) {
