@@ -15,10 +15,7 @@
 #include "bench_suite.hpp"
 #include "on_gpus.hpp"
 #include "weft/model/machine_profile.hpp"
-#ifdef WEFT_HAVE_CUDA
 #include "calibrate.hpp"
-#include "device_info.hpp"
-#endif
 
 namespace weft::cli {
 
@@ -172,9 +169,8 @@ int command_tune(const Arguments& args) {
     const std::string machine = args.text("machine", "");
     if (!machine.empty()) study.machine = load_machine_profile(machine);
   }
-#ifdef WEFT_HAVE_CUDA
-  const DeviceScan scan = scan_devices();
-  if (!scan.devices.empty()) {
+  args.text("world", "");  // read below where there are GPUs
+  return on_gpus("tune", "measure", [&](const DeviceScan& scan) {
     if (partitions) {
       study.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
       std::printf("suite '%s'; machine profile: %s (%s)\n\n", suite.name.c_str(), study.machine.device.c_str(), study.machine.source.c_str());
@@ -189,14 +185,7 @@ int command_tune(const Arguments& args) {
     std::printf("peak %.0f TFLOP/s, memory %.2f TB/s, %zu collective curves -> %s (use with --machine %s)\n", p.peak_flops * 1e-12,
                 p.memory_bytes_per_s * 1e-12, p.collectives.size(), out.c_str(), out.c_str());
     return 0;
-  }
-  const std::string why = scan.why_none;
-#else
-  const std::string why = "weft was built without CUDA";
-#endif
-  args.text("world", "");
-  std::printf("weft tune: no GPU found (%s); nothing to measure.\n", why.c_str());
-  return 0;
+  });
 }
 
 }  // namespace weft::cli
