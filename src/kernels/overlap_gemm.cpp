@@ -25,6 +25,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 OverlapGemmShape shape_of(OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_64x128: return {64, 128, 64};
+    case OverlapGemmConfig::tile_64x192: return {64, 192, 64};
+    case OverlapGemmConfig::tile_64x256: return {64, 256, 64};
     case OverlapGemmConfig::tile_128x96: return {128, 96, 64};
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};
     case OverlapGemmConfig::tile_128x192: return {128, 192, 64};
@@ -49,7 +52,7 @@ std::string to_string(OverlapGemmConfig config) {
 }
 
 std::vector<OverlapGemmConfig> overlap_gemm_configs() {
-  return {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
+  return {OverlapGemmConfig::tile_64x128, OverlapGemmConfig::tile_64x192, OverlapGemmConfig::tile_64x256, OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
           OverlapGemmConfig::tile_128x256};
 }
 
@@ -156,6 +159,9 @@ namespace {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_64x128: return overlap_gemm_detail::prepare_64x128(launch);
+    case OverlapGemmConfig::tile_64x192: return overlap_gemm_detail::prepare_64x192(launch);
+    case OverlapGemmConfig::tile_64x256: return overlap_gemm_detail::prepare_64x256(launch);
     case OverlapGemmConfig::tile_128x96: return overlap_gemm_detail::prepare_128x96(launch);
     case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
     case OverlapGemmConfig::tile_128x192: return overlap_gemm_detail::prepare_128x192(launch);

@@ -1,7 +1,10 @@
 // weft's own kernel layer around CUTLASS's Hopper TMA + WGMMA main loop (the collective is used
 // as is; this file replaces CUTLASS's kernel and epilogue). One producer warp group loads A/B
-// tiles with TMA, two consumer warp groups run the WGMMA main loop cooperatively on one 128-row
-// tile, then store it to wherever the table says and notify.
+// tiles with TMA, consumer warp groups run the WGMMA main loop on one tile, then store it to
+// wherever the table says and notify. A 128-row tile has two consumer warp groups working
+// cooperatively (64 rows each); a 64-row tile has one. 64-row tiles are for small M: a 128-row
+// tile over m <= 64 does twice the MMA work, which is what bounds a memory-bound GEMM whose tiles
+// cover only part of the SMs (m = 64, n = k = 12288 with 128x192 tiles: 64 CTAs, ~80 us of MMA).
 //
 // The store goes through shared memory: the accumulators of a 128-column strip are written to a
 // padded staging buffer, then every consumer thread copies whole 16-byte runs of a row to global
@@ -23,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -64,6 +68,10 @@ struct OverlapGemmKernel {
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using Element = cutlass::bfloat16_t;
   static constexpr int kAlignment = 8;  // elements: TMA wants 16-byte rows
+  static_assert(TileM == 64 || TileM == 128, "a tile has one or two 64-row consumer warp groups");
+  static constexpr int kConsumerGroups = TileM / 64;
+  using MainloopSchedule = std::conditional_t<kConsumerGroups == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecialized>;
 
   // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
   // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
@@ -77,15 +85,14 @@ struct OverlapGemmKernel {
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignment, Element,
       cutlass::layout::ColumnMajor, kAlignment, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>, MainloopSchedule>::CollectiveOp;
   using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
   using PipelineState = typename CollectiveMainloop::PipelineState;
   using TiledMma = typename CollectiveMainloop::TiledMma;
   using StrideA = typename CollectiveMainloop::StrideA;
   using StrideB = typename CollectiveMainloop::StrideB;
 
-  static constexpr int kMmaThreads = 256;
+  static constexpr int kMmaThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
@@ -130,7 +137,7 @@ struct OverlapGemmKernel {
   CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, const OverlapGemmTile& entry,
                                         const OverlapGemmLaunch& launch, Element* staging) {
     using namespace cute;
-    // The cooperative WGMMA fragment: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
+    // The WGMMA fragment of a 64-row warp group: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
     using FragmentShape = decltype(shape(accumulators.layout()));
     static_assert(is_static_v<FragmentShape>, "fragment shape must be static");
     static_assert(size<1>(FragmentShape{}) == 1 && size<2>(FragmentShape{}) == 1, "one WGMMA per warp group per tile expected");

@@ -6,6 +6,9 @@
 
 namespace weft::overlap_gemm_detail {
 
+std::unique_ptr<OverlapGemm::Prepared> prepare_64x128(const OverlapGemmLaunch& launch);
+std::unique_ptr<OverlapGemm::Prepared> prepare_64x192(const OverlapGemmLaunch& launch);
+std::unique_ptr<OverlapGemm::Prepared> prepare_64x256(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x96(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x128(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x192(const OverlapGemmLaunch& launch);

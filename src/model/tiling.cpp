@@ -19,21 +19,26 @@ double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int 
 
 constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
+constexpr int kSmallTileRows = 64;
+constexpr int kMaxSmallMSplits = 4;
+// A split's partial tile of 64 rows costs less than a 128-row one (kSplitFixupKTiles).
+constexpr double kSmallMSplitFixupKTiles = 8.0;
+
+}  // namespace
 
 // A GEMM that cannot keep the tensor cores busy from HBM: FLOP per byte of A, B and C below
 // Hopper's ~300 (989 TFLOP/s over 3.35 TB/s), with margin.
-bool memory_bound(int64_t m, int64_t n, int64_t k) {
+bool memory_bound_gemm(int64_t m, int64_t n, int64_t k) {
   constexpr double kComputeBoundFlopsPerByte = 250.0;
   const double dm = static_cast<double>(m), dn = static_cast<double>(n), dk = static_cast<double>(k);
   return 2.0 * dm * dn * dk / (2.0 * (dm * dk + dn * dk + dm * dn)) < kComputeBoundFlopsPerByte;
 }
 
-}  // namespace
-
 // Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
 // estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
 // 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
 double tile_rate(TileShape tile) {
+  if (tile.tile_m == kSmallTileRows) return 0.6;  // one consumer warp group: half the MMA in flight
   switch (tile.tile_n) {
     case 96: return 0.75;
     case 128: return 0.88;
@@ -43,14 +48,16 @@ double tile_rate(TileShape tile) {
 }
 
 const std::vector<TileShape>& overlap_gemm_tiles() {
-  static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64}};
+  static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64},
+                                               {64, 256, 64},  {64, 192, 64},  {64, 128, 64}};
   return tiles;
 }
 
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count) {
   // A memory-bound GEMM gains nothing from more CTAs in flight, and each split adds a partial
-  // tile's traffic. Measured on H100, m=64 n=k=12288: 8 splits 0.179 ms, none 0.135 ms.
-  if (memory_bound(m, n, k)) return 1;
+  // tile's traffic. Measured on H100, m=64 n=k=12288, 128x96 tiles: 8 splits 0.179 ms, none 0.135 ms
+  // (m <= 64 has its own rule, choose_small_m_tiling).
+  if (memory_bound_gemm(m, n, k)) return 1;
   const int64_t k_tiles = ceil_div(k, tile.tile_k);
   int best = 1;
   double best_time = estimated_time(tile_count, k, tile, 1, sm_count);
@@ -65,15 +72,46 @@ int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileSha
   return best_time < 0.95 * unsplit ? best : 1;
 }
 
+namespace {
+
+// Few rows (m <= 64): 64-row tiles, and the (tile, split) whose busiest SM streams the fewest
+// bytes of A and B, (waves) x (K-tiles per entry) x (m + tile_n); a split adds its partial tile's
+// round trip. Splitting K puts more SMs to streaming B when the tiles alone leave SMs idle (m = 64,
+// n = 12288: 48 tiles of 64x256 or 64 of 64x192; with 2 splits 96 and 128 entries).
+GemmTiling choose_small_m_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+  GemmTiling best{overlap_gemm_tiles().front(), 1};
+  double best_bytes = INFINITY;
+  for (const TileShape& s : overlap_gemm_tiles()) {
+    if (s.tile_m != kSmallTileRows) continue;
+    const int64_t tiles = ceil_div(n, s.tile_n), k_tiles = ceil_div(k, s.tile_k);
+    for (int splits = 1; splits <= kMaxSmallMSplits && k_tiles / splits >= kMinKTilesPerSplit; ++splits) {
+      const int64_t entries = tiles * splits;
+      if (splits > 1 && entries > sm_count) break;  // a split that adds a wave never pays
+      const double waves = static_cast<double>(ceil_div(entries, std::max(sm_count, 1)));
+      const double per_entry = static_cast<double>(ceil_div(k_tiles, splits)) + (splits > 1 ? kSmallMSplitFixupKTiles : 0.0);
+      const double bytes = waves * per_entry * static_cast<double>(m + s.tile_n);
+      if (bytes < best_bytes * 0.97) {  // more splits or a narrower tile only for a clear gain
+        best = {s, splits};
+        best_bytes = bytes;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
-  // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins.
-  if (memory_bound(m, n, k)) {
+  if (m <= kSmallTileRows) return choose_small_m_tiling(m, n, k, sm_count);
+  // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins. 64-row tiles
+  // are only for m <= 64: above, each would stream all of B once more per 64 rows.
+  if (memory_bound_gemm(m, n, k)) {
     // Time follows the bytes the busiest SM streams: (waves) x (A rows + B rows of a tile). More,
-    // narrower tiles put more SMs to pulling from HBM (m = 64, n = 12288 on 132 SMs: 128 tiles
-    // of 96 columns rather than 96 of 128).
+    // narrower tiles put more SMs to pulling from HBM.
     GemmTiling best{overlap_gemm_tiles().front(), 1};
     double best_bytes = INFINITY;
     for (const TileShape& s : overlap_gemm_tiles()) {
+      if (s.tile_m == kSmallTileRows) continue;
       const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
       const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
       if (bytes < best_bytes * 0.97) {  // a narrower tile only for a clear gain
@@ -86,6 +124,7 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   GemmTiling best{overlap_gemm_tiles().front(), 1};
   double best_time = INFINITY;
   for (const TileShape& s : overlap_gemm_tiles()) {
+    if (s.tile_m == kSmallTileRows) continue;
     const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
     const int splits = choose_k_splits(tiles, m, n, k, s, sm_count);
     const double t = estimated_time(tiles, k, s, splits, sm_count);

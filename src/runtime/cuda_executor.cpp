@@ -122,7 +122,36 @@ struct CudaExecutor::Impl {
   std::vector<bool> call_recorded;
   int64_t call_timeout_ms = 0;
   bool stuck = false;  // a call timed out; its waits were released
+  // Replayed calls (ExecutorOptions::replay_calls): a call captured once per set of bindings,
+  // the newest last.
+  struct Replay {
+    std::vector<const void*> bindings;
+    cudaGraphExec_t exec = nullptr;
+  };
+  bool replay = false;
+  std::vector<Replay> replays;
+  std::vector<const void*> last_bindings;  // of the last call enqueued op by op
+  bool enqueued_once = false;
+  cudaStream_t capture_stream = nullptr;
+  uint64_t replayed = 0;
 };
+
+namespace {
+
+// How many bindings' captured calls an executor keeps (a caller alternating between a few sets of
+// buffers, e.g. two microbatches, replays each).
+constexpr size_t kMaxReplays = 4;
+
+// NCCL requires that whether an operation is graph-captured be the same on every rank of the
+// launch; a capture decided per rank from its own bindings cannot promise that. So a call with an
+// NCCL operation (a collective step, the barrier of a plan that reaches peers) is replayed only
+// where it is alone in its communicator.
+bool call_has_nccl(const RankPlan& rp, bool touches_peers) {
+  if (touches_peers) return true;
+  return std::any_of(rp.steps.begin(), rp.steps.end(), [](const Step& s) { return std::holds_alternative<CollectiveStep>(s.body); });
+}
+
+}  // namespace
 
 CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options)
     : comm_(comm), plan_(std::move(plan)), options_(std::move(options)), impl_(new Impl) {
@@ -144,6 +173,9 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   }
   Impl& im = *impl_;
   im.plan_touches_peers = reaches_across_ranks(plan_);
+  const char* replay_env = std::getenv("WEFT_REPLAY_CALLS");
+  const bool replay_wanted = options_.replay_calls && !(replay_env && std::string(replay_env) == "0");
+  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan(), im.plan_touches_peers));
   int in_flight = options_.max_calls_in_flight;
   if (in_flight == 0) in_flight = static_cast<int>(env_ms("WEFT_MAX_CALLS_IN_FLIGHT", 8));
   if (in_flight < 1)
@@ -336,12 +368,19 @@ CudaExecutor::~CudaExecutor() {
   Impl& im = *impl_;
   // cudaFree waits for the whole device: if a stream is stuck in a wait, freeing would hang the
   // process. Release the waits first; leak, loudly, if even that does not free the streams.
-  bool drained = true;
-  for (cudaStream_t s : im.streams) drained = drained && synchronize_with_timeout(s, 10000);
+  // A replayed call runs on the caller's stream, not on the executor's: its completion event says
+  // when it is done.
+  auto drain = [&] {
+    bool done = true;
+    for (cudaStream_t s : im.streams) done = done && synchronize_with_timeout(s, 10000);
+    for (size_t c = 0; c < im.call_done.size(); ++c)
+      if (im.call_recorded[c]) done = done && wait_for_event_with_timeout(im.call_done[c], 10000);
+    return done;
+  };
+  bool drained = drain();
   if (!drained) {
     im.signals->release_every_wait();
-    drained = true;
-    for (cudaStream_t s : im.streams) drained = drained && synchronize_with_timeout(s, 10000);
+    drained = drain();
   }
   if (!drained) {
     std::fprintf(stderr, "weft: rank %d's streams are still blocked; leaving its buffers allocated\n%s", comm_.rank(), diagnose().c_str());
@@ -364,6 +403,8 @@ CudaExecutor::~CudaExecutor() {
     }
   }
   cudaDeviceSynchronize();
+  for (const Impl::Replay& r : im.replays) cudaGraphExecDestroy(r.exec);
+  if (im.capture_stream) cudaStreamDestroy(im.capture_stream);
   im.steps.clear();  // lowered steps free their tables and descriptors
   for (auto s : im.streams) cudaStreamDestroy(s);
   for (auto e : im.joins) cudaEventDestroy(e);
@@ -488,6 +529,79 @@ void CudaExecutor::run(cudaStream_t stream) {
   // capturing: nothing may wait on the host then, and a replay is timed by its caller.
   if (!capturing && im.call_recorded[slot] && !wait_for_event_with_timeout(im.call_done[slot], im.call_timeout_ms))
     fail_stuck_call("call " + std::to_string(im.calls - in_flight));
+  if (capturing || !im.replay || !replay_call(stream)) enqueue_call(stream);
+  if (!capturing) {
+    WEFT_CUDA_CHECK(cudaEventRecord(im.call_done[slot], stream));
+    im.call_recorded[slot] = true;
+  }
+  ++im.calls;
+}
+
+std::vector<const void*> CudaExecutor::bindings() const {
+  const Impl& im = *impl_;
+  std::vector<const void*> key;
+  for (size_t b = 0; b < im.base.size(); ++b)
+    if (im.caller_owned[b]) key.push_back(im.base[b]);
+  for (const auto& [buffer, source] : im.copied_in) {
+    key.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(buffer)));
+    key.push_back(source);
+  }
+  key.push_back(im.output_target);
+  return key;
+}
+
+bool CudaExecutor::replay_call(cudaStream_t stream) {
+  Impl& im = *impl_;
+  const std::vector<const void*> key = bindings();
+  for (const Impl::Replay& r : im.replays)
+    if (r.bindings == key) {
+      WEFT_CUDA_CHECK(cudaGraphLaunch(r.exec, stream));
+      ++im.replayed;
+      return true;
+    }
+  // Captured the second time a set of bindings comes (the first call of an executor allocates and
+  // loads kernels, which a capture may not), so that a caller whose buffers move every call pays
+  // no capture.
+  const bool again = im.enqueued_once && key == im.last_bindings;
+  im.last_bindings = key;
+  im.enqueued_once = true;
+  if (!again) return false;
+  if (!im.capture_stream) WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&im.capture_stream, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamBeginCapture(im.capture_stream, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue_call(im.capture_stream);
+  } catch (...) {
+    (void)cudaStreamEndCapture(im.capture_stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  const cudaError_t ended = cudaStreamEndCapture(im.capture_stream, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = ended == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : ended;
+  if (graph) cudaGraphDestroy(graph);
+  if (instantiated != cudaSuccess) {
+    // Something in the call cannot be captured here: every later call is enqueued op by op.
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "weft: rank %d: a call of strategy '%s' could not be captured (%s); calls are enqueued op by op\n", comm_.rank(),
+                 plan_.strategy.c_str(), cudaGetErrorString(instantiated));
+    im.replay = false;
+    return false;
+  }
+  if (im.replays.size() == kMaxReplays) {
+    WEFT_CUDA_CHECK(cudaGraphExecDestroy(im.replays.front().exec));
+    im.replays.erase(im.replays.begin());
+  }
+  im.replays.push_back({key, exec});
+  WEFT_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  ++im.replayed;
+  return true;
+}
+
+uint64_t CudaExecutor::replayed_calls() const { return impl_->replayed; }
+
+void CudaExecutor::enqueue_call(cudaStream_t stream) {
+  Impl& im = *impl_;
   im.signals->reset(stream);
   // A peer may still be reading buffers we are about to overwrite in its previous call, and no peer
   // may raise our counters before they are reset.
@@ -527,11 +641,6 @@ void CudaExecutor::run(cudaStream_t stream) {
   // A symmetric input written in place by the caller's producer: no rank may overwrite it for the
   // next call while a peer still reads it in this one.
   if (options_.symmetric_inputs_in_place && im.plan_touches_peers) comm_.barrier(stream);
-  if (!capturing) {
-    WEFT_CUDA_CHECK(cudaEventRecord(im.call_done[slot], stream));
-    im.call_recorded[slot] = true;
-  }
-  ++im.calls;
 }
 
 void CudaExecutor::finish(cudaStream_t stream) {

@@ -17,10 +17,23 @@ TEST(Tiling, SplitsKOnlyWhereTilesCannotFillTheGpu) {
   EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).tile, (TileShape{128, 192, 64}));
   EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, TileShape{128, 256, 64}, 132), 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).tile, (TileShape{128, 96, 64}))
-      << "128 narrow tiles keep more SMs streaming B than 96 or 48 wider ones";
+  EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).k_splits, 1) << "memory-bound above 64 rows: no split";
+  EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).tile.tile_m, 128);
   EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, TileShape{128, 256, 64}, 132), 1) << "one K-tile cannot be split";
+}
+
+TEST(Tiling, AtMost64RowsTake64RowTilesAndSplitKToFillTheSms) {
+  // m = 64, n = k = 12288 (Flux GPT-3 AG at world 4): 48 to 96 tiles of 64 rows leave SMs idle; a
+  // split that keeps every entry in one wave puts them to streaming B.
+  const GemmTiling t = choose_overlap_gemm_tiling(64, 12288, 12288, 132);
+  EXPECT_EQ(t.tile.tile_m, 64);
+  const int64_t entries = (12288 + t.tile.tile_n - 1) / t.tile.tile_n * t.k_splits;
+  EXPECT_GT(entries, 66) << "more than half the SMs stream";
+  EXPECT_LE(entries, 132) << "one wave";
+  for (int64_t m : {1, 8, 33, 64}) EXPECT_EQ(choose_overlap_gemm_tiling(m, 4096, 4096, 132).tile.tile_m, 64) << m;
+  EXPECT_EQ(choose_overlap_gemm_tiling(65, 4096, 4096, 132).tile.tile_m, 128);
+  // Few K-tiles: no split below 4 K-tiles per entry.
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 4096, 192, 132).k_splits, 1);
 }
 
 TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "check_against_host.hpp"
+#include "measure.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/ir/reorder_map.hpp"
 #include "weft/kernels/elementwise.hpp"
@@ -191,6 +192,51 @@ TEST(Executor, ThousandCallsOneAtATimeNeitherHangNorDrift) {
   ExecutorOptions one_at_a_time;
   one_at_a_time.max_calls_in_flight = 1;
   thousand_back_to_back_calls(one_at_a_time);
+}
+
+// The second call with the same buffers is captured and every later one replayed; the results are
+// bit for bit those of the calls enqueued op by op. Every strategy of gemm_rs; at world > 1 only
+// the plans without NCCL operations are replayed (not counted here).
+TEST(Executor, CallsWithRepeatedBindingsAreReplayedAndMatchEagerCalls) {
+  const int world = static_cast<int>(group().size());
+  for (const Strategy& strategy : strategies()) {
+    if (!strategy.supports(OpKind::gemm_rs)) continue;
+    const Problem p{OpKind::gemm_rs, 128 * world, 264, 136, world, DType::bf16, DType::bf16, {}};
+    const Plan plan = strategy.build(p, PlanOptions{});
+    std::vector<int> same(static_cast<size_t>(world), 0), replayed(static_cast<size_t>(world), -1), eager_replayed(static_cast<size_t>(world), -1);
+    for_each_rank(group(), [&](Communicator& comm) {
+      cudaStream_t stream;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      {
+        CudaExecutor replaying(comm, plan);
+        ExecutorOptions op_by_op;
+        op_by_op.replay_calls = false;
+        CudaExecutor eager(comm, plan, op_by_op);
+        bench::fill_buffers(replaying, comm.rank(), 7, stream);
+        bench::fill_buffers(eager, comm.rank(), 7, stream);
+        comm.host_barrier();
+        for (int call = 0; call < 4; ++call) {
+          replaying.run(stream);
+          replaying.finish(stream);
+          eager.run(stream);
+          eager.finish(stream);
+        }
+        same[static_cast<size_t>(comm.rank())] =
+            bench::download(replaying.output(), stream).data == bench::download(eager.output(), stream).data;
+        replayed[static_cast<size_t>(comm.rank())] = static_cast<int>(replaying.replayed_calls());
+        eager_replayed[static_cast<size_t>(comm.rank())] = static_cast<int>(eager.replayed_calls());
+        comm.host_barrier();
+      }
+      cudaStreamDestroy(stream);
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(same[static_cast<size_t>(r)], 1) << strategy.name << " rank " << r;
+      if (world == 1 && std::getenv("WEFT_REPLAY_CALLS") == nullptr) {
+        EXPECT_EQ(replayed[static_cast<size_t>(r)], 3) << strategy.name << ": calls 2-4 replayed";
+      }
+      EXPECT_EQ(eager_replayed[static_cast<size_t>(r)], 0) << strategy.name;
+    }
+  }
 }
 
 TEST(Executor, RejectsAPlanForAnotherWorldSize) {

@@ -167,6 +167,44 @@ TEST(OpGraph, GemmRsReplaysAThousandTimesWithNewInputs) { thousand_graph_replays
 TEST(OpGraph, FusedAgGemmReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::ag_gemm, "fused"); }
 TEST(OpGraph, SignalGemmRsReplaysAThousandTimesWithNewInputs) { thousand_graph_replays(OpKind::gemm_rs, "signal"); }
 
+// Calls alternating between two sets of caller buffers, new inputs each call: each set's calls are
+// replayed from their own graph once they repeat, and every result is checked.
+TEST(Op, ReplayedCallsFollowTheirBuffers) {
+  const int world = static_cast<int>(group().size());
+  for (const Case& c : {Case{OpKind::gemm_rs, "fused"}, Case{OpKind::ag_gemm, "decomposed"}, Case{OpKind::gemm_ar, "default"}}) {
+    OpSpec spec;
+    spec.op = c.op;
+    spec.n = 264;
+    spec.k = 136;
+    spec.max_rows = 128 * world;
+    spec.strategy = c.strategy;
+    const int64_t rows = 128 * world;
+    const int order[] = {0, 0, 0, 1, 1, 0, 0, 1, 1, 0};
+    std::vector<std::vector<double>> errors(static_cast<size_t>(world));
+    for_each_rank(group(), [&](Communicator& comm) {
+      cudaStream_t stream;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      {
+        Op op(comm, spec);
+        CallerBuffers first(spec, world), second(spec, world);
+        CallerBuffers* sets[] = {&first, &second};
+        for (size_t call = 0; call < std::size(order); ++call) {
+          CallerBuffers& buffers = *sets[order[call]];
+          const uint64_t seed = 500 + call;
+          buffers.fill(spec, comm.rank(), rows, seed, buffers.a.data, stream);
+          op.run({buffers.a.data, buffers.b.data, buffers.c.data, rows, {}}, stream);
+          op.finish(stream);
+          errors[static_cast<size_t>(comm.rank())].push_back(buffers.error(op, comm.rank(), rows, seed, stream));
+        }
+      }
+      cudaStreamDestroy(stream);
+    });
+    for (int r = 0; r < world; ++r)
+      for (size_t call = 0; call < std::size(order); ++call)
+        EXPECT_LT(errors[static_cast<size_t>(r)][call], kTolerance) << c.strategy << " rank " << r << " call " << call;
+  }
+}
+
 TEST(Op, AProducerWritesAInPlace) {
   // ag_gemm gathers A from symmetric memory: the producer writes the shard there and no copy is made.
   const int world = static_cast<int>(group().size());

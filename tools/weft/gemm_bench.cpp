@@ -2,10 +2,14 @@
 // rows give one rank at a world size. Per shape, each result verified against cuBLASLt first:
 //   library  : cuBLASLt (the plain tile table lowered as the executor does by default);
 //   empty    : the overlap GEMM with an empty table (every tile in place, no waits, no notifies),
-//              once per compiled tile shape, so the tile rule's pick can be judged;
+//              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
+//              tile's column its best), so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
-//              also each of the two alone (CSV and summary), to trace a cost to one of them.
+//              also each of the two alone (CSV and summary), to trace a cost to one of them;
+//   peer     : the chosen tile storing every tile into a second, symmetric buffer with a
+//              system-scope notify each, as fused gemm_rs stores to a peer (on one GPU the buffer
+//              is this GPU's own: the kernel's path and the notify, not NVLink, are what is timed).
 #include "gemm_bench.hpp"
 
 #include <algorithm>
@@ -36,15 +40,26 @@ struct GemmShape {
   auto operator<=>(const GemmShape&) const = default;
 };
 
-// The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split along
-// K as the model splits a table of that many tiles.
-Plan gemm_plan(const GemmShape& s, const TileShape& tile, int sm_count) {
+// The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
+// `splits` ways along K.
+Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits) {
   PlanOptions options;
   options.tile_m = tile.tile_m;
   options.tile_n = tile.tile_n;
-  const int64_t tiles = ((s.m + tile.tile_m - 1) / tile.tile_m) * ((s.n + tile.tile_n - 1) / tile.tile_n);
-  options.k_splits = choose_k_splits(tiles, s.m, s.n, s.k, tile, sm_count);
+  options.k_splits = splits;
   return steps_of_kind(plan_sequential(Problem{OpKind::gemm_ar, s.m, s.n, s.k, 1, DType::bf16, DType::bf16, {}}, options), StepKind::gemm);
+}
+
+// The splits timed for one tile: the model's for a table of the whole grid, and for a memory-bound
+// shape every split up to 4 that leaves each entry 4 K-tiles or more.
+std::vector<int> splits_to_time(const GemmShape& s, const TileShape& tile, int sm_count) {
+  const int64_t tiles = ((s.m + tile.tile_m - 1) / tile.tile_m) * ((s.n + tile.tile_n - 1) / tile.tile_n);
+  std::vector<int> splits{choose_k_splits(tiles, s.m, s.n, s.k, tile, sm_count)};
+  const int64_t k_tiles = (s.k + tile.tile_k - 1) / tile.tile_k;
+  if (memory_bound_gemm(s.m, s.n, s.k))
+    for (int split = 1; split <= 4 && k_tiles / split >= 4; ++split)
+      if (std::find(splits.begin(), splits.end(), split) == splits.end()) splits.push_back(split);
+  return splits;
 }
 
 // Row block b of full blocks lands at block (full - 1 - b); the ragged last block stays.
@@ -57,19 +72,27 @@ struct EpilogueWork {
   const char* name;
   bool notify;
   bool remap;
+  bool peer;  // stores into a second, symmetric buffer (the rank's output moves there)
 };
-constexpr EpilogueWork kEpilogueWork[] = {{"notify+remap", true, true}, {"notify only", true, false}, {"remap only", false, true}};
+constexpr EpilogueWork kEpilogueWork[] = {
+    {"notify+remap", true, true, false}, {"notify only", true, false, false}, {"remap only", false, true, false}, {"peer store", true, false, true}};
 
 Plan with_epilogue_work(Plan plan, const EpilogueWork& work) {
   RankPlan& rp = plan.ranks.at(0);
   rp.signals.push_back("tile_done");
   const SignalId done = static_cast<SignalId>(rp.signals.size()) - 1;
+  if (work.peer) {
+    const BufferDecl& out = rp.buffers.at(static_cast<size_t>(rp.output.buffer));
+    rp.buffers.push_back(BufferDecl{"peer_out", BufferRole::scratch, out.rows, out.cols, out.dtype, /*symmetric=*/true});
+    rp.output.buffer = static_cast<BufferId>(rp.buffers.size()) - 1;
+  }
   for (Step& step : rp.steps) {
     auto& gemm = std::get<GemmStep>(step.body);
     const int64_t full_blocks = gemm.a.box.rows / gemm.tile_m;
     for (GemmTile& t : gemm.tiles) {
       const int64_t block = t.tile.row / gemm.tile_m;
       if (work.remap) t.store.box.row += (remapped_block(block, full_blocks) - block) * gemm.tile_m;
+      if (work.peer) t.store.buffer = rp.output.buffer;
       if (work.notify) t.notify = Notify{SignalRef{0, done}, 1};
     }
   }
@@ -112,35 +135,50 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   if (csv) {
     std::fprintf(csv, "row,m,n,k,library_ms");
     for (OverlapGemmConfig c : configs) std::fprintf(csv, ",empty_ms_%s", to_string(c).c_str());
-    std::fprintf(csv, ",chosen,chosen_ms,notify_ms,notify_only_ms,remap_only_ms,library_tflops,chosen_tflops,chosen_ratio,best_ratio,notify_overhead,error_empty,error_notify\n");
+    std::fprintf(csv, ",chosen,chosen_ms,best,notify_ms,notify_only_ms,remap_only_ms,peer_store_ms,library_tflops,chosen_tflops,"
+                      "chosen_ratio,best_ratio,notify_overhead,peer_store_overhead,error_empty,error_notify\n");
   }
   std::printf("%-30s %6s %6s %6s %8s", "row (first with this shape)", "m", "n", "k", "lib ms");
   for (OverlapGemmConfig c : configs) std::printf(" %10s", to_string(c).c_str());
-  std::printf(" %-13s %9s %8s %8s %8s %7s %8s %s\n", "chosen", "notify ms", "lib TF/s", "chosen/lib", "best/lib", "notify+", "err", "check");
-  std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads;
+  std::printf(" %-13s %-13s %9s %8s %8s %8s %7s %7s %8s %s\n", "chosen", "best", "notify ms", "lib TF/s", "chosen/lib", "best/lib",
+              "notify+", "peer+", "err", "check");
+  std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads, peer_overheads;
   int failures = 0, chose_best = 0;
+  auto name_of = [](OverlapGemmConfig c, int splits) { return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : ""); };
   for (const auto& [name, s] : shapes) {
     const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count);
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
-    const std::string chosen_name = to_string(chosen) + (tiling.k_splits > 1 ? "/k" + std::to_string(tiling.k_splits) : "");
-    const Plan chosen_plain = gemm_plan(s, chosen_tile, sm_count);
+    const std::string chosen_name = name_of(chosen, tiling.k_splits);
+    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});
     fill_buffers(library, 0, o.seed, stream);
     library.run(stream);
     finish_or_explain(library, stream, "library");
     const DeviceRegion want = library.output();
 
-    // Every compiled tile with an empty table, checked against cuBLASLt.
+    // Every compiled tile (and split) with an empty table, checked against cuBLASLt.
+    struct Variant {
+      size_t config;
+      int splits;
+    };
+    std::vector<Variant> variants;
+    for (size_t c = 0; c < configs.size(); ++c) {
+      const OverlapGemmShape t = shape_of(configs[c]);
+      std::vector<int> splits = splits_to_time(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count);
+      if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
+      for (int split : splits) variants.push_back({c, split});
+    }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;
-    for (OverlapGemmConfig c : configs) {
-      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{shape_of(c).tile_m, shape_of(c).tile_n, shape_of(c).tile_k}, sm_count),
+    for (const Variant& v : variants) {
+      const OverlapGemmShape t = shape_of(configs[v.config]);
+      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits),
                                                        ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
-      finish_or_explain(empty, stream, "overlap " + to_string(c));
+      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
@@ -179,12 +217,20 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     const std::vector<double> medians = interleaved_median_ms(
         runs, stream, o.warmup, o.iterations, [&](size_t v) { finish_or_explain(*timed[v], stream, timed[v]->plan().strategy); });
     constexpr size_t kWorkCount = std::size(kEpilogueWork);
-    const double t_library = medians[0], t_notify = medians[1], t_notify_only = medians[2], t_remap_only = medians[3];
-    const std::vector<double> t_configs(medians.begin() + 1 + kWorkCount, medians.end());
+    static_assert(kWorkCount == 4, "the medians below name each epilogue work");
+    const double t_library = medians[0], t_notify = medians[1], t_notify_only = medians[2], t_remap_only = medians[3], t_peer = medians[4];
+    // Per compiled tile, its best split; the chosen (tile, split) exactly.
+    std::vector<double> t_configs(configs.size(), INFINITY);
     double t_chosen = 0, t_best = INFINITY;
-    for (size_t c = 0; c < configs.size(); ++c) {
-      t_best = std::min(t_best, t_configs[c]);
-      if (configs[c] == chosen) t_chosen = t_configs[c];
+    std::string best_name;
+    for (size_t v = 0; v < variants.size(); ++v) {
+      const double t = medians[1 + kWorkCount + v];
+      t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
+      if (t < t_best) {
+        t_best = t;
+        best_name = name_of(configs[variants[v].config], variants[v].splits);
+      }
+      if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits) t_chosen = t;
     }
 
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
@@ -192,24 +238,28 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     failures += !ok;
     chose_best += t_chosen <= t_best * 1.01;  // within noise of the best
     const double ratio = t_library / t_chosen, best_ratio = t_library / t_best, overhead = t_notify / t_chosen - 1.0;
+    const double peer_overhead = t_peer / t_chosen - 1.0;
     chosen_ratios.push_back(ratio);
     best_ratios.push_back(best_ratio);
     overheads.push_back(overhead);
     notify_only_overheads.push_back(t_notify_only / t_chosen - 1.0);
     remap_only_overheads.push_back(t_remap_only / t_chosen - 1.0);
+    peer_overheads.push_back(peer_overhead);
     std::printf("%-30s %6lld %6lld %6lld %8.3f", name.substr(0, 30).c_str(), static_cast<long long>(s.m),
                 static_cast<long long>(s.n), static_cast<long long>(s.k), t_library);
     for (double t : t_configs) std::printf(" %10.3f", t);
-    std::printf(" %-13s %9.3f %8.1f %8.3f %8.3f %6.1f%% %8.1e %s\n", chosen_name.c_str(), t_notify, flops / t_library * 1e-9,
-                ratio, best_ratio, overhead * 100, std::max(error_empty, error_notify), ok ? "ok" : "MISMATCH");
+    std::printf(" %-13s %-13s %9.3f %8.1f %8.3f %8.3f %6.1f%% %6.1f%% %8.1e %s\n", chosen_name.c_str(), best_name.c_str(), t_notify,
+                flops / t_library * 1e-9, ratio, best_ratio, overhead * 100, peer_overhead * 100, std::max(error_empty, error_notify),
+                ok ? "ok" : "MISMATCH");
     if (!notify_error.empty()) std::fprintf(stderr, "  %s\n", notify_error.c_str());
     std::fflush(stdout);
     if (csv) {
       std::fprintf(csv, "%s,%lld,%lld,%lld,%.5f", name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
                    static_cast<long long>(s.k), t_library);
       for (double t : t_configs) std::fprintf(csv, ",%.5f", t);
-      std::fprintf(csv, ",%s,%.5f,%.5f,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.3e,%.3e\n", chosen_name.c_str(), t_chosen, t_notify,
-                   t_notify_only, t_remap_only, flops / t_library * 1e-9, flops / t_chosen * 1e-9, ratio, best_ratio, overhead, error_empty, error_notify);
+      std::fprintf(csv, ",%s,%.5f,%s,%.5f,%.5f,%.5f,%.5f,%.2f,%.2f,%.4f,%.4f,%.4f,%.4f,%.3e,%.3e\n", chosen_name.c_str(), t_chosen,
+                   best_name.c_str(), t_notify, t_notify_only, t_remap_only, t_peer, flops / t_library * 1e-9, flops / t_chosen * 1e-9,
+                   ratio, best_ratio, overhead, peer_overhead, error_empty, error_notify);
     }
   }
   if (csv) std::fclose(csv);
@@ -217,7 +267,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     auto min_of = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
     std::printf("\noverlap GEMM (empty table, chosen tile) / cuBLASLt throughput over %zu shapes: median %.3f, min %.3f\n",
                 chosen_ratios.size(), median(chosen_ratios), min_of(chosen_ratios));
-    std::printf("with the best compiled tile per shape: median %.3f, min %.3f; the rule chose the best (within 1%%) in %d of %zu\n",
+    std::printf("with the best compiled tile and split per shape: median %.3f, min %.3f; the rule chose the best (within 1%%) in %d of %zu\n",
                 median(best_ratios), min_of(best_ratios), chose_best, chosen_ratios.size());
     auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
     std::printf("notify on every tile + remapped stores vs empty table: median %+.1f%%, max %+.1f%%\n", median(overheads) * 100,
@@ -225,6 +275,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     std::printf("  notify only: median %+.1f%%, max %+.1f%%; remapped stores only: median %+.1f%%, max %+.1f%%\n",
                 median(notify_only_overheads) * 100, max_of(notify_only_overheads) * 100, median(remap_only_overheads) * 100,
                 max_of(remap_only_overheads) * 100);
+    std::printf("peer-store path (every tile into a second, symmetric buffer, system-scope notify each) vs empty table: median %+.1f%%, max %+.1f%%\n",
+                median(peer_overheads) * 100, max_of(peer_overheads) * 100);
   }
   cudaFree(sums);
   cudaStreamDestroy(stream);

@@ -6,8 +6,10 @@
 // (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
 // waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles of
 // 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
-// when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) are never
-// split and take the tile that puts the most SMs to streaming A and B (m = 64, n = 12288: 128x96).
+// when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) of more
+// than 64 rows are never split and take the tile that puts the most SMs to streaming A and B. GEMMs
+// of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile) and the K split whose
+// busiest SM streams the fewest bytes.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,8 @@ struct GemmTiling {
 };
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
+// FLOP per byte of A, B and C below Hopper's ridge, with margin: HBM, not the tensor cores, bounds it.
+bool memory_bound_gemm(int64_t m, int64_t n, int64_t k);
 // A tile's compute rate relative to 128x256 (narrower tiles move more shared-memory bytes per FLOP).
 double tile_rate(TileShape tile);
 // What a K split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,

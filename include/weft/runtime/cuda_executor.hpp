@@ -18,7 +18,9 @@
 // them from the start), then every plan stream forks from the caller's stream,
 // runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back.
 // Nothing in a call waits on the host, so a call can be captured into a CUDA graph and replayed;
-// capture after one eager call (or prepare()) so that nothing is allocated while capturing.
+// capture after one eager call (or prepare()) so that nothing is allocated while capturing. The
+// executor does so itself (ExecutorOptions::replay_calls): a call whose bindings repeat the last
+// call's is captured once and replayed, so that its enqueue is one graph launch.
 //
 // Lowering, one function per step kind (src/runtime/lowering/): GEMM -> cuBLASLt for plain tile
 // tables, the overlap GEMM for tables with waits, notifies or remapped stores; copy ->
@@ -74,6 +76,11 @@ struct ExecutorOptions {
   int64_t device_wait_timeout_ms = 0;
   // A call not finished after this many ms fails with CallTimeout (0: Communicator::timeout_ms()).
   int64_t call_timeout_ms = 0;
+  // The second call with the same bindings (bind(), bind_output()) is captured into a CUDA graph,
+  // and later calls with those bindings launch it: one enqueue instead of one per operation.
+  // Not where the call has an NCCL operation at world > 1 (NCCL requires every rank to capture it
+  // alike), nor while the caller's stream is being captured. WEFT_REPLAY_CALLS=0 turns it off.
+  bool replay_calls = true;
 };
 
 class CudaExecutor {
@@ -110,6 +117,8 @@ class CudaExecutor {
   // Which waits of the last call are not met yet, with the signals' current values, and any
   // overlap GEMM tile that gave up waiting.
   std::string diagnose() const;
+  // Calls launched as a captured graph so far (ExecutorOptions::replay_calls).
+  uint64_t replayed_calls() const;
 
  private:
   struct Impl;
@@ -117,6 +126,12 @@ class CudaExecutor {
   void lower_steps();
   void load_gemm_kernels();
   [[noreturn]] void fail_stuck_call(const std::string& what);
+  // One call's operations, enqueued one by one on `stream`.
+  void enqueue_call(cudaStream_t stream);
+  // Launches this call's captured graph, capturing it first where the bindings repeat; false:
+  // enqueue it op by op.
+  bool replay_call(cudaStream_t stream);
+  std::vector<const void*> bindings() const;
   Communicator& comm_;
   Plan plan_;
   ExecutorOptions options_;
