@@ -252,6 +252,12 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
                 flops / t_library * 1e-9, ratio, best_ratio, overhead * 100, peer_overhead * 100, std::max(error_empty, error_notify),
                 ok ? "ok" : "MISMATCH");
     if (!notify_error.empty()) std::fprintf(stderr, "  %s\n", notify_error.c_str());
+    if (variants.size() > configs.size()) {  // the splits swept: each (tile, split) on its own
+      std::printf("  %-28s", "each tile and split, ms:");
+      for (size_t v = 0; v < variants.size(); ++v)
+        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits).c_str(), medians[1 + kWorkCount + v]);
+      std::printf("\n");
+    }
     std::fflush(stdout);
     if (csv) {
       std::fprintf(csv, "%s,%lld,%lld,%lld,%.5f", name.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n),
