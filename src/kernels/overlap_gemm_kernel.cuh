@@ -1,13 +1,10 @@
 // weft's own kernel layer around CUTLASS's Hopper TMA + WGMMA main loop (the collective is used
 // as is; this file replaces CUTLASS's kernel and epilogue). One producer warp group loads A/B
-// tiles with TMA, two consumer warp groups run the WGMMA main loop, then store each tile to
-// wherever the table says and notify. A 128-row tile is computed by both consumer warp groups
-// cooperatively (64 rows each). 64-row tiles alternate between them (ping-pong): one warp group's
-// epilogue (its stores, to peers too) runs while the other's MMAs do, in the order CUTLASS's
-// ping-pong kernel keeps (MMAs one after the other, epilogues one after the other). 64-row tiles
-// also serve small M: a 128-row tile over m <= 64 does twice the MMA work, which bounds a
-// memory-bound GEMM whose tiles cover only part of the SMs (m = 64, n = k = 12288, 128x192 tiles:
-// 64 CTAs, ~80 us of MMA).
+// tiles with TMA, consumer warp groups run the WGMMA main loop on one tile, then store it to
+// wherever the table says and notify. A 128-row tile has two consumer warp groups working
+// cooperatively (64 rows each); a 64-row tile has one. 64-row tiles are for small M: a 128-row
+// tile over m <= 64 does twice the MMA work, which is what bounds a memory-bound GEMM whose tiles
+// cover only part of the SMs (m = 64, n = k = 12288 with 128x192 tiles: 64 CTAs, ~80 us of MMA).
 //
 // The store goes through shared memory: the accumulators of a 128-column strip are written to a
 // padded staging buffer, then every consumer thread copies whole 16-byte runs of a row to global
@@ -71,10 +68,10 @@ struct OverlapGemmKernel {
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using Element = cutlass::bfloat16_t;
   static constexpr int kAlignment = 8;  // elements: TMA wants 16-byte rows
-  static_assert(TileM == 64 || TileM == 128, "a warp group computes 64 rows of a tile");
-  static constexpr bool kPingpong = TileM == 64;
-  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  static_assert(TileM == 64 || TileM == 128, "a tile has one or two 64-row consumer warp groups");
+  static constexpr int kConsumerGroups = TileM / 64;
+  using MainloopSchedule = std::conditional_t<kConsumerGroups == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                              cutlass::gemm::KernelTmaWarpSpecialized>;
 
   // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
   // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
@@ -95,17 +92,12 @@ struct OverlapGemmKernel {
   using StrideA = typename CollectiveMainloop::StrideA;
   using StrideB = typename CollectiveMainloop::StrideB;
 
-  static constexpr int kConsumerGroups = 2;
-  static constexpr int kMmaThreads = TileM / 64 * 128;  // the threads that compute one tile
-  static constexpr int kThreads = 128 + 128 * kConsumerGroups;
+  static constexpr int kMmaThreads = 128 * kConsumerGroups;
+  static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
-  // Named barriers of the threads computing a tile: one per ping-pong warp group.
   static constexpr uint32_t kStagingBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
-  static constexpr uint32_t kSplitBarrier = kStagingBarrier + 2;
-  // Ping-pong order: MMAs, then epilogues, of the two warp groups one after the other. The
-  // epilogues being ordered is also what lets them share one staging buffer.
-  using OrderBarrier = cutlass::OrderedSequenceBarrier<2, kConsumerGroups>;
+  static constexpr uint32_t kSplitBarrier = kStagingBarrier + 1;
 
   static constexpr int kNotifySlots = 4;
 
@@ -119,7 +111,6 @@ struct OverlapGemmKernel {
     // once it has notified, which frees the slot for tile j + slots.
     alignas(8) uint64_t tile_stored[kNotifySlots];
     uint64_t tile_notified[kNotifySlots];
-    alignas(16) typename OrderBarrier::SharedStorage order;
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
@@ -141,10 +132,9 @@ struct OverlapGemmKernel {
     return Params{CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr), launch};
   }
 
-  // Called by the kMmaThreads threads that computed the tile (it synchronises them on their own
-  // named barriers, `barrier_set`: one set per ping-pong warp group).
+  // Called by all kMmaThreads consumer threads together (it synchronises them).
   template <class Accumulators>
-  CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, uint32_t barrier_set, const OverlapGemmTile& entry,
+  CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, const OverlapGemmTile& entry,
                                         const OverlapGemmLaunch& launch, Element* staging) {
     using namespace cute;
     // The WGMMA fragment of a 64-row warp group: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
@@ -164,7 +154,7 @@ struct OverlapGemmKernel {
     CUTLASS_PRAGMA_UNROLL
     for (int strip = 0; strip < TileN / kStripCols; ++strip) {
       // The previous strip (or tile) has been copied out by every thread before it is overwritten.
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier + barrier_set);
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
       CUTLASS_PRAGMA_UNROLL
       for (int group = 0; group < kGroupsPerStrip; ++group)
         CUTLASS_PRAGMA_UNROLL
@@ -175,7 +165,7 @@ struct OverlapGemmKernel {
           *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
               __floats2bfloat162_rn(accumulators(first), accumulators(second));
         }
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier + barrier_set);
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
       // Whole 16-byte runs of a row per thread; consecutive threads take consecutive runs.
       constexpr int kRunsPerRow = kStripCols / 8;
       static_assert(TileM * kRunsPerRow % kMmaThreads == 0, "every thread copies the same number of runs");
@@ -203,7 +193,7 @@ struct OverlapGemmKernel {
   // reads back its own fragment, as float4 runs interleaved across threads so that a warp's
   // accesses are contiguous.
   template <class Accumulators>
-  CUTLASS_DEVICE static bool combine_splits(Accumulators& accumulators, int mma_thread_idx, uint32_t barrier_set, int tile_index,
+  CUTLASS_DEVICE static bool combine_splits(Accumulators& accumulators, int mma_thread_idx, int tile_index,
                                             const OverlapGemmTile& entry, const OverlapGemmLaunch& launch) {
     using namespace cute;
     constexpr int kValues = decltype(size(accumulators))::value;
@@ -225,7 +215,7 @@ struct OverlapGemmKernel {
           seen = load_acquire_gpu(counter);
         }
       }
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier + barrier_set);
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier);
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kValues / 4; ++i) {
         const float4 v = __ldcg(partial + i * kMmaThreads + mma_thread_idx);  // L2, not a stale L1 line
@@ -241,7 +231,7 @@ struct OverlapGemmKernel {
         __stcg(partial + i * kMmaThreads + mma_thread_idx,
                make_float4(accumulators(4 * i), accumulators(4 * i + 1), accumulators(4 * i + 2), accumulators(4 * i + 3)));
       // Every thread's partial sums happen-before the release (bar.sync, then a cumulative release).
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier + barrier_set);
+      cutlass::arch::NamedBarrier::sync(kMmaThreads, kSplitBarrier);
       if (mma_thread_idx == 0) store_release_gpu(counter, static_cast<uint32_t>(entry.split + 1));
       return false;
     }
@@ -300,11 +290,6 @@ struct OverlapGemmKernel {
         cutlass::arch::ClusterBarrier::init(&shared.tile_stored[slot], kMmaThreads);
         cutlass::arch::ClusterBarrier::init(&shared.tile_notified[slot], 1);
       }
-    // Every thread constructs it (warp 0 initialises its barriers); only consumers use it.
-    typename OrderBarrier::Params order_params;
-    order_params.group_id = warp_group > 0 ? static_cast<uint32_t>(warp_group - 1) : 0u;
-    order_params.group_size = cutlass::NumThreadsPerWarpGroup;
-    OrderBarrier order(shared.order, order_params);
     cutlass::arch::fence_barrier_init();
     __syncthreads();  // barriers initialised before anyone uses them
 
@@ -335,33 +320,20 @@ struct OverlapGemmKernel {
     }
 
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
-    // Cooperative: both warp groups on every tile (threads 0-255 of the tile). Ping-pong: warp group
-    // g on the CTA's tiles g, g + 2, ... (threads 0-127 of its tile), skipping the other's stages.
-    const uint32_t group = kPingpong ? static_cast<uint32_t>(warp_group - 1) : 0u;
-    const int mma_thread_idx = kPingpong ? thread_idx % 128 : thread_idx % kMmaThreads;
+    const int mma_thread_idx = thread_idx % kMmaThreads;
     PipelineState read_state;
     TiledMma tiled_mma;
-    uint32_t stored = 0;  // notifying tiles of this CTA handed over so far (by either warp group)
-    int local = 0;        // this CTA's tiles so far
-    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x), ++local) {
+    uint32_t stored = 0;  // notifying tiles handed over so far (every consumer thread counts)
+    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
-      const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
-      if (kPingpong && static_cast<uint32_t>(local % kConsumerGroups) != group) {  // the other warp group's tile
-        read_state.advance(count);
-        if (entry.notify_rank >= 0) ++stored;
-        continue;
-      }
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-      if constexpr (kPingpong) order.wait();
+      const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
       mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);
-      if constexpr (kPingpong) order.arrive();
       mainloop.mma_tail(pipeline, read_state, count);
       read_state.advance(count);
-      if constexpr (kPingpong) order.wait();
-      const bool whole = entry.splits == 1 || combine_splits(accumulators, mma_thread_idx, group, t, entry, launch);
-      if (whole) store_tile(accumulators, mma_thread_idx, group, entry, launch, shared.staging);
-      if constexpr (kPingpong) order.arrive();
-      if (whole && entry.notify_rank >= 0) {
+      if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
+      store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
+      if (entry.notify_rank >= 0) {
         // Each consumer thread's arrive releases its own stores, without waiting for the others;
         // the notifying warp's wait completes once all have arrived and acquires them all, then
         // it releases at system scope, cumulatively over those stores. A thread first waits until
@@ -371,8 +343,8 @@ struct OverlapGemmKernel {
         if (use > 0 && !wait_for_phase(&shared.tile_notified[slot], (use - 1) & 1, launch.wait_timeout_ns))
           record_timeout(launch, t, kNotifyHandoffSignal, stored + 1 - kNotifySlots, stored);
         cutlass::arch::ClusterBarrier::arrive(&shared.tile_stored[slot]);
+        ++stored;
       }
-      if (entry.notify_rank >= 0) ++stored;
     }
 #else
     if (threadIdx.x == 0 && blockIdx.x == 0) printf("weft overlap GEMM: built without sm_90a; nothing computed\n");
