@@ -32,10 +32,12 @@ int command_bench_gemm(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
+  o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
+  o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
-    std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d\n\n", d.name.c_str(), d.compute_major,
-                d.compute_minor, d.sm_count, o.world);
+    std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d; tiles %s, swizzle %d\n\n", d.name.c_str(),
+                d.compute_major, d.compute_minor, d.sm_count, o.world, std::string(to_string(o.raster)).c_str(), o.swizzle);
     const int failed = run_gemm_bench(suites, o);
     if (failed) std::printf("\n%d shape(s) did not match cuBLASLt\n", failed);
     return failed ? 1 : 0;

@@ -45,11 +45,14 @@ Options one_problem() {
           text("output-dtype", "T", "as --input-dtype")};
 }
 
+Options tile_order_knobs() {
+  return {text("raster", "R", "along_m or along_n: the tile order (along_m)"),
+          integer("swizzle", "S", "tile columns per strip of the raster (8)", 1, 64)};
+}
+
 Options plan_knobs() {
-  return {text("tile", "MxN", "GEMM tile of plain tables (128x128)"),
-          text("raster", "R", "along_m or along_n: the tile order (along_m)"),
-          integer("swizzle", "S", "tile columns per strip of the raster (8)", 1, 64),
-          text("machine", "FILE", "a machine profile (weft tune --calibrate); default: built-in H200 figures"),
+  return Options{text("tile", "MxN", "GEMM tile of plain tables (128x128)")} + tile_order_knobs() +
+         Options{text("machine", "FILE", "a machine profile (weft tune --calibrate); default: built-in H200 figures"),
           // chunked
           text("template", "T", "chunked: swizzle, ring, 2d, pull or partition"),
           integer("chunks", "N", "chunked: chunks per shard or block (0: the template's default)", 0, 4096),
@@ -95,7 +98,7 @@ std::vector<CommandSpec> build() {
                  "(GEMM alone, communication alone, sequential, each strategy; interleaved per iteration).",
                  Options{suite, world_list, ops, strategy_list, json, csv, seed} + timing(20) + plan_knobs() + signal_knobs()});
   all.push_back({"bench gemm", "the overlap GEMM against cuBLASLt on GPU 0 over the suites' per-rank GEMM shapes", "",
-                 Options{suites, gpu_world, csv, seed} + timing(20)});
+                 Options{suites, gpu_world, csv, seed} + timing(20) + tile_order_knobs()});
   all.push_back({"bench rmsnorm", "RMSNorm of signal's restored result vs RMSNorm reading it where signal left it (GPU 0)", "",
                  Options{suites, gpu_world, csv, seed, machine} + timing(50)});
   all.push_back({"bench kernels", "the auxiliary kernels (copy, reduce, permute, box moves, top-k combine, RMSNorm) at the suites' sizes "

@@ -42,8 +42,10 @@ struct GemmShape {
 
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
-Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits) {
+Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o) {
   PlanOptions options;
+  options.raster = o.raster;
+  options.swizzle = o.swizzle;
   options.tile_m = tile.tile_m;
   options.tile_n = tile.tile_n;
   options.k_splits = splits;
@@ -150,7 +152,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
     const std::string chosen_name = name_of(chosen, tiling.k_splits);
-    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits);
+    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});
     fill_buffers(library, 0, o.seed, stream);
     library.run(stream);
@@ -173,7 +175,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (const Variant& v : variants) {
       const OverlapGemmShape t = shape_of(configs[v.config]);
-      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits),
+      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o),
                                                        ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench_suite.hpp"
+#include "weft/ir/tile_grid.hpp"
 
 namespace weft::cli {
 
@@ -15,6 +16,8 @@ struct GemmBenchOptions {
   int iterations = 20;
   uint64_t seed = 1;
   std::string csv_path;
+  Raster raster = Raster::along_m;  // the order of the tables' tiles
+  int swizzle = 8;
 };
 
 // Returns the number of shapes whose results did not match cuBLASLt.
