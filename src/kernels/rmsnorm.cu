@@ -52,86 +52,61 @@ struct ReorderedRows {
   }
 };
 
-// Each CTA normalises rows blockIdx.x, + gridDim.x, ...; a row is kept in shared memory between
-// the sum of squares and the scaling, so both kernels read x from HBM once. The grid is what fits
-// on the GPU at once, so that a thread's part of the weight is loaded once and kept in registers
-// over its CTA's rows (reloaded per row from L2, the weight doubled the bytes an SM reads).
-constexpr int kWeightKept = 4;  // vectors of the weight a thread keeps: rows up to 4 x 8 x threads wide
-
+// One CTA per row; the row is kept in shared memory between the sum of squares and the scaling, so
+// both kernels read x from HBM once.
 template <class Rows>
 __global__ void __launch_bounds__(kMaxThreads) rmsnorm_kernel(Rows x, const uint16_t* weight, DeviceRegion y, float epsilon) {
   extern __shared__ uint4 row_cache[];
-  __shared__ float warp_sums[kMaxThreads / 32];
+  const int64_t row = blockIdx.x;
   const int64_t vectors = y.cols / kVector;
-  const int64_t threads = blockDim.x;
-  const bool keep = vectors <= threads * kWeightKept;
-  uint4 kept[kWeightKept];
+  // Shared memory: the row (vectors x 16 bytes), then the rows' lookup table if any.
+  x.prepare(row, reinterpret_cast<const uint16_t**>(row_cache + vectors));
+  if (x.table_entries() > 0) __syncthreads();
+  float sum = 0.0f;
+  // kLoadsInFlight vectors per thread loaded before any is used: one at a time leaves a CTA (one row)
+  // latency-bound where rows are few.
+  constexpr int kLoadsInFlight = 4;
+  for (int64_t base = threadIdx.x; base < vectors; base += static_cast<int64_t>(blockDim.x) * kLoadsInFlight) {
+    uint4 packed[kLoadsInFlight];
 #pragma unroll
-  for (int j = 0; j < kWeightKept; ++j) {
-    const int64_t v = threadIdx.x + j * threads;
-    if (keep && v < vectors) kept[j] = *reinterpret_cast<const uint4*>(weight + v * kVector);
-  }
-  for (int64_t row = blockIdx.x; row < y.rows; row += gridDim.x) {
-    // The previous row's lookup table and warp sums are read by every thread before they change.
-    if (row != blockIdx.x) __syncthreads();
-    // Shared memory: the row (vectors x 16 bytes), then the rows' lookup table if any. Each thread
-    // reads back only the vectors it wrote.
-    x.prepare(row, reinterpret_cast<const uint16_t**>(row_cache + vectors));
-    if (x.table_entries() > 0) __syncthreads();
-    float sum = 0.0f;
-    // kLoadsInFlight vectors per thread loaded before any is used: one at a time leaves a CTA (one row)
-    // latency-bound where rows are few.
-    constexpr int kLoadsInFlight = 4;
-    for (int64_t base = threadIdx.x; base < vectors; base += threads * kLoadsInFlight) {
-      uint4 packed[kLoadsInFlight];
-#pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        const int64_t v = base + static_cast<int64_t>(u) * threads;
-        if (v < vectors) packed[u] = *reinterpret_cast<const uint4*>(x.at(row, v * kVector));
-      }
-#pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        const int64_t v = base + static_cast<int64_t>(u) * threads;
-        if (v >= vectors) continue;
-        row_cache[v] = packed[u];
-        const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed[u]);
-#pragma unroll
-        for (int i = 0; i < kVector / 2; ++i) {
-          const float2 f = __bfloat1622float2(values[i]);
-          sum += f.x * f.x + f.y * f.y;
-        }
-      }
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int64_t v = base + static_cast<int64_t>(u) * blockDim.x;
+      if (v < vectors) packed[u] = *reinterpret_cast<const uint4*>(x.at(row, v * kVector));
     }
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < static_cast<int>(threads / 32); ++w) total += warp_sums[w];
-    const float scale = rsqrtf(total / static_cast<float>(y.cols) + epsilon);
-    auto* out = static_cast<uint16_t*>(y.data) + row * y.stride;
-    auto scaled = [&](int64_t v, const uint4& w_packed) {
-      const uint4 packed = row_cache[v];
-      const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed);
-      const auto* w = reinterpret_cast<const __nv_bfloat162*>(&w_packed);
-      uint4 result;
-      auto* r = reinterpret_cast<__nv_bfloat162*>(&result);
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int64_t v = base + static_cast<int64_t>(u) * blockDim.x;
+      if (v >= vectors) continue;
+      row_cache[v] = packed[u];
+      const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed[u]);
 #pragma unroll
       for (int i = 0; i < kVector / 2; ++i) {
         const float2 f = __bfloat1622float2(values[i]);
-        const float2 g = __bfloat1622float2(w[i]);
-        r[i] = __floats2bfloat162_rn(f.x * scale * g.x, f.y * scale * g.y);
+        sum += f.x * f.x + f.y * f.y;
       }
-      *reinterpret_cast<uint4*>(out + v * kVector) = result;
-    };
-    if (keep) {
-#pragma unroll
-      for (int j = 0; j < kWeightKept; ++j) {
-        const int64_t v = threadIdx.x + j * threads;
-        if (v < vectors) scaled(v, kept[j]);
-      }
-    } else {
-      for (int64_t v = threadIdx.x; v < vectors; v += threads) scaled(v, *reinterpret_cast<const uint4*>(weight + v * kVector));
     }
+  }
+  __shared__ float warp_sums[kMaxThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += warp_sums[w];
+  const float scale = rsqrtf(total / static_cast<float>(y.cols) + epsilon);
+  auto* out = static_cast<uint16_t*>(y.data) + row * y.stride;
+  for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) {
+    const uint4 packed = row_cache[v];
+    const uint4 w_packed = *reinterpret_cast<const uint4*>(weight + v * kVector);
+    const auto* values = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    const auto* w = reinterpret_cast<const __nv_bfloat162*>(&w_packed);
+    uint4 result;
+    auto* r = reinterpret_cast<__nv_bfloat162*>(&result);
+    for (int i = 0; i < kVector / 2; ++i) {
+      const float2 f = __bfloat1622float2(values[i]);
+      const float2 g = __bfloat1622float2(w[i]);
+      r[i] = __floats2bfloat162_rn(f.x * scale * g.x, f.y * scale * g.y);
+    }
+    *reinterpret_cast<uint4*>(out + v * kVector) = result;
   }
 }
 
@@ -149,24 +124,9 @@ void launch(const Rows& x, int64_t table_entries, const void* weight, const Devi
   const size_t cache_bytes = static_cast<size_t>(y.cols) * sizeof(uint16_t) + static_cast<size_t>(table_entries) * sizeof(void*);
   if (cache_bytes > 48 * 1024)
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_kernel<Rows>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(cache_bytes)));
-  const int threads = threads_for(y.cols / kVector);
-  // CTAs that fit at once, asked once per device and launch shape (the query costs host time).
-  struct Fit {
-    int device = -1, threads = 0;
-    size_t bytes = 0;
-    int64_t ctas = 0;
-  };
-  thread_local Fit fit;
-  int device = 0;
-  WEFT_CUDA_CHECK(cudaGetDevice(&device));
-  if (fit.device != device || fit.threads != threads || fit.bytes != cache_bytes) {
-    int per_sm = 0, sms = 0;
-    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rmsnorm_kernel<Rows>, threads, cache_bytes));
-    fit = {device, threads, cache_bytes, static_cast<int64_t>(std::max(per_sm, 1)) * sms};
-  }
-  const int64_t ctas = std::min<int64_t>(y.rows, fit.ctas);
-  rmsnorm_kernel<Rows><<<static_cast<unsigned>(ctas), threads, cache_bytes, stream>>>(x, static_cast<const uint16_t*>(weight), y, epsilon);
+  require(y.rows <= 0x7fffffff, what, "too many rows for one CTA each: " + std::to_string(y.rows));
+  rmsnorm_kernel<Rows><<<static_cast<unsigned>(y.rows), threads_for(y.cols / kVector), cache_bytes, stream>>>(x, static_cast<const uint16_t*>(weight), y,
+                                                                                                        epsilon);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
