@@ -247,6 +247,21 @@ __global__ void signal_add_kernel(unsigned long long* counter, unsigned long lon
   atomicAdd_system(counter, increment);
 }
 
+// One warp. The stream's earlier work is finished (stream order); the fence makes its writes visible
+// system-wide before this rank's arrival moves on any peer (release); each peer's arrival is then
+// awaited with an acquire, bounded.
+__global__ void device_barrier_kernel(DeviceBarrier barrier) {
+  __shared__ uint64_t epoch;
+  if (threadIdx.x == 0) epoch = ++*barrier.epoch;
+  __syncthreads();
+  __threadfence_system();
+  for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x))
+    if (q != barrier.rank) atomicAdd_system(reinterpret_cast<unsigned long long*>(barrier.arrivals_on[q] + barrier.rank), 1ull);
+  const tile::WaitPolicy policy{barrier.timeout_ns, barrier.error, tile::kWaitInBarrier};
+  for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x))
+    if (q != barrier.rank) tile::wait_at_least<true>(barrier.arrivals_on[barrier.rank] + q, q, epoch, policy, barrier.rank);
+}
+
 __global__ void difference_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t count, double* sums) {
   double diff = 0.0, norm = 0.0, nans = 0.0;
   for (int64_t i = global_index(); i < count; i += global_stride()) {
@@ -362,10 +377,16 @@ void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream) {
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
+void device_barrier(const DeviceBarrier& barrier, cudaStream_t stream) {
+  device_barrier_kernel<<<1, 32, 0, stream>>>(barrier);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
 void preload_step_kernels() {
   // Asking for a kernel's attributes loads its module.
   cudaFuncAttributes attributes;
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, signal_add_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, device_barrier_kernel));
   for (const void* kernel : {reinterpret_cast<const void*>(reduce_kernel<0>), reinterpret_cast<const void*>(reduce_kernel<1>),
                              reinterpret_cast<const void*>(reduce_kernel<2>), reinterpret_cast<const void*>(reduce_kernel<3>),
                              reinterpret_cast<const void*>(reduce_kernel<4>), reinterpret_cast<const void*>(reduce_kernel<5>),

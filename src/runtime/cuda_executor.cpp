@@ -134,6 +134,7 @@ struct CudaExecutor::Impl {
   bool enqueued_once = false;
   cudaStream_t capture_stream = nullptr;
   uint64_t replayed = 0;
+  uint64_t device_wait_timeout_ns = 0;  // the bound of every device-side wait, the call's barriers' too
 };
 
 namespace {
@@ -144,10 +145,9 @@ constexpr size_t kMaxReplays = 4;
 
 // NCCL requires that whether an operation is graph-captured be the same on every rank of the
 // launch; a capture decided per rank from its own bindings cannot promise that. So a call with an
-// NCCL operation (a collective step, the barrier of a plan that reaches peers) is replayed only
-// where it is alone in its communicator.
-bool call_has_nccl(const RankPlan& rp, bool touches_peers) {
-  if (touches_peers) return true;
+// NCCL operation (a collective step) is replayed only where it is alone in its communicator. The
+// call's barriers are device-side (SignalSet::barrier), not NCCL's.
+bool call_has_nccl(const RankPlan& rp) {
   return std::any_of(rp.steps.begin(), rp.steps.end(), [](const Step& s) { return std::holds_alternative<CollectiveStep>(s.body); });
 }
 
@@ -175,7 +175,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   im.plan_touches_peers = reaches_across_ranks(plan_);
   const char* replay_env = std::getenv("WEFT_REPLAY_CALLS");
   const bool replay_wanted = options_.replay_calls && !(replay_env && std::string(replay_env) == "0");
-  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan(), im.plan_touches_peers));
+  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan()));
   int in_flight = options_.max_calls_in_flight;
   if (in_flight == 0) in_flight = static_cast<int>(env_ms("WEFT_MAX_CALLS_IN_FLIGHT", 8));
   if (in_flight < 1)
@@ -299,6 +299,7 @@ void CudaExecutor::lower_steps() {
   context.device_error = im.workspace->device_error();
   const int64_t wait_ms = options_.device_wait_timeout_ms > 0 ? options_.device_wait_timeout_ms : env_ms("WEFT_DEVICE_WAIT_TIMEOUT_MS", 10000);
   context.device_wait_timeout_ns = static_cast<uint64_t>(wait_ms) * 1'000'000ull;
+  im.device_wait_timeout_ns = context.device_wait_timeout_ns;
   context.plain_gemm_on_overlap = options_.plain_gemm == ExecutorOptions::PlainGemm::overlap;
 
   const std::vector<std::vector<uint64_t>> written = single_writer_values(plan_, comm_.rank());
@@ -474,6 +475,10 @@ void CudaExecutor::check() {
   const std::string rank = "rank " + std::to_string(comm_.rank());
   const auto& names = rank_plan().signals;
   auto signal_name = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < names.size() ? names[static_cast<size_t>(id)] : std::string("?"); };
+  if (e.source == tile::kWaitInBarrier)
+    throw DeviceWaitTimeout(rank + ": the call's device barrier gave up waiting for rank " + std::to_string(e.signal) + " (it had arrived " +
+                            std::to_string(e.observed) + " times, " + std::to_string(e.expected) +
+                            " expected), so the call's result is wrong (the peer is late or gone; WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
   if (e.source == tile::kWaitInTileProgram) {
     const auto& steps = rank_plan().steps;
     const std::string step = e.where >= 0 && static_cast<size_t>(e.where) < steps.size() ? steps[static_cast<size_t>(e.where)].label : "?";
@@ -605,14 +610,14 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   im.signals->reset(stream);
   // A peer may still be reading buffers we are about to overwrite in its previous call, and no peer
   // may raise our counters before they are reset.
-  if (im.plan_touches_peers) comm_.barrier(stream);
+  if (im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
   for (const auto& [buffer, source] : im.copied_in) {
     const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
     WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
   }
   // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
   // rank's copy has landed.
-  if (!im.copied_in.empty() && im.plan_touches_peers) comm_.barrier(stream);
+  if (!im.copied_in.empty() && im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
   WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
   for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
   for (const Impl::Step& low : im.steps) {
@@ -640,7 +645,8 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   }
   // A symmetric input written in place by the caller's producer: no rank may overwrite it for the
   // next call while a peer still reads it in this one.
-  if (options_.symmetric_inputs_in_place && im.plan_touches_peers) comm_.barrier(stream);
+  if (options_.symmetric_inputs_in_place && im.plan_touches_peers)
+    im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
 }
 
 void CudaExecutor::finish(cudaStream_t stream) {

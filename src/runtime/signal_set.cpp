@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/tile_program.hpp"
@@ -41,8 +43,14 @@ StreamValue64 write_value_64() {
 }  // namespace
 
 SignalSet::SignalSet(Communicator& comm, int count, bool shared)
-    : comm_(comm), count_(count), memory_(comm, static_cast<size_t>(count > 0 ? count : 1) * sizeof(uint64_t), shared) {
+    : comm_(comm), count_(count), memory_(comm, (static_cast<size_t>(count) + static_cast<size_t>(comm.world_size()) + 1) * sizeof(uint64_t), shared) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
+  if (shared) {
+    std::vector<uint64_t*> arrivals;
+    for (int r = 0; r < comm.world_size(); ++r) arrivals.push_back(on(r) + count_);
+    WEFT_CUDA_CHECK(cudaMalloc(&arrivals_on_, arrivals.size() * sizeof(uint64_t*)));
+    WEFT_CUDA_CHECK(cudaMemcpy(arrivals_on_, arrivals.data(), arrivals.size() * sizeof(uint64_t*), cudaMemcpyHostToDevice));
+  }
   preload_step_kernels();
   preload_tile_program_kernel();  // even under lazy loading, no step kernel's first launch may wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
@@ -50,7 +58,24 @@ SignalSet::SignalSet(Communicator& comm, int count, bool shared)
   if (shared) comm.host_barrier();  // nobody notifies a peer before the peer's counters are zero
 }
 
-SignalSet::~SignalSet() { cudaFreeHost(host_copy_); }
+SignalSet::~SignalSet() {
+  cudaFreeHost(host_copy_);
+  if (arrivals_on_) cudaFree(arrivals_on_);
+}
+
+size_t SignalSet::words() const { return static_cast<size_t>(count_) + static_cast<size_t>(comm_.world_size()) + 1; }
+
+void SignalSet::barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns) const {
+  if (!shared()) throw std::logic_error("SignalSet::barrier: a set of this rank's alone has no peers to meet");
+  DeviceBarrier b;
+  b.arrivals_on = arrivals_on_;
+  b.epoch = local() + count_ + comm_.world_size();
+  b.rank = comm_.rank();
+  b.world = comm_.world_size();
+  b.error = error;
+  b.timeout_ns = timeout_ns;
+  device_barrier(b, stream);
+}
 
 void configure_cuda_for_waits() {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
@@ -84,8 +109,8 @@ void SignalSet::reset(cudaStream_t stream) const {
 }
 
 void SignalSet::release_every_wait() const {
-  if (count_ == 0) return;
-  std::vector<uint64_t> released(static_cast<size_t>(count_), uint64_t{1} << 62);
+  // The counters and the arrival words (a barrier waiting for a peer that is gone), not the count.
+  std::vector<uint64_t> released(words() - 1, uint64_t{1} << 62);
   std::memcpy(host_copy_, released.data(), released.size() * sizeof(uint64_t));
   cudaStream_t writer;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));

@@ -55,6 +55,71 @@ TEST(Runtime, PeerNotifyReleasesAStreamWaitingOnAnotherGpu) {
   EXPECT_EQ(seen[0], 3u);
 }
 
+// What the executor's calls start with: every rank's writes into its peers' memory before the
+// barrier are seen by them after it, round after round.
+TEST(Runtime, DeviceBarrierOrdersEveryRanksStream) {
+  auto group = make_group();
+  if (group.size() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const int world = static_cast<int>(group.size());
+  std::vector<int> wrong(static_cast<size_t>(world), -1);
+  for_each_rank(group, [&](Communicator& comm) {
+    SignalSet signals(comm, 3);
+    SymmetricMemory data(comm, static_cast<size_t>(world) * 256 * sizeof(uint16_t));
+    WaitRecord* record = nullptr;
+    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&record), sizeof(WaitRecord), cudaHostAllocMapped));
+    *record = WaitRecord{};
+    WaitRecord* device_record = nullptr;
+    WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), record, 0));
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    int mismatches = 0;
+    std::vector<uint16_t> mine(static_cast<size_t>(world) * 256);
+    for (uint16_t round = 1; round <= 20; ++round) {
+      for (int q = 0; q < world; ++q)  // this rank's slot in every rank's buffer, its own included
+        fill_u16(static_cast<uint16_t*>(data.on(q)) + comm.rank() * 256, 256, round, stream);
+      signals.barrier(stream, device_record, 10'000'000'000ull);
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(mine.data(), data.local(), mine.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
+      ASSERT_TRUE(synchronize_with_timeout(stream, 10000)) << "rank " << comm.rank() << " round " << round;
+      for (uint16_t v : mine) mismatches += v != round;
+      signals.barrier(stream, device_record, 10'000'000'000ull);  // nobody writes round + 1 before all have read
+    }
+    ASSERT_TRUE(synchronize_with_timeout(stream, 10000));
+    wrong[static_cast<size_t>(comm.rank())] = mismatches + static_cast<int>(record->failed);
+    cudaStreamDestroy(stream);
+    cudaFreeHost(record);
+  });
+  for (int r = 0; r < world; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0) << "rank " << r;
+}
+
+// A rank that never arrives: the others give up after the timeout, record which rank they waited
+// for, and return (the executor turns the record into DeviceWaitTimeout).
+TEST(Runtime, DeviceBarrierThatAPeerMissesTimesOutNamingIt) {
+  auto group = make_group();
+  if (group.size() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  WaitRecord seen;
+  for_each_rank(group, [&](Communicator& comm) {
+    SignalSet signals(comm, 1);
+    if (comm.rank() != 0) return;  // rank 1 (and any other) stays away
+    WaitRecord* record = nullptr;
+    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&record), sizeof(WaitRecord), cudaHostAllocMapped));
+    *record = WaitRecord{};
+    WaitRecord* device_record = nullptr;
+    WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), record, 0));
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    signals.barrier(stream, device_record, 200'000'000ull);
+    EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "a missed barrier must end in its timeout";
+    seen = *record;
+    cudaStreamDestroy(stream);
+    cudaFreeHost(record);
+  });
+  EXPECT_EQ(seen.failed, 1u);
+  EXPECT_EQ(seen.source, tile::kWaitInBarrier);
+  EXPECT_EQ(seen.signal, 1) << "the rank waited for";
+  EXPECT_EQ(seen.expected, 1u);
+  EXPECT_EQ(seen.observed, 0u);
+}
+
 TEST(Runtime, UnmetWaitTimesOutAndIsDiagnosable) {
   auto group = make_group();
   for_each_rank(group, [&](Communicator& comm) {

@@ -1,11 +1,13 @@
 // Small device kernels the executors and benchmarks need around the GEMM: poison and random fills,
-// reductions and row permutations of bf16 regions, the signal increment, and a device-side
+// reductions and row permutations of bf16 regions, the signal increment, the device barrier, and a device-side
 // relative-difference check for results too large to copy to the host.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "weft/tile/wait_record.hpp"
 
 namespace weft {
 
@@ -45,6 +47,20 @@ void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const Dev
 void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, cudaStream_t stream);
 // Adds `increment` to *counter (local or peer memory) after all earlier work on the stream (release).
 void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
+// A barrier of every rank's stream, on the device: each rank adds 1 to its arrival word on every peer
+// (release, after the stream's earlier work), then waits until every peer's arrival word on it
+// reaches this barrier's number (acquire), counted by the device itself in *epoch, so that a
+// captured barrier replays unchanged. Arrival words only grow. A wait that gives up after
+// timeout_ns is recorded in `error` (source kWaitInBarrier, signal: the late rank) and the kernel
+// returns. Every rank must pass the same barriers in the same order.
+struct DeviceBarrier {
+  uint64_t* const* arrivals_on = nullptr;  // device array: rank q's arrival words (world of them), as this GPU sees them
+  uint64_t* epoch = nullptr;               // this rank's barrier count (device memory)
+  int rank = 0, world = 1;
+  WaitRecord* error = nullptr;
+  uint64_t timeout_ns = 10'000'000'000ull;
+};
+void device_barrier(const DeviceBarrier& barrier, cudaStream_t stream);
 // Loads the modules of the kernels plan steps launch (signal_add, reduce, row permutation, box
 // moves) now: under lazy loading a kernel's first launch can wait for the device to go idle, which
 // it never does while a stream waits for that kernel's work (see configure_cuda_for_waits in

@@ -13,9 +13,10 @@
 // bind_output() (directly where the output is a whole plain buffer, else copied there at the end of
 // the call); everything else lives in the workspace.
 //
-// One call (run): counters reset, then a device barrier where the plan reaches peers (a peer may
-// still read what this call overwrites), symmetric inputs copied in and a second barrier (peers read
-// them from the start), then every plan stream forks from the caller's stream,
+// One call (run): counters reset, then a device-side barrier where the plan reaches peers (a peer
+// may still read what this call overwrites; SignalSet::barrier: a one-warp kernel on symmetric
+// arrival words, no NCCL call), symmetric inputs copied in and a second barrier (peers read them
+// from the start), then every plan stream forks from the caller's stream,
 // runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back.
 // Nothing in a call waits on the host, so a call can be captured into a CUDA graph and replayed;
 // capture after one eager call (or prepare()) so that nothing is allocated while capturing. The
@@ -78,8 +79,8 @@ struct ExecutorOptions {
   int64_t call_timeout_ms = 0;
   // The second call with the same bindings (bind(), bind_output()) is captured into a CUDA graph,
   // and later calls with those bindings launch it: one enqueue instead of one per operation.
-  // Not where the call has an NCCL operation at world > 1 (NCCL requires every rank to capture it
-  // alike), nor while the caller's stream is being captured. WEFT_REPLAY_CALLS=0 turns it off.
+  // Not where the call has an NCCL operation (a collective step) at world > 1 (NCCL requires every
+  // rank to capture it alike), nor while the caller's stream is being captured. WEFT_REPLAY_CALLS=0 turns it off.
   bool replay_calls = true;
 };
 

@@ -7,7 +7,9 @@
 // makes a stream wait until a local counter reaches a value (acquire) without occupying an SM
 // (cuStreamWaitValue64). reset() zeroes this rank's counters from a stream: the executor does so at
 // the start of every call, before the call's barrier, so every wait and write is a value within
-// one call, fixed when the call is enqueued, and a captured call replays unchanged.
+// one call, fixed when the call is enqueued, and a captured call replays unchanged. barrier() is a
+// device-side barrier of every rank's stream (shared sets only) on words of its own, after the
+// counters, that reset() leaves alone.
 //
 // Two CUDA defaults can turn a stream wait into a deadlock, so call configure_cuda_for_waits()
 // before the process's first CUDA call: a stream blocked in a wait also blocks work queued behind it
@@ -24,6 +26,7 @@
 
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/symmetric_memory.hpp"
+#include "weft/tile/wait_record.hpp"
 
 namespace weft {
 
@@ -45,6 +48,10 @@ class SignalSet {
   void wait(cudaStream_t stream, int signal, uint64_t at_least) const;
   // Zeroes this rank's counters, ordered on `stream`.
   void reset(cudaStream_t stream) const;
+  // Every rank's stream waits here until every rank's stream has arrived (device_barrier in
+  // kernels/elementwise.hpp): no host call, no NCCL. Waits give up after timeout_ns, recorded in
+  // `error`. Shared sets only; collective in the order of calls.
+  void barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns) const;
   // Sets every counter of this rank to a value no wait expects, from a private stream: a call that
   // cannot finish (a peer is gone) is released instead of leaving the device stuck.
   void release_every_wait() const;
@@ -56,6 +63,9 @@ class SignalSet {
   int count_;
   SymmetricMemory memory_;
   uint64_t* host_copy_ = nullptr;  // pinned, so reading values never blocks the host on a stuck device
+  // After the counters: one arrival word per rank, then this rank's barrier count.
+  size_t words() const;
+  uint64_t** arrivals_on_ = nullptr;  // device array of every rank's arrival words (shared sets)
 };
 
 // Sets CUDA_DEVICE_MAX_CONNECTIONS=32 and CUDA_MODULE_LOADING=EAGER unless the user chose values;

@@ -9,8 +9,8 @@ namespace weft {
 namespace tile {
 
 // Who waited: a kernel of the user's (TileLink's primitives), the overlap GEMM, weft's companion
-// kernel of SM-driven tile steps.
-enum WaitSource : int32_t { kWaitInUserKernel = 0, kWaitInOverlapGemm = 1, kWaitInTileProgram = 2 };
+// kernel of SM-driven tile steps, the device barrier at the start of a call (signal: the late rank).
+enum WaitSource : int32_t { kWaitInUserKernel = 0, kWaitInOverlapGemm = 1, kWaitInTileProgram = 2, kWaitInBarrier = 3 };
 
 struct WaitRecord {
   uint32_t failed = 0;
