@@ -68,15 +68,22 @@ std::vector<Case> op_cases() {
 
 class OpOnCallerBuffers : public testing::TestWithParam<Case> {};
 
-TEST_P(OpOnCallerBuffers, MatchesTheReferenceAsRowsChange) {
-  const Case c = GetParam();
-  const int world = static_cast<int>(group().size());
+// An op of the case's kind and strategy, N = 264 and K = 136 (ragged against every tile), for up
+// to max_rows rows.
+OpSpec spec_for(const Case& c, int64_t max_rows) {
   OpSpec spec;
   spec.op = c.op;
   spec.n = 264;
   spec.k = 136;
-  spec.max_rows = 256 * world;
+  spec.max_rows = max_rows;
   spec.strategy = c.strategy;
+  return spec;
+}
+
+TEST_P(OpOnCallerBuffers, MatchesTheReferenceAsRowsChange) {
+  const Case c = GetParam();
+  const int world = static_cast<int>(group().size());
+  OpSpec spec = spec_for(c, 256 * world);
   spec.plan.gemm_sms = 4;  // signal: several waves and groups even on these shapes
   // The largest, a ragged count, the largest again (cached), a small one; multiples of W for gemm_rs.
   const std::vector<int64_t> rows = {256 * world, 200 * world, 256 * world, 8 * world};
@@ -172,12 +179,7 @@ TEST(OpGraph, SignalGemmRsReplaysAThousandTimesWithNewInputs) { thousand_graph_r
 TEST(Op, ReplayedCallsFollowTheirBuffers) {
   const int world = static_cast<int>(group().size());
   for (const Case& c : {Case{OpKind::gemm_rs, "fused"}, Case{OpKind::ag_gemm, "decomposed"}, Case{OpKind::gemm_ar, "default"}}) {
-    OpSpec spec;
-    spec.op = c.op;
-    spec.n = 264;
-    spec.k = 136;
-    spec.max_rows = 128 * world;
-    spec.strategy = c.strategy;
+    const OpSpec spec = spec_for(c, 128 * world);
     const int64_t rows = 128 * world;
     const int order[] = {0, 0, 0, 1, 1, 0, 0, 1, 1, 0};
     std::vector<std::vector<double>> errors(static_cast<size_t>(world));

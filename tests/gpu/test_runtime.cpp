@@ -55,6 +55,20 @@ TEST(Runtime, PeerNotifyReleasesAStreamWaitingOnAnotherGpu) {
   EXPECT_EQ(seen[0], 3u);
 }
 
+// A wait record in mapped host memory, as the executor's workspace keeps one.
+struct MappedWaitRecord {
+  WaitRecord* host = nullptr;
+  WaitRecord* device = nullptr;
+  MappedWaitRecord() {
+    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), sizeof(WaitRecord), cudaHostAllocMapped));
+    *host = WaitRecord{};
+    WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), host, 0));
+  }
+  ~MappedWaitRecord() { cudaFreeHost(host); }
+  MappedWaitRecord(const MappedWaitRecord&) = delete;
+  MappedWaitRecord& operator=(const MappedWaitRecord&) = delete;
+};
+
 // What the executor's calls start with: every rank's writes into its peers' memory before the
 // barrier are seen by them after it, round after round.
 TEST(Runtime, DeviceBarrierOrdersEveryRanksStream) {
@@ -65,11 +79,7 @@ TEST(Runtime, DeviceBarrierOrdersEveryRanksStream) {
   for_each_rank(group, [&](Communicator& comm) {
     SignalSet signals(comm, 3);
     SymmetricMemory data(comm, static_cast<size_t>(world) * 256 * sizeof(uint16_t));
-    WaitRecord* record = nullptr;
-    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&record), sizeof(WaitRecord), cudaHostAllocMapped));
-    *record = WaitRecord{};
-    WaitRecord* device_record = nullptr;
-    WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), record, 0));
+    MappedWaitRecord record;
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     int mismatches = 0;
@@ -77,16 +87,15 @@ TEST(Runtime, DeviceBarrierOrdersEveryRanksStream) {
     for (uint16_t round = 1; round <= 20; ++round) {
       for (int q = 0; q < world; ++q)  // this rank's slot in every rank's buffer, its own included
         fill_u16(static_cast<uint16_t*>(data.on(q)) + comm.rank() * 256, 256, round, stream);
-      signals.barrier(stream, device_record, 10'000'000'000ull);
+      signals.barrier(stream, record.device, 10'000'000'000ull);
       WEFT_CUDA_CHECK(cudaMemcpyAsync(mine.data(), data.local(), mine.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
       ASSERT_TRUE(synchronize_with_timeout(stream, 10000)) << "rank " << comm.rank() << " round " << round;
       for (uint16_t v : mine) mismatches += v != round;
-      signals.barrier(stream, device_record, 10'000'000'000ull);  // nobody writes round + 1 before all have read
+      signals.barrier(stream, record.device, 10'000'000'000ull);  // nobody writes round + 1 before all have read
     }
     ASSERT_TRUE(synchronize_with_timeout(stream, 10000));
-    wrong[static_cast<size_t>(comm.rank())] = mismatches + static_cast<int>(record->failed);
+    wrong[static_cast<size_t>(comm.rank())] = mismatches + static_cast<int>(record.host->failed);
     cudaStreamDestroy(stream);
-    cudaFreeHost(record);
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(wrong[static_cast<size_t>(r)], 0) << "rank " << r;
 }
@@ -100,18 +109,13 @@ TEST(Runtime, DeviceBarrierThatAPeerMissesTimesOutNamingIt) {
   for_each_rank(group, [&](Communicator& comm) {
     SignalSet signals(comm, 1);
     if (comm.rank() != 0) return;  // rank 1 (and any other) stays away
-    WaitRecord* record = nullptr;
-    WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&record), sizeof(WaitRecord), cudaHostAllocMapped));
-    *record = WaitRecord{};
-    WaitRecord* device_record = nullptr;
-    WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_record), record, 0));
+    MappedWaitRecord record;
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    signals.barrier(stream, device_record, 200'000'000ull);
+    signals.barrier(stream, record.device, 200'000'000ull);
     EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "a missed barrier must end in its timeout";
-    seen = *record;
+    seen = *record.host;
     cudaStreamDestroy(stream);
-    cudaFreeHost(record);
   });
   EXPECT_EQ(seen.failed, 1u);
   EXPECT_EQ(seen.source, tile::kWaitInBarrier);
