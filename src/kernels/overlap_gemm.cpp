@@ -81,6 +81,18 @@ std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& t
   return split;
 }
 
+std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
+                                                OverlapGemmConfig config, int ctas) {
+  if (ctas < 1 || static_cast<int64_t>(table.size()) <= ctas) return table;
+  const size_t whole = table.size() / static_cast<size_t>(ctas) * static_cast<size_t>(ctas);
+  const size_t tail = table.size() - whole;
+  if (tail == 0 || tail * static_cast<size_t>(splits) > static_cast<size_t>(ctas)) return table;
+  std::vector<OverlapGemmTile> split(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(whole));
+  const std::vector<OverlapGemmTile> last(table.begin() + static_cast<std::ptrdiff_t>(whole), table.end());
+  for (const OverlapGemmTile& e : split_along_k(last, splits, k, config)) split.push_back(e);
+  return split;
+}
+
 void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   (void)shape_of(config);
   if (launch.m <= 0 || launch.n <= 0 || launch.k <= 0)

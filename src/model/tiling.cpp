@@ -21,6 +21,10 @@ constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
 constexpr int kSmallTileRows = 64;
 constexpr int kMaxSmallMSplits = 4;
+constexpr int kMaxTailSplits = 4;
+// What each split of a tail tile adds in K-tiles of work: the splits of a tile run side by side, so
+// each waits little; it writes or reads one fp32 partial tile through L2. An estimate until measured.
+constexpr double kTailFixupKTiles = 4.0;
 // The overlap GEMM's shared memory per CTA (Hopper: 227 KiB) and what its barriers take besides
 // the pipeline stages and the epilogue's staging strip (overlap_gemm_kernel.cuh).
 constexpr int kSharedMemoryPerSm = 232448;
@@ -145,7 +149,22 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
       best_time = t;
     }
   }
+  if (best.k_splits == 1)
+    best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
   return best;
+}
+
+int choose_tail_splits(int64_t tile_count, int64_t k, TileShape tile, int sm_count) {
+  if (sm_count < 2 || tile_count <= sm_count) return 1;  // one wave: the K split's own rule decides
+  const int64_t tail = tile_count % sm_count;
+  if (tail == 0 || 2 * tail > sm_count) return 1;
+  const int64_t k_tiles = ceil_div(k, tile.tile_k);
+  const int splits = static_cast<int>(std::min<int64_t>({kMaxTailSplits, sm_count / tail, k_tiles / kMinKTilesPerSplit}));
+  if (splits < 2) return 1;
+  const double whole = static_cast<double>(tile_count / sm_count + 1) * static_cast<double>(k_tiles);
+  const double split = static_cast<double>(tile_count / sm_count) * static_cast<double>(k_tiles) +
+                       static_cast<double>(ceil_div(k_tiles, splits)) + (splits - 1) * kTailFixupKTiles;
+  return split < 0.97 * whole ? splits : 1;
 }
 
 int64_t choose_comm_tile_rows(int64_t rows_per_rank, int tile_m) {

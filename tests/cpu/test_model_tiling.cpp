@@ -37,6 +37,19 @@ TEST(Tiling, AtMost64RowsTake64RowTilesWithEnoughBytesInFlight) {
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 4096, 192, 132).k_splits, 1);
 }
 
+TEST(Tiling, APartialLastWaveIsSplitAlongKWhereItLeavesHalfTheSmsIdle) {
+  // MLP-1 AG at world 4 (8192 x 2752 x 4096): 704 tiles of 128x256 are 5 waves and 44 tiles on 132
+  // SMs; split 3 ways those 44 fill the last wave.
+  const GemmTiling mlp1 = choose_overlap_gemm_tiling(8192, 2752, 4096, 132);
+  EXPECT_EQ(mlp1.k_splits, 1);
+  EXPECT_EQ(mlp1.tail_splits, 3);
+  // 1,024 tiles: a last wave of 100 tiles is most of a wave; one wave or less: the K split's rule.
+  EXPECT_EQ(choose_tail_splits(1024, 2752, TileShape{128, 256, 64}, 132), 1);
+  EXPECT_EQ(choose_tail_splits(100, 12288, TileShape{128, 256, 64}, 132), 1);
+  EXPECT_EQ(choose_tail_splits(140, 12288, TileShape{128, 256, 64}, 132), 4) << "8 tiles: at most 4 ways";
+  EXPECT_EQ(choose_tail_splits(140, 128, TileShape{128, 256, 64}, 132), 1) << "2 K-tiles cannot be split";
+}
+
 TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
   // fused ag_gemm at world 4 with 128 rows per rank: one GEMM of 512 x 12288 x 12288 per rank, the
   // GPT-3 row the rule gives 128x192 tiles. The plan's GEMM carries the tile and the split.

@@ -277,6 +277,47 @@ TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
 INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_gemm_configs()),
                          [](const auto& param_info) { return "tile_" + to_string(param_info.param); });
 
+// A table one SM-count of tiles plus a quarter more: the quarter (the partial last wave) is split
+// along K to fill that wave, the rest stays whole; every tile notifies once; two calls.
+TEST(OverlapGemm, TailSplitsFillTheLastWaveAndMatchTheHostGemm) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t tiles_wanted = sms + sms / 4, tiles_n = 12, tiles_m = (tiles_wanted + tiles_n - 1) / tiles_n;
+  const int64_t m = tiles_m * 128 - 40, n = tiles_n * 96, k = 520;  // ragged M and K
+  Fixture f(OverlapGemmConfig::tile_128x96, m, n, k, 77);
+  const size_t tiles = f.table.size();
+  for (auto& e : f.table) {
+    e.notify_rank = 0;
+    e.notify_signal = 1;
+    e.notify_increment = 1;
+  }
+  const size_t tail = tiles % static_cast<size_t>(sms);
+  ASSERT_GT(tail, 0u);
+  const std::vector<OverlapGemmTile> whole_table = f.table;
+  const int splits = static_cast<int>(std::min<size_t>(4, static_cast<size_t>(sms) / tail));
+  ASSERT_GE(splits, 2);
+  f.table = split_tail_along_k(f.table, splits, k, f.config, sms);
+  ASSERT_EQ(f.table.size(), tiles - tail + tail * static_cast<size_t>(splits)) << "only the last wave's tiles are split";
+  OverlapGemmLaunch l = f.launch();
+  l.k_splits = splits;
+  l.wait_timeout_ns = 2'000'000'000ull;
+  f.upload(l);
+  OverlapGemm gemm(l, f.config);
+  for (int call = 0; call < 2; ++call) {
+    fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
+    gemm.launch(f.stream);
+    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+    EXPECT_EQ(f.read_error().failed, 0u) << "a split gave up waiting";
+    EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
+    EXPECT_EQ(f.read_signals()[1], static_cast<uint64_t>(call + 1) * tiles) << "one notify per tile";
+  }
+  // A tail that would not fit in one wave once split is left alone.
+  if (tail > 1) {
+    EXPECT_EQ(split_tail_along_k(whole_table, sms, k, f.config, sms).size(), whole_table.size());
+  }
+}
+
 TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 128, 1);
   OverlapGemmLaunch l = f.launch();

@@ -42,8 +42,9 @@ struct GemmShape {
 
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
-Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o) {
+Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1) {
   PlanOptions options;
+  options.tail_splits = tail_splits;
   options.raster = o.raster;
   options.swizzle = o.swizzle;
   options.tile_m = tile.tile_m;
@@ -146,13 +147,15 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
               "notify+", "peer+", "err", "check");
   std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads, peer_overheads;
   int failures = 0, chose_best = 0;
-  auto name_of = [](OverlapGemmConfig c, int splits) { return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : ""); };
+  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1) {
+    return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "");
+  };
   for (const auto& [name, s] : shapes) {
     const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count);
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
-    const std::string chosen_name = name_of(chosen, tiling.k_splits);
-    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o);
+    const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits);
+    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o, tiling.tail_splits);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});
     fill_buffers(library, 0, o.seed, stream);
     library.run(stream);
@@ -163,6 +166,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     struct Variant {
       size_t config;
       int splits;
+      int tail = 1;
     };
     std::vector<Variant> variants;
     for (size_t c = 0; c < configs.size(); ++c) {
@@ -170,17 +174,18 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       std::vector<int> splits = splits_to_time(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count);
       if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
+      if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (const Variant& v : variants) {
       const OverlapGemmShape t = shape_of(configs[v.config]);
-      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o),
+      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail),
                                                        ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
-      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits));
+      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
@@ -230,9 +235,9 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
       if (t < t_best) {
         t_best = t;
-        best_name = name_of(configs[variants[v].config], variants[v].splits);
+        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail);
       }
-      if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits) t_chosen = t;
+      if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits) t_chosen = t;
     }
 
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
@@ -254,10 +259,10 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
                 flops / t_library * 1e-9, ratio, best_ratio, overhead * 100, peer_overhead * 100, std::max(error_empty, error_notify),
                 ok ? "ok" : "MISMATCH");
     if (!notify_error.empty()) std::fprintf(stderr, "  %s\n", notify_error.c_str());
-    if (variants.size() > configs.size()) {  // the splits swept: each (tile, split) on its own
+    if (variants.size() > configs.size()) {  // splits swept or a tail split: each (tile, split) on its own
       std::printf("  %-28s", "each tile and split, ms:");
       for (size_t v = 0; v < variants.size(); ++v)
-        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits).c_str(), medians[1 + kWorkCount + v]);
+        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail).c_str(), medians[1 + kWorkCount + v]);
       std::printf("\n");
     }
     std::fflush(stdout);

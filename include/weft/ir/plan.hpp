@@ -114,6 +114,11 @@ struct GemmStep {
   // (model/tiling.hpp). Only for persistent GEMMs on every SM: a wave-grouped table must keep its
   // waves. Invisible to everything else: a tile still waits, stores and notifies once.
   int k_splits = 1;
+  // With k_splits 1: the table's entries after its last whole wave of CTAs (one CTA per SM) are
+  // each split this many ways along K, so that a partial last wave (tiles % SMs well under the SM
+  // count) fills the GPU with shorter entries instead of leaving SMs idle. Same conditions and
+  // invisibility as k_splits; the model decides it.
+  int tail_splits = 1;
 
   bool operator==(const GemmStep&) const = default;
 };

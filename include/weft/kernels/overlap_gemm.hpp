@@ -109,6 +109,12 @@ OverlapGemmConfig config_for(int tile_m, int tile_n);
 // and B), stores and notifies stay on the last.
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                            OverlapGemmConfig config);
+// The entries after the table's last whole wave of `ctas` persistent CTAs split `splits` ways
+// (split_along_k), where they still fit in one wave; the table unchanged otherwise. Each CTA then
+// runs at most one entry of that last round, so a split never waits for an entry its own CTA has
+// yet to run.
+std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
+                                                OverlapGemmConfig config, int ctas);
 
 // Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
 // row strides, K a multiple of 8, and every table entry inside the tile grid and its target.

@@ -31,6 +31,7 @@ const std::vector<TileShape>& overlap_gemm_tiles();
 struct GemmTiling {
   TileShape tile;
   int k_splits = 1;
+  int tail_splits = 1;  // GemmStep::tail_splits
 };
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
@@ -46,6 +47,11 @@ constexpr double kSplitFixupKTiles = 32.0;
 // The K split for `tile_count` entries of one tile shape (a table may hold fewer tiles than the
 // grid) of an m x n x k GEMM; 1 for memory-bound shapes.
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count);
+
+// The split of the tiles of a partial last wave (GemmStep::tail_splits) for `tile_count` unsplit
+// entries: where the last wave holds at most half the SMs' worth of tiles, each is split as many
+// ways (up to 4) as still fit in one wave, when the estimate gains 3%; else 1.
+int choose_tail_splits(int64_t tile_count, int64_t k, TileShape tile, int sm_count);
 
 // TileLink's communication tile: rows moved (AG) or reduced (RS) per device-side signal, decoupled
 // from the GEMM tile but a multiple of its height, so that a GEMM tile waits for (or completes)

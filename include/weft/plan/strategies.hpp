@@ -65,8 +65,10 @@ struct TuningTable;
 struct PlanOptions {
   int tile_m = 128;
   int tile_n = 128;
-  // Pieces along K of each overlap GEMM tile (GemmStep::k_splits).
+  // Pieces along K of each overlap GEMM tile (GemmStep::k_splits), and of the tiles of its partial
+  // last wave (GemmStep::tail_splits).
   int k_splits = 1;
+  int tail_splits = 1;
   Raster raster = Raster::along_m;
   // Strips of 8 tile columns: a wave of ~132 tiles then covers ~16 row blocks x 8 column blocks,
   // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down

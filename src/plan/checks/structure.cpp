@@ -69,6 +69,9 @@ struct StructureChecker {
     if (g.tile_m < 1 || g.tile_n < 1) fail(where, "tile size must be positive");
     if (g.sm_limit < 0) fail(where, "sm_limit must be 0 (all SMs) or positive");
     if (g.k_splits < 1) fail(where, "k_splits must be at least 1");
+    if (g.tail_splits < 1) fail(where, "tail_splits must be at least 1");
+    if (g.tail_splits > 1 && (g.k_splits > 1 || g.sm_limit != 0 || !g.persistent))
+      fail(where, "tail_splits " + std::to_string(g.tail_splits) + " needs an unsplit, persistent GEMM on every SM");
     if (g.k_splits > 1 && (g.sm_limit != 0 || !g.persistent))
       fail(where, "a GEMM on limited SMs or with a CTA per tile keeps its waves and cannot split K (k_splits " +
                       std::to_string(g.k_splits) + ")");

@@ -52,6 +52,7 @@ GemmStep gemm_over(const Region& a, const Region& b, const PlanOptions& options)
   gemm.tile_m = options.tile_m;
   gemm.tile_n = options.tile_n;
   gemm.k_splits = options.k_splits;
+  gemm.tail_splits = options.k_splits > 1 ? 1 : options.tail_splits;
   return gemm;
 }
 

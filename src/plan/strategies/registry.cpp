@@ -115,6 +115,7 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
   // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave); one beside
   // the companion kernel is not on every SM, which the split K needs.
   o.k_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.k_splits;
+  o.tail_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.tail_splits;
   return o;
 }
 

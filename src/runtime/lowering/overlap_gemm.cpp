@@ -1,7 +1,7 @@
 // A GEMM step whose tile table has waits, notifies or remapped stores runs on the overlap GEMM:
 // the table in the kernel's device format, its store targets and every rank's signal array. The K
-// split is the plan's (GemmStep::k_splits, decided by the model); waits stay on every split, the
-// store and the notify happen once, after the last.
+// split is the plan's (GemmStep::k_splits and tail_splits, decided by the model); waits stay on
+// every split, the store and the notify happen once, after the last.
 #include <algorithm>
 #include <map>
 
@@ -70,6 +70,15 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   }
   launch.k_splits = gemm.k_splits;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
+  if (gemm.k_splits == 1 && gemm.tail_splits > 1 && gemm.persistent && gemm.sm_limit == 0) {
+    // The partial last wave of the CTAs this GPU runs (one per SM), not of the model's SM count.
+    int device = 0, sms = 0;
+    WEFT_CUDA_CHECK(cudaGetDevice(&device));
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const size_t before = table.size();
+    table = split_tail_along_k(table, gemm.tail_splits, launch.k, config, sms);
+    if (table.size() != before) launch.k_splits = gemm.tail_splits;
+  }
   launch.tile_count = static_cast<int>(table.size());
   if (!gemm.persistent) launch.max_ctas = launch.tile_count;
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
