@@ -22,7 +22,9 @@
 // a_in_workspace; then a barrier at the end of the call instead), then the
 // strategy's streams fork from `stream` and join back into it, and the result lands in c. Nothing
 // waits on the host, so a call can be captured in a CUDA graph; capture after a first eager call
-// with the same rows (or prepare(rows)): planning and lowering allocate, capturing may not.
+// with the same rows (or prepare(rows)): planning and lowering allocate, capturing may not. Left
+// eager, a call whose pointers repeat the previous call's (same rows) is replayed from a graph the
+// op captured itself (ExecutorOptions::replay_calls), one launch instead of one per operation.
 //
 // What it allocates: once, at construction, the symmetric memory and signals for max_rows (grown,
 // never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing, for
