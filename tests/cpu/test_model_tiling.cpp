@@ -50,6 +50,31 @@ TEST(Tiling, APartialLastWaveIsSplitAlongKWhereItLeavesHalfTheSmsIdle) {
   EXPECT_EQ(choose_tail_splits(140, 128, TileShape{128, 256, 64}, 132), 1) << "2 K-tiles cannot be split";
 }
 
+TEST(Tiling, GemmsThatKeepTheirSmsOrWavesTakeNoTailSplit) {
+  // MLP-1 AG at world 4 takes a tail split where the GEMM has every SM (fused); the strategies whose
+  // GEMM leaves SMs to copies, NCCL or the companion keep their waves, and every plan validates.
+  const Problem p{OpKind::ag_gemm, 2048, 2752, 4096, 4, DType::bf16, DType::bf16, {}};
+  auto tail_of = [](const Plan& plan) {
+    int tail = 0;
+    for (const Step& s : plan.ranks[0].steps)
+      if (const auto* g = std::get_if<GemmStep>(&s.body)) tail = std::max(tail, g->tail_splits);
+    return tail;
+  };
+  EXPECT_EQ(tail_of(make_plan(find_strategy("fused"), p)), 3);
+  PlanOptions sm_copies;
+  sm_copies.chunked.backend = ChunkBackend::sm;
+  for (const PlanOptions& o : {PlanOptions{}, sm_copies}) {
+    const Plan chunked = make_plan(find_strategy("chunked"), p, o);
+    EXPECT_NO_THROW(require_valid(chunked));
+    if (o.chunked.backend == ChunkBackend::sm) {
+      EXPECT_EQ(tail_of(chunked), 1) << "a GEMM beside SM copies keeps its waves";
+    }
+  }
+  EXPECT_EQ(tail_of(make_plan(find_strategy("tilelink"), p)), 1);
+  const Problem rs{OpKind::gemm_rs, 8192, 2752, 4096, 4, DType::bf16, DType::bf16, {}};
+  EXPECT_EQ(tail_of(make_plan(find_strategy("signal"), rs)), 1);
+}
+
 TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
   // fused ag_gemm at world 4 with 128 rows per rank: one GEMM of 512 x 12288 x 12288 per rank, the
   // GPT-3 row the rule gives 128x192 tiles. The plan's GEMM carries the tile and the split.

@@ -97,6 +97,7 @@ GemmStep signal_gemm(const Region& a, const Region& b, const PlanOptions& o, con
   GemmStep gemm = gemm_over(a, b, o);
   gemm.persistent = !o.gemm_cta_per_tile;
   gemm.sm_limit = gemm.persistent ? layout.gemm_sms : 0;
+  gemm.tail_splits = 1;  // its waves are its groups
   return gemm;
 }
 

@@ -90,6 +90,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 
   GemmStep gemm = detail::gemm_over(b.whole(gathered), b.whole(w), o);
   gemm.sm_limit = gemm_sms(o);
+  gemm.tail_splits = 1;  // the companion keeps SMs: no wave to fill
   const TileGrid grid{world * p.m, p.n, o.tile_m, o.tile_n};
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
     GemmTile tile;
@@ -156,6 +157,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   // GEMM tiles: blocks in ring order after the own one, communication tiles in turn within a block.
   GemmStep gemm = detail::gemm_over(b.whole(a), b.whole(w), o);
   gemm.sm_limit = gemm_sms(o);
+  gemm.tail_splits = 1;  // the companion keeps SMs: no wave to fill
   std::vector<int64_t> order = rasterized_order(grid, o.raster, o.swizzle);
   auto rank_of_step = [&](int64_t index) {  // spanning tiles first: their relay waits for all of them
     const Rect t = grid.tile(index);
