@@ -111,6 +111,24 @@ struct Fixture {
     upload(l);
     launch_overlap_gemm(l, config, on ? on : stream);
   }
+  // Prepares the (split) table once with `splits` as the launch's most splits, then runs it twice
+  // into a poisoned C: no split may give up, C must match the host GEMM, and each of the
+  // `notifying_tiles` must notify once per call (after its last split).
+  void expect_two_calls_match(int splits, size_t notifying_tiles, const std::string& what) {
+    OverlapGemmLaunch l = launch();
+    l.k_splits = splits;
+    l.wait_timeout_ns = 2'000'000'000ull;
+    upload(l);
+    OverlapGemm gemm(l, config);
+    for (int call = 0; call < 2; ++call) {
+      fill_u16(c.data, c.rows * c.cols, kBf16Nan, stream);
+      gemm.launch(stream);
+      ASSERT_TRUE(synchronize_with_timeout(stream, 20000)) << what;
+      EXPECT_EQ(read_error().failed, 0u) << what << ": a split gave up waiting";
+      EXPECT_LT(relative_error(download(c.region(), stream), want), 1e-2) << what;
+      EXPECT_EQ(read_signals()[1], static_cast<uint64_t>(call + 1) * notifying_tiles) << what << ": one notify per tile, after its last split";
+    }
+  }
   WaitRecord read_error() {
     WaitRecord e;
     WEFT_CUDA_CHECK(cudaMemcpy(&e, error, sizeof e, cudaMemcpyDeviceToHost));
@@ -258,19 +276,7 @@ TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
     }
     f.table = split_along_k(f.table, splits, k, f.config);
     ASSERT_EQ(f.table.size(), tiles * static_cast<size_t>(splits));
-    OverlapGemmLaunch l = f.launch();
-    l.k_splits = splits;
-    l.wait_timeout_ns = 2'000'000'000ull;
-    f.upload(l);
-    OverlapGemm gemm(l, f.config);
-    for (int call = 0; call < 2; ++call) {
-      fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
-      gemm.launch(f.stream);
-      ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
-      EXPECT_EQ(f.read_error().failed, 0u) << "a split gave up waiting";
-      EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2) << m << "x" << n << "x" << k << " / " << splits;
-      EXPECT_EQ(f.read_signals()[1], static_cast<uint64_t>(call + 1) * tiles) << "one notify per tile, after its last split";
-    }
+    f.expect_two_calls_match(splits, tiles, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " / " + std::to_string(splits));
   }
 }
 
@@ -299,19 +305,7 @@ TEST(OverlapGemm, TailSplitsFillTheLastWaveAndMatchTheHostGemm) {
   ASSERT_GE(splits, 2);
   f.table = split_tail_along_k(f.table, splits, k, f.config, sms);
   ASSERT_EQ(f.table.size(), tiles - tail + tail * static_cast<size_t>(splits)) << "only the last wave's tiles are split";
-  OverlapGemmLaunch l = f.launch();
-  l.k_splits = splits;
-  l.wait_timeout_ns = 2'000'000'000ull;
-  f.upload(l);
-  OverlapGemm gemm(l, f.config);
-  for (int call = 0; call < 2; ++call) {
-    fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
-    gemm.launch(f.stream);
-    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
-    EXPECT_EQ(f.read_error().failed, 0u) << "a split gave up waiting";
-    EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
-    EXPECT_EQ(f.read_signals()[1], static_cast<uint64_t>(call + 1) * tiles) << "one notify per tile";
-  }
+  f.expect_two_calls_match(splits, tiles, "tail split " + std::to_string(splits) + " ways");
   // A tail that would not fit in one wave once split is left alone.
   if (tail > 1) {
     EXPECT_EQ(split_tail_along_k(whole_table, sms, k, f.config, sms).size(), whole_table.size());

@@ -24,8 +24,9 @@ struct TileShape {
   bool operator==(const TileShape&) const = default;
 };
 
-// The tiles the overlap GEMM compiles (src/kernels/overlap_gemm_<M>x<N>.cu), widest first; the
-// kernel layer checks at start-up that it compiles exactly these.
+// The tiles the overlap GEMM compiles (src/kernels/overlap_gemm_<M>x<N>.cu), 128-row ones widest
+// first, then the 64-row ones; the
+// kernel layer's config_for() throws, listing what it compiles, for a tile it does not compile.
 const std::vector<TileShape>& overlap_gemm_tiles();
 
 struct GemmTiling {
