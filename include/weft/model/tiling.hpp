@@ -25,8 +25,8 @@ struct TileShape {
 };
 
 // The tiles the overlap GEMM compiles (src/kernels/overlap_gemm_<M>x<N>.cu), 128-row ones widest
-// first, then the 64-row ones; the
-// kernel layer's config_for() throws, listing what it compiles, for a tile it does not compile.
+// first, then the 64-row ones; the kernel layer's config_for() throws, listing what it compiles,
+// for a tile it does not compile.
 const std::vector<TileShape>& overlap_gemm_tiles();
 
 struct GemmTiling {
