@@ -74,6 +74,12 @@ std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& t
       if (part + 1 < splits) {
         e.notify_rank = -1;
         e.notify_increment = 0;
+        if (e.addend_count > 0) {  // the epilogue's wait and addends belong to the split that stores
+          e.wait_signal = -1;
+          e.wait_value = 0;
+          e.addend_target = -1;
+          e.addend_count = 0;
+        }
       }
       split.push_back(e);
     }
@@ -143,6 +149,14 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     if (e.store_row < 0 || e.store_col < 0 || e.store_row + e.rows > target.rows || e.store_col + e.cols > target.cols)
       reject(where + "stores outside its target (" + std::to_string(target.rows) + "x" + std::to_string(target.cols) + ")");
     if (e.wait_signal >= 0 && !launch.wait_signals) reject(where + "waits but no signal array was given");
+    if (e.addend_count < 0) reject(where + "has a negative addend count");
+    if (e.addend_count > 0) {
+      if (e.addend_target < 0 || e.addend_target >= launch.target_count) reject(where + "reads addends from a target that does not exist");
+      const OverlapGemmTarget& from = launch.targets[e.addend_target];
+      const int64_t last_row = e.addend_row + int64_t{e.addend_count - 1} * e.addend_row_step;
+      if (e.addend_row < 0 || e.addend_row_step < 0 || e.addend_col < 0 || last_row + e.rows > from.rows || e.addend_col + e.cols > from.cols)
+        reject(where + "reads addends outside their target (" + std::to_string(from.rows) + "x" + std::to_string(from.cols) + ")");
+    }
     if (e.notify_rank >= 0 && (e.notify_rank >= kMaxSignalRanks || !launch.notify_signals[e.notify_rank]))
       reject(where + "notifies rank " + std::to_string(e.notify_rank) + " whose signal array was not given");
     if (e.notify_rank >= 0 && e.notify_increment == 0) reject(where + "notifies with increment 0");

@@ -147,7 +147,12 @@ struct OverlapGemmKernel {
     constexpr int kGroupsPerStrip = kStripCols / 8;
     const OverlapGemmTarget& target = launch.targets[entry.store_target];
     Element* origin = static_cast<Element*>(target.data) + entry.store_row * target.stride + entry.store_col;
-    const bool vector_ok = reinterpret_cast<uintptr_t>(origin) % 16 == 0 && target.stride % 8 == 0;
+    // Addends: entry.addend_count boxes, the j-th `addend_step` elements after the first.
+    const OverlapGemmTarget& addend_target = launch.targets[entry.addend_count > 0 ? entry.addend_target : entry.store_target];
+    const Element* addends = static_cast<const Element*>(addend_target.data) + entry.addend_row * addend_target.stride + entry.addend_col;
+    const int64_t addend_step = entry.addend_row_step * addend_target.stride;
+    const bool vector_ok = reinterpret_cast<uintptr_t>(origin) % 16 == 0 && target.stride % 8 == 0 &&
+                           (entry.addend_count == 0 || (reinterpret_cast<uintptr_t>(addends) % 16 == 0 && addend_target.stride % 8 == 0));
     Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
     TiledMma tiled_mma;
     Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
@@ -177,11 +182,25 @@ struct OverlapGemmKernel {
         if (row >= entry.rows) continue;
         const Element* from = staging + row * kStagingStride + col;
         Element* to = origin + row * target.stride + strip_col + col;
+        const Element* addend = addends + row * addend_target.stride + strip_col + col;
         const int valid = entry.cols - (strip_col + col);
         if (vector_ok && valid >= 8) {
-          *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
+          uint4 value = *reinterpret_cast<const uint4*>(from);
+          if (entry.addend_count > 0) {
+            // Peers' partial sums: through L2 (__ldcg), where their NVLink stores landed.
+            float sum[8] = {};
+            tile::add_bf16_vector(sum, value);
+            for (int j = 0; j < entry.addend_count; ++j) tile::add_bf16_vector(sum, __ldcg(reinterpret_cast<const uint4*>(addend + j * addend_step)));
+            value = tile::bf16_vector_of(sum);
+          }
+          *reinterpret_cast<uint4*>(to) = value;
         } else {
-          for (int e = 0; e < 8 && e < valid; ++e) to[e] = from[e];
+          for (int e = 0; e < 8 && e < valid; ++e) {
+            float sum = static_cast<float>(from[e]);
+            for (int j = 0; j < entry.addend_count; ++j)
+              sum += __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(addend + j * addend_step + e))));
+            to[e] = Element(sum);
+          }
         }
       }
     }
@@ -308,7 +327,7 @@ struct OverlapGemmKernel {
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
         const OverlapGemmTile entry = launch.tiles[t];
-        if (entry.wait_signal >= 0) wait_for_signal(launch, t, entry);
+        if (entry.wait_signal >= 0 && entry.addend_count == 0) wait_for_signal(launch, t, entry);  // else in the epilogue
         const auto block = make_coord(entry.tile_m, entry.tile_n, _, 0);
         const int first = entry.k_tiles > 0 ? entry.k_begin : 0, count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
         auto k_iterator = cute::make_coord_iterator(idx2crd(first, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
@@ -332,6 +351,11 @@ struct OverlapGemmKernel {
       mainloop.mma_tail(pipeline, read_state, count);
       read_state.advance(count);
       if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
+      // An entry with addends waits here, after its MMAs, for the peers' partial sums (acquire at
+      // system scope); store_tile's first barrier orders every consumer's addend loads after it.
+      if (entry.addend_count > 0 && entry.wait_signal >= 0 && mma_thread_idx == 0)
+        tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
+                                  tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, t);
       store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
         // Each consumer thread's arrive releases its own stores, without waiting for the others;

@@ -242,10 +242,16 @@ class Simulator {
       // A tile stored into a peer's memory waits for its bytes to cross NVLink, which every CTA
       // storing to peers shares.
       const double peer_store = 2.0 * tile.tile_m * tile.tile_n * run->grid / std::max(m_.nvlink_bytes_per_s, 1.0);
+      // Addends are read from HBM in the epilogue, every CTA reading at once. Their wait is costed
+      // before the tile's loads, not in its epilogue where the kernel makes it: later by up to a
+      // tile's time where the addends arrive while the tile computes.
+      const double addend_read = 2.0 * tile.tile_m * tile.tile_n * run->grid / std::max(m_.memory_bytes_per_s, 1.0);
       for (const GemmTile& t : g.tiles)
         for (int s = 0; s < splits; ++s) {
           GemmRun::Entry e;
-          e.seconds = seconds / m_.overlap_gemm_efficiency + (s + 1 == splits && t.store.rank != r ? peer_store : 0.0);
+          const bool last = s + 1 == splits;
+          e.seconds = seconds / m_.overlap_gemm_efficiency + (last && t.store.rank != r ? peer_store : 0.0) +
+                      (last ? addend_read * static_cast<double>(t.addends.size()) : 0.0);
           e.wait = t.wait;
           if (s + 1 == splits) e.notify = t.notify;
           run->entries.push_back(e);

@@ -120,14 +120,29 @@ class ReferenceRun {
   void execute(int, const std::string& who, const GemmStep& g) {
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const GemmTile& t = g.tiles[i];
-      if (t.wait) wait(*t.wait, who + " tile " + std::to_string(i));
-      for (int64_t r = 0; r < t.tile.rows; ++r)
-        for (int64_t c = 0; c < t.tile.cols; ++c) {
-          double sum = g.accumulate ? at(t.store, r, c) : 0.0;
-          for (int64_t k = 0; k < g.a.box.cols; ++k)
-            sum += static_cast<double>(at(g.a, t.tile.row + r, k)) * at(g.b, t.tile.col + c, k);
-          at(t.store, r, c) = static_cast<float>(sum);
-        }
+      const std::string tile_who = who + " tile " + std::to_string(i);
+      auto product = [&](int64_t r, int64_t c, double sum) {
+        for (int64_t k = 0; k < g.a.box.cols; ++k) sum += static_cast<double>(at(g.a, t.tile.row + r, k)) * at(g.b, t.tile.col + c, k);
+        return sum;
+      };
+      if (t.addends.empty()) {
+        if (t.wait) wait(*t.wait, tile_who);
+        for (int64_t r = 0; r < t.tile.rows; ++r)
+          for (int64_t c = 0; c < t.tile.cols; ++c) at(t.store, r, c) = static_cast<float>(product(r, c, g.accumulate ? at(t.store, r, c) : 0.0));
+      } else {
+        // A tile with addends reads A and B before its wait, as the overlap GEMM does (it waits in
+        // its epilogue): a plan whose operands depend on that wait reads them unready here too.
+        HostMatrix tile(t.tile.rows, t.tile.cols);
+        for (int64_t r = 0; r < t.tile.rows; ++r)
+          for (int64_t c = 0; c < t.tile.cols; ++c) tile.at(r, c) = static_cast<float>(product(r, c, 0.0));
+        if (t.wait) wait(*t.wait, tile_who);
+        for (int64_t r = 0; r < t.tile.rows; ++r)
+          for (int64_t c = 0; c < t.tile.cols; ++c) {
+            double sum = tile.at(r, c);
+            for (const Region& addend : t.addends) sum += at(addend, r, c);
+            at(t.store, r, c) = static_cast<float>(sum);
+          }
+      }
       if (t.notify) notify(*t.notify);
     }
   }

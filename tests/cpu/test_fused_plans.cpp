@@ -1,6 +1,7 @@
 // `fused` (Flux): one GEMM per rank; AllGather tiles wait for exactly the copies that bring their
 // rows, in arrival order; ReduceScatter tiles land in their rank's slot on that rank, starting with
-// the next rank; tile rows shared by two ranks go through local storage and copy-engine pushes.
+// the next rank, and the own tiles add the slots in their epilogue; tile rows shared by two ranks go
+// through local storage, copy-engine pushes and a reduction pass.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -80,7 +81,7 @@ TEST(FusedPlans, AllGatherTileWithoutItsWaitIsARace) {
   EXPECT_FALSE(validate_plan(plan).ok());
 }
 
-TEST(FusedPlans, ReduceScatterStoresWholeTilesIntoTheirRanksSlots) {
+TEST(FusedPlans, ReduceScatterAddsThePeersPartialSumsInTheOwnTilesEpilogue) {
   // 3 ranks x 128 rows, 64-row tiles: every tile belongs to one rank.
   Problem p{OpKind::gemm_rs, 384, 80, 32, 3, DType::bf16, DType::bf16, {}};
   const Plan plan = plan_fused(p, testing_support::tiled(64, 32, Raster::along_m, 1));
@@ -88,19 +89,72 @@ TEST(FusedPlans, ReduceScatterStoresWholeTilesIntoTheirRanksSlots) {
     const int r = rank.rank;
     const auto gemms = gemms_of(rank);
     ASSERT_EQ(gemms.size(), 1u);
-    EXPECT_EQ(gemms[0]->tiles.front().store.rank, (r + 1) % 3) << "the next rank's rows first";
-    EXPECT_EQ(gemms[0]->tiles.back().store.rank, r) << "the own rows last";
-    for (const GemmTile& t : gemms[0]->tiles) {
+    ASSERT_EQ(rank.steps.size(), 1u) << "no reduction pass and nothing to push: the GEMM is the whole plan";
+    const GemmStep& g = *gemms[0];
+    EXPECT_EQ(g.tiles.front().store.rank, (r + 1) % 3) << "the next rank's rows first";
+    const BufferId received = find_buffer(rank, "received"), c = find_buffer(rank, "C");
+    EXPECT_EQ(rank.buffers[static_cast<size_t>(received)].rows, 2 * 128) << "a slot for each peer";
+    const uint64_t own_tiles = 2 * 3;  // 128 rows x 80 columns in 64x32 tiles
+    bool own_part = false;
+    for (const GemmTile& t : g.tiles) {
       const int d = static_cast<int>(t.tile.row / 128);
-      EXPECT_EQ(t.store.rank, d);
-      EXPECT_EQ(t.store.box.row, r * 128 + t.tile.row - d * 128) << "slot r of rank d";
-      ASSERT_TRUE(t.notify.has_value());
-      EXPECT_EQ(t.notify->signal.rank, d);
+      if (d != r) {
+        EXPECT_FALSE(own_part) << "the own rows last";
+        EXPECT_EQ(t.store.rank, d);
+        EXPECT_EQ(t.store.buffer, received);
+        EXPECT_EQ(t.store.box.row, ((r - d - 1 + 3) % 3) * 128 + t.tile.row - d * 128) << "slot (r - d - 1) mod W of rank d";
+        ASSERT_TRUE(t.notify.has_value());
+        EXPECT_EQ(t.notify->signal.rank, d);
+        EXPECT_TRUE(t.addends.empty());
+        continue;
+      }
+      own_part = true;
+      EXPECT_EQ(t.store.rank, r);
+      EXPECT_EQ(t.store.buffer, c);
+      EXPECT_EQ(t.store.box.row, t.tile.row - r * 128);
+      EXPECT_FALSE(t.notify.has_value());
+      ASSERT_TRUE(t.wait.has_value());
+      EXPECT_EQ(t.wait->value, 2 * own_tiles) << "every peer's tiles of these rows";
+      ASSERT_EQ(t.addends.size(), 2u);
+      for (int j = 0; j < 2; ++j) {
+        EXPECT_EQ(t.addends[static_cast<size_t>(j)].buffer, received);
+        EXPECT_EQ(t.addends[static_cast<size_t>(j)].box.row, j * 128 + t.tile.row - r * 128);
+        EXPECT_EQ(t.addends[static_cast<size_t>(j)].box.col, t.tile.col);
+      }
     }
-    for (const Step& step : rank.steps) EXPECT_FALSE(std::holds_alternative<CopyStep>(step.body)) << "nothing to push";
+    EXPECT_TRUE(own_part);
   }
   const CpuProof proof = prove_on_cpu(plan, 4);
   EXPECT_TRUE(proof.passed()) << proof.explain();
+}
+
+TEST(FusedPlans, ReduceScatterOwnTileWithoutItsWaitIsARace) {
+  Problem p{OpKind::gemm_rs, 256, 64, 32, 2, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_fused(p, testing_support::tiled(64, 64, Raster::along_m, 1));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  for (Step& step : plan.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) g->tiles.back().wait.reset();  // an own tile: it reads the slots
+  EXPECT_FALSE(validate_plan(plan).ok());
+}
+
+TEST(FusedPlans, AWaitInTheEpilogueDoesNotOrderTheTilesLoads) {
+  // An all-gather tile whose wait guards its A rows: given an addend, it would wait only in its
+  // epilogue, after loading the rows its wait was for. The ordering check must see the race.
+  Problem p{OpKind::ag_gemm, 128, 64, 32, 2, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_fused(p, testing_support::tiled(64, 32, Raster::along_m, 1));
+  ASSERT_TRUE(validate_plan(plan).ok());
+  RankPlan& rank = plan.ranks[0];
+  for (Step& step : rank.steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) {
+      GemmTile& peer_tile = g->tiles.back();
+      ASSERT_TRUE(peer_tile.wait.has_value());
+      Region addend = peer_tile.store;  // a local box of the tile's size that nothing writes during the call
+      addend.buffer = find_buffer(rank, "B");
+      addend.box = Rect{0, 0, peer_tile.tile.rows, peer_tile.tile.cols};
+      peer_tile.addends.push_back(addend);
+    }
+  const ValidationReport report = validate_plan(plan);
+  EXPECT_TRUE(report.has("ordering")) << report.summary();
 }
 
 TEST(FusedPlans, ReduceScatterPushesTheRowsOfTilesThatTwoRanksShare) {

@@ -1,8 +1,8 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
 // shapes for every compiled tile, remapped stores into several targets, notifies and the waits that
 // see them, waits released by another stream, a wait that times out and is reported, operands
-// retargeted between launches, host-side checks, and (on 2+ GPUs) peer stores with peer notifies
-// through the executor.
+// retargeted between launches, addends added in the epilogue after their wait, host-side checks,
+// and (on 2+ GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
 
 #include "../support/ring_push_plan.hpp"
@@ -280,6 +280,52 @@ TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
   }
 }
 
+TEST_P(OverlapGemmConfigs, AddendsAreAddedInTheEpilogueOnceTheirWaitIsMet) {
+  // Two addends per tile (rows store_row and store_row + m of D), written by another stream only
+  // after a while and then signalled: each tile must wait in its epilogue and read them after the
+  // signal (D holds NaN before), once, including when its K is split (only the last split adds).
+  for (int splits : {1, 3}) {
+    const int64_t m = 300, n = 520, k = 392;  // ragged M and N against every tile
+    Fixture f(GetParam(), m, n, k, static_cast<uint64_t>(31 + splits));
+    DeviceMatrix d(2 * m, n);
+    fill_u16(d.data, d.rows * d.cols, kBf16Nan, f.stream);
+    OverlapGemmLaunch l = f.launch();
+    l.targets[1] = OverlapGemmTarget{d.data, d.cols, d.rows, d.cols};
+    l.target_count = 2;
+    l.k_splits = splits;
+    l.wait_timeout_ns = 5'000'000'000ull;
+    for (auto& e : f.table) {
+      e.wait_signal = 0;
+      e.wait_value = 1;
+      e.addend_target = 1;
+      e.addend_count = 2;
+      e.addend_row = e.store_row;
+      e.addend_row_step = m;
+      e.addend_col = e.store_col;
+    }
+    if (splits > 1) f.table = split_along_k(f.table, splits, k, f.config);
+    cudaStream_t other;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(f.stream));  // D poisoned before the GEMM starts
+    f.upload(l);
+    OverlapGemm gemm(l, f.config);
+    gemm.launch(f.stream);
+    DeviceMatrix busy(1 << 14, 1 << 12);
+    for (int i = 0; i < 8; ++i) fill_random_bf16(busy.data, busy.rows * busy.cols, static_cast<uint64_t>(i), other);
+    fill_random_bf16(d.data, d.rows * d.cols, 99, other);
+    signal_add(f.signals + 0, 1, other);
+    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+    EXPECT_EQ(f.read_error().failed, 0u) << "a tile gave up waiting";
+    const HostMatrix addends = download(d.region(), f.stream);
+    HostMatrix want = f.want;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) want.at(i, j) += addends.at(i, j) + addends.at(m + i, j);
+    EXPECT_LT(relative_error(download(f.c.region(), f.stream), want), 1e-2) << splits << " split(s)";
+    cudaStreamSynchronize(other);
+    cudaStreamDestroy(other);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Tiles, OverlapGemmConfigs, testing::ValuesIn(overlap_gemm_configs()),
                          [](const auto& param_info) { return "tile_" + to_string(param_info.param); });
 
@@ -329,6 +375,17 @@ TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   std::vector<OverlapGemmTile> spills = {f.table.front()};
   spills[0].store_row = 200;
   EXPECT_THROW(require_valid_table(l, f.config, spills), std::invalid_argument);
+  // Addends: a second one past the target's last row; a target that does not exist.
+  std::vector<OverlapGemmTile> addends = {f.table.front()};
+  addends[0].addend_target = 0;
+  addends[0].addend_count = 2;
+  addends[0].addend_row_step = 128;
+  EXPECT_NO_THROW(require_valid_table(l, f.config, addends));
+  addends[0].addend_row = 1;
+  EXPECT_THROW(require_valid_table(l, f.config, addends), std::invalid_argument);
+  addends[0].addend_row = 0;
+  addends[0].addend_target = 1;
+  EXPECT_THROW(require_valid_table(l, f.config, addends), std::invalid_argument);
   // Split K: more splits than the launch allows; the last split before the first; a gap in K.
   std::vector<OverlapGemmTile> split = split_along_k({f.table.front()}, 2, l.k, f.config);
   EXPECT_THROW(require_valid_table(l, f.config, split), std::invalid_argument);

@@ -84,11 +84,18 @@ std::string_view to_string(Engine engine);
 // One entry of a GEMM's tile table: compute `tile` (a box of the GEMM's [M, N] output space) and
 // store it with its top-left corner at `store` (a box the tile's size: local C, a remapped position,
 // or a peer's symmetric buffer).
+//
+// `addends` (boxes the tile's size): added to the tile, as rounded to the output type, before it is
+// stored, in fp32 — the reduction of partial sums that peers stored for this tile, done in the
+// GEMM's epilogue as they arrive (fused gemm_rs) instead of in a pass after the last. A tile with
+// addends waits before its epilogue, not before its loads: its `wait` orders the addends only, so
+// its A and B rows must not depend on it.
 struct GemmTile {
   Rect tile;
   std::optional<Wait> wait;
   Region store;
   std::optional<Notify> notify;
+  std::vector<Region> addends;
 
   bool operator==(const GemmTile&) const = default;
 };
@@ -265,7 +272,7 @@ std::string describe_signal(const Plan& plan, const SignalRef& ref);
 bool reaches_across_ranks(const Plan& plan);
 
 // Whether a GEMM's tile table is what one library GEMM computes: every tile at its own place in one
-// output box, no waits, no notifies. Executors run such tables on a library GEMM, others on the
+// output box, no waits, no notifies, no addends. Executors run such tables on a library GEMM, others on the
 // overlap GEMM.
 bool is_plain_tile_table(const GemmStep& gemm);
 

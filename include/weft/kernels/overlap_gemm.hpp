@@ -6,7 +6,9 @@
 //   - an entry may wait, before its A/B loads, until a 64-bit signal reaches a value (acquire);
 //   - it stores its tile at any row/column of any of up to kMaxStoreTargets targets (local C, a
 //     peer's buffer, a remapped position);
-//   - it may add to a signal, local or a peer's, once its stores are visible there (release).
+//   - it may add to a signal, local or a peer's, once its stores are visible there (release);
+//   - it may add boxes of a target (partial sums peers stored) to its tile before storing it; such
+//     an entry makes its wait in its epilogue, after its MMAs, instead of before its loads.
 // Waits are bounded: on timeout the kernel records which tile, signal and value it waited for in an
 // WaitRecord and goes on, so nothing hangs; the CUDA executor reads the record and fails the
 // call (DeviceWaitTimeout), since its numbers are wrong.
@@ -31,7 +33,7 @@ namespace weft {
 constexpr int kMaxStoreTargets = 8;
 constexpr int kMaxSignalRanks = 8;
 
-// One row of the device tile table. Plain data, 80 bytes, copied to the GPU once per plan.
+// One row of the device tile table. Plain data, 112 bytes, copied to the GPU once per plan.
 //
 // Split K: a tile may be computed by `splits` entries, each over k_tiles K-tiles from k_begin,
 // listed in split order (split s before split s + 1; split_along_k builds them). Split s > 0
@@ -54,8 +56,17 @@ struct OverlapGemmTile {
   int32_t k_tiles = 0;         // K-tiles of this entry; 0: all of K
   int32_t split = 0;           // 0 .. splits - 1
   int32_t splits = 1;
+  // Addends: addend_count boxes of the tile's size in target addend_target, the j-th at row
+  // addend_row + j * addend_row_step, column addend_col, added (fp32) to the tile as rounded to
+  // bf16 before it is stored. With addends the entry's wait is made in its epilogue (it orders the
+  // addends, not A or B); a split entry reads them, and waits, in its last split only.
+  int32_t addend_target = -1;
+  int32_t addend_count = 0;
+  int64_t addend_row = 0;
+  int64_t addend_row_step = 0;
+  int64_t addend_col = 0;
 };
-static_assert(sizeof(OverlapGemmTile) == 80, "the device table layout is part of the kernel's contract");
+static_assert(sizeof(OverlapGemmTile) == 112, "the device table layout is part of the kernel's contract");
 
 struct OverlapGemmTarget {
   void* data = nullptr;  // bf16
@@ -106,7 +117,8 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // std::invalid_argument listing the compiled ones when there is none.
 OverlapGemmConfig config_for(int tile_m, int tile_n);
 // Each entry becomes `splits` consecutive entries over K; waits stay on every split (each loads A
-// and B), stores and notifies stay on the last.
+// and B), stores and notifies stay on the last; an entry with addends keeps them and its wait (an
+// epilogue wait) on its last split only.
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                            OverlapGemmConfig config);
 // The entries after the table's last whole wave of `ctas` persistent CTAs split `splits` ways

@@ -118,16 +118,21 @@ class OrderingChecker {
           for (size_t i = 0; i < gemm->tiles.size(); ++i) {
             const GemmTile& t = gemm->tiles[i];
             const int tile = add_node(what + " tile " + std::to_string(i));
+            // A tile with addends loads A and B before its wait (which orders its epilogue only):
+            // its loads are a node of their own, before the tile's wait.
+            const int loads = t.addends.empty() ? tile : add_node(what + " tile " + std::to_string(i) + " loads");
             if (t.wait) nodes_[static_cast<size_t>(tile)].waits.push_back(*t.wait);
             if (t.notify) nodes_[static_cast<size_t>(tile)].notifies.push_back(*t.notify);
-            add_edge(entry, tile);
+            add_edge(entry, loads);
+            if (loads != tile) add_edge(loads, tile);
             add_edge(tile, exit);
             Region a = gemm->a;
             a.box = {gemm->a.box.row + t.tile.row, gemm->a.box.col, t.tile.rows, gemm->a.box.cols};
             Region b = gemm->b;
             b.box = {gemm->b.box.row + t.tile.col, gemm->b.box.col, t.tile.cols, gemm->b.box.cols};
-            access(tile, a, AccessKind::read);
-            access(tile, b, AccessKind::read);
+            access(loads, a, AccessKind::read);
+            access(loads, b, AccessKind::read);
+            for (const Region& addend : t.addends) access(tile, addend, AccessKind::read);
             access(tile, t.store, gemm->accumulate ? AccessKind::update : AccessKind::define);
           }
         } else if (const auto* coll = std::get_if<CollectiveStep>(&step.body)) {

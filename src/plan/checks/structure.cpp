@@ -86,6 +86,9 @@ struct StructureChecker {
       if (region(tile_where, rank, t.store, "store")) same_shape(tile_where, t.tile, t.store.box, "store target");
       if (t.wait) signal(tile_where, t.wait->signal, rank, true);
       if (t.notify) signal(tile_where, t.notify->signal, rank, false);
+      for (const Region& addend : t.addends)
+        if (region(tile_where, rank, addend, "addend")) same_shape(tile_where, t.tile, addend.box, "addend");
+      if (!t.addends.empty() && g.accumulate) fail(tile_where, "has addends in a GEMM that accumulates into its stores");
     }
   }
 

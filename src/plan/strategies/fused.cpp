@@ -7,13 +7,18 @@
 //            it, so the executor writes it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
 //            order of their rows, local shard first (Section 4.1's swizzle aligned with the pulls),
 //            and each waits (its prologue) until the chunks holding its rows have arrived.
-//   gemm_rs: each tile whose rows belong to one rank d is stored straight into d's receive slot for
+//   gemm_rs: each tile whose rows belong to a peer d is stored straight into d's receive slot for
 //            this rank (the epilogue's peer store) and counted on d; rank r starts with rank r+1's
-//            rows and ends with its own (Section 4.1: no two ranks write to one peer at once). Each
-//            rank sums its W slots when every slot is complete (the Reduce branch of Section 3.1,
-//            as a separate step). Where M/W is not a multiple of the tile height, a tile row spans
-//            two ranks: those tiles run first and are stored locally, behind the slots of the
-//            receive buffer, and stream 1 pushes each rank's part with the copy engine.
+//            rows and ends with its own (Section 4.1: no two ranks write to one peer at once).
+//            Where M/W is a multiple of the tile height, the reduction is done as the partial sums
+//            arrive, in the GEMM's own epilogue: a tile of r's own rows, computed last, waits
+//            (after its MMAs) until the W-1 peers have stored theirs, adds them and is stored into
+//            C, so no pass follows the GEMM. Rank q computes r's rows at position (r - q - 1) mod W
+//            of W, so the peers are done with them when r reaches its own. Otherwise a tile row
+//            spans two ranks: those tiles run first and are stored locally, behind the slots of the
+//            receive buffer, stream 1 pushes each rank's part with the copy engine, and each rank
+//            sums its W slots when every slot is complete (the Reduce branch of Section 3.1, as a
+//            separate step).
 #include <algorithm>
 #include <stdexcept>
 
@@ -89,10 +94,58 @@ struct RowSpan {
   int64_t first = 0, rows = 0;
 };
 
+// Every tile row within one rank's rows: peers' tiles into their slots, own tiles last, each adding
+// the peers' partial sums in its epilogue.
+void build_gemm_rs_reduced_in_epilogue(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const int64_t share = p.m / world;
+  const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  // Slot j (rows [j * share, (j + 1) * share)) receives rank (r + 1 + j) % W's partial sums of
+  // this rank's rows: W-1 slots, in the order the own tiles add them.
+  BufferId received = -1;
+  SignalId stored = -1;
+  if (world > 1) {
+    received = b.buffer("received", BufferRole::scratch, (world - 1) * share, p.n, p.output_dtype, /*symmetric=*/true);
+    stored = b.signal("peer_tiles_stored");
+  }
+  const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);
+  auto slot_on = [&](int d) { return static_cast<int64_t>((r - d - 1 + world) % world); };  // this rank's slot on d
+
+  GemmStep gemm = detail::gemm_over(b.whole(a), b.whole(w), o);
+  const auto order = rank_shifted_order(grid, rasterized_order(grid, o.raster, o.swizzle), share, world, r, /*first_offset=*/1);
+  uint64_t own_tiles = 0;
+  for (int64_t index : order)
+    if (grid.tile(index).row / share == r) ++own_tiles;  // the same count on every rank: the grid is
+  for (int64_t index : order) {
+    GemmTile tile;
+    tile.tile = grid.tile(index);
+    const int d = static_cast<int>(tile.tile.row / share);
+    const int64_t row_in_share = tile.tile.row - d * share;
+    if (d != r) {
+      tile.store = Region{d, received, Rect{slot_on(d) * share + row_in_share, tile.tile.col, tile.tile.rows, tile.tile.cols}};
+      tile.notify = Notify{b.signal_on(stored, d), 1};
+    } else {
+      tile.store = Region{r, c, Rect{row_in_share, tile.tile.col, tile.tile.rows, tile.tile.cols}};
+      if (world > 1) tile.wait = Wait{b.own(stored), static_cast<uint64_t>(world - 1) * own_tiles};
+      for (int j = 0; j + 1 < world; ++j)
+        tile.addends.push_back(Region{r, received, Rect{j * share + row_in_share, tile.tile.col, tile.tile.rows, tile.tile.cols}});
+    }
+    gemm.tiles.push_back(tile);
+  }
+  b.add("gemm (peers' tiles into their slots; own tiles add the slots in their epilogue)", kCompute, Engine::sm, std::move(gemm));
+  b.set_output(b.whole(c));
+}
+
 void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const int64_t share = p.m / world;  // rows each rank receives
   const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
+  if (share % o.tile_m == 0) {
+    build_gemm_rs_reduced_in_epilogue(p, o, b);
+    return;
+  }
   auto owner = [&](int64_t row) { return static_cast<int>(row / share); };
   // Tile rows that span two ranks' rows; they are stored locally, compactly, behind the slots.
   std::vector<int64_t> spanning_rows_before(static_cast<size_t>(grid.tiles_m()) + 1, 0);

@@ -1,7 +1,8 @@
 // A GEMM step whose tile table has waits, notifies or remapped stores runs on the overlap GEMM:
 // the table in the kernel's device format, its store targets and every rank's signal array. The K
 // split is the plan's (GemmStep::k_splits and tail_splits, decided by the model); waits stay on
-// every split, the store and the notify happen once, after the last.
+// every split, the store and the notify happen once, after the last (with the addends and their
+// wait, for a tile that has addends).
 #include <algorithm>
 #include <map>
 
@@ -36,26 +37,47 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   std::vector<BoundRegion> targets;
   std::vector<OverlapGemmTile> table;
   table.reserve(gemm.tiles.size());
-  for (const GemmTile& t : gemm.tiles) {
-    if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
-      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) + " grid");
-    const auto key = std::make_pair(t.store.rank, t.store.buffer);
+  // Each (rank, buffer) a tile stores into or reads addends from is one target of the launch.
+  auto target_index = [&](const Region& region) {
+    const auto key = std::make_pair(region.rank, region.buffer);
     auto it = target_of.find(key);
     if (it == target_of.end()) {
-      if (launch.target_count == kMaxStoreTargets) reject("more than " + std::to_string(kMaxStoreTargets) + " store targets");
-      targets.push_back(context.whole(t.store.rank, t.store.buffer));
+      if (launch.target_count == kMaxStoreTargets) reject("more than " + std::to_string(kMaxStoreTargets) + " store and addend targets");
+      targets.push_back(context.whole(region.rank, region.buffer));
       const DeviceRegion whole = targets.back().resolve();
       launch.targets[launch.target_count] = OverlapGemmTarget{whole.data, whole.stride, whole.rows, whole.cols};
       it = target_of.emplace(key, launch.target_count++).first;
     }
+    return it->second;
+  };
+  for (const GemmTile& t : gemm.tiles) {
+    if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
+      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) + " grid");
     OverlapGemmTile e;
+    if (!t.addends.empty()) {
+      // The kernel reads addends as equally spaced boxes of one target, in one column.
+      const Region& first = t.addends.front();
+      const int64_t step = t.addends.size() > 1 ? t.addends[1].box.row - first.box.row : 0;
+      for (size_t j = 0; j < t.addends.size(); ++j) {
+        const Region& addend = t.addends[j];
+        if (addend.rank != first.rank || addend.buffer != first.buffer || addend.box.col != first.box.col ||
+            addend.box.row != first.box.row + static_cast<int64_t>(j) * step || step < 0)
+          reject("a tile's addends are not equally spaced rows of one buffer in one column, as the overlap GEMM reads them");
+      }
+      e.addend_target = target_index(first);
+      e.addend_count = static_cast<int32_t>(t.addends.size());
+      e.addend_row = first.box.row;
+      e.addend_row_step = step;
+      e.addend_col = first.box.col;
+    }
+    const int store_target = target_index(t.store);
     e.tile_m = static_cast<int32_t>(t.tile.row / shape.tile_m);
     e.tile_n = static_cast<int32_t>(t.tile.col / shape.tile_n);
     e.rows = static_cast<int32_t>(t.store.box.rows);
     e.cols = static_cast<int32_t>(t.store.box.cols);
     e.store_row = t.store.box.row;
     e.store_col = t.store.box.col;
-    e.store_target = it->second;
+    e.store_target = store_target;
     if (t.wait) {
       if (t.wait->signal.rank != context.rank) reject("a tile waits on another rank's signal");
       e.wait_signal = t.wait->signal.id;
