@@ -136,6 +136,7 @@ std::string to_string(const Plan& plan) {
           out << "      tile [" << t.tile.row << ":" << t.tile.row_end() << "," << t.tile.col << ":" << t.tile.col_end()
               << "] -> " << describe_region(plan, t.store);
           for (const Region& addend : t.addends) out << " + " << describe_region(plan, addend);
+          if (t.a_rows) out << " (A rows from " << describe_region(plan, *t.a_rows) << ")";
           std::vector<Wait> waits;
           std::vector<Notify> notifies;
           if (t.wait) waits.push_back(*t.wait);

@@ -17,7 +17,7 @@ bool reaches_across_ranks(const Plan& plan) {
             if constexpr (std::is_same_v<T, GemmStep>) {
               for (const GemmTile& t : b.tiles)
                 if (foreign(t.store) || (t.notify && t.notify->signal.rank != rp.rank) ||
-                    std::any_of(t.addends.begin(), t.addends.end(), foreign))
+                    std::any_of(t.addends.begin(), t.addends.end(), foreign) || (t.a_rows && foreign(*t.a_rows)))
                   return true;
               return foreign(b.a) || foreign(b.b);
             } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
@@ -44,7 +44,7 @@ bool is_plain_tile_table(const GemmStep& gemm) {
   const GemmTile& first = gemm.tiles.front();
   const int64_t row0 = first.store.box.row - first.tile.row, col0 = first.store.box.col - first.tile.col;
   for (const GemmTile& t : gemm.tiles)
-    if (t.wait || t.notify || !t.addends.empty() || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
+    if (t.wait || t.notify || !t.addends.empty() || t.a_rows || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
         t.store.box.row != row0 + t.tile.row || t.store.box.col != col0 + t.tile.col)
       return false;
   return true;

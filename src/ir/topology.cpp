@@ -71,6 +71,7 @@ void require_reachable(const Plan& plan, const Topology& t) {
               for (const GemmTile& tile : b.tiles) {
                 region(tile.store);
                 for (const Region& addend : tile.addends) region(addend);
+                if (tile.a_rows) region(*tile.a_rows);
                 if (tile.notify) check(tile.notify->signal.rank, step, "raises a signal there from a tile");
               }
             } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {

@@ -112,7 +112,12 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     const void* pointer;
     int64_t stride;
   };
-  for (const auto& [name, pointer, stride] : {Operand{"A", launch.a, launch.lda}, Operand{"B", launch.b, launch.ldb}}) {
+  std::vector<Operand> operands = {Operand{"A", launch.a, launch.lda}, Operand{"B", launch.b, launch.ldb}};
+  if (launch.a2) {
+    if (launch.m2 <= 0 || launch.m2 > INT32_MAX) reject("the second A operand has " + std::to_string(launch.m2) + " rows");
+    operands.push_back(Operand{"the second A operand", launch.a2, launch.lda2});
+  }
+  for (const auto& [name, pointer, stride] : operands) {
     if (!pointer) reject(std::string(name) + " is null");
     if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
       reject(std::string(name) + " starts at an address that is not 16-byte aligned; TMA needs it (a region starting at an "
@@ -149,6 +154,12 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     if (e.store_row < 0 || e.store_col < 0 || e.store_row + e.rows > target.rows || e.store_col + e.cols > target.cols)
       reject(where + "stores outside its target (" + std::to_string(target.rows) + "x" + std::to_string(target.cols) + ")");
     if (e.wait_signal >= 0 && !launch.wait_signals) reject(where + "waits but no signal array was given");
+    if (e.a_operand != 0 && e.a_operand != 1) reject(where + "names A operand " + std::to_string(e.a_operand) + " (0: a, 1: a2)");
+    if (e.a_operand == 1) {
+      if (!launch.a2) reject(where + "reads its A rows from a second A operand, and the launch has none");
+      if (e.a_tile_m < 0 || e.a_tile_m >= ceil_div(launch.m2, s.tile_m) || int64_t{e.a_tile_m} * s.tile_m + e.rows > launch.m2)
+        reject(where + "reads A rows of tile " + std::to_string(e.a_tile_m) + " of the second A operand (" + std::to_string(launch.m2) + " rows)");
+    }
     if (e.addend_count < 0) reject(where + "has a negative addend count");
     if (e.addend_count > 0) {
       if (e.addend_target < 0 || e.addend_target >= launch.target_count) reject(where + "reads addends from a target that does not exist");
@@ -236,10 +247,12 @@ OverlapGemm& OverlapGemm::operator=(OverlapGemm&& other) noexcept {
 
 void OverlapGemm::launch(cudaStream_t stream) { prepared_->launch(stream); }
 
-void OverlapGemm::retarget(const void* a, const void* b, const OverlapGemmTarget* targets) {
+void OverlapGemm::retarget(const void* a, const void* b, const OverlapGemmTarget* targets, const void* a2) {
   OverlapGemmLaunch moved = launch_;
   moved.a = a;
   moved.b = b;
+  if (launch_.a2 && !a2) reject("retarget: the launch reads a second A operand; its new place is missing");
+  moved.a2 = launch_.a2 ? a2 : nullptr;
   for (int t = 0; t < moved.target_count; ++t) moved.targets[t] = targets[t];
   require_launchable(moved, config_);
   prepared_->update(moved);

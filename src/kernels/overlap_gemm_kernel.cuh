@@ -117,19 +117,26 @@ struct OverlapGemmKernel {
   // Fewer than 4 stages of 64-deep K cannot hide TMA latency behind the WGMMAs.
   static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 4, "the staging buffer left too few pipeline stages");
 
+  // `mainloop` loads A from launch.a, `mainloop_a2` from launch.a2 (the same as `mainloop` when
+  // there is no second A operand); both load B from launch.b.
   struct Params {
     typename CollectiveMainloop::Params mainloop;
+    typename CollectiveMainloop::Params mainloop_a2;
     OverlapGemmLaunch launch;
   };
 
-  static Params make_params(const OverlapGemmLaunch& launch) {
+  static typename CollectiveMainloop::Params mainloop_params(const void* a, int64_t lda, int64_t m, const OverlapGemmLaunch& launch) {
     using namespace cute;
-    const auto problem = make_shape(static_cast<int>(launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
-    const StrideA stride_a = make_stride(launch.lda, Int<1>{}, int64_t{0});
+    const auto problem = make_shape(static_cast<int>(m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
+    const StrideA stride_a = make_stride(lda, Int<1>{}, int64_t{0});
     const StrideB stride_b = make_stride(launch.ldb, Int<1>{}, int64_t{0});
-    typename CollectiveMainloop::Arguments arguments{static_cast<const Element*>(launch.a), stride_a,
-                                                     static_cast<const Element*>(launch.b), stride_b};
-    return Params{CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr), launch};
+    typename CollectiveMainloop::Arguments arguments{static_cast<const Element*>(a), stride_a, static_cast<const Element*>(launch.b), stride_b};
+    return CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr);
+  }
+
+  static Params make_params(const OverlapGemmLaunch& launch) {
+    const auto main = mainloop_params(launch.a, launch.lda, launch.m, launch);
+    return Params{main, launch.a2 ? mainloop_params(launch.a2, launch.lda2, launch.m2, launch) : main, launch};
   }
 
   // Called by all kMmaThreads consumer threads together (it synchronises them).
@@ -294,8 +301,10 @@ struct OverlapGemmKernel {
     const int warp_in_group = cutlass::canonical_warp_idx_sync() % cutlass::NumWarpsPerWarpGroup;
     const int lane = cutlass::canonical_lane_idx();
 
-    if (warp_group == 0 && warp_in_group == 0 && cute::elect_one_sync())
+    if (warp_group == 0 && warp_in_group == 0 && cute::elect_one_sync()) {
       CollectiveMainloop::prefetch_tma_descriptors(params.mainloop);
+      if (params.launch.a2) CollectiveMainloop::prefetch_tma_descriptors(params.mainloop_a2);
+    }
 
     typename MainloopPipeline::Params pipeline_params;
     if (warp_group == 0 && warp_in_group == 0) pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
@@ -323,15 +332,19 @@ struct OverlapGemmKernel {
         return;
       }
       if (warp_in_group != 0) return;
-      auto load_inputs = mainloop.load_init(problem, params.mainloop);
+      const auto problem_a2 = make_shape(static_cast<int>(launch.a2 ? launch.m2 : launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
         const OverlapGemmTile entry = launch.tiles[t];
         if (entry.wait_signal >= 0 && entry.addend_count == 0) wait_for_signal(launch, t, entry);  // else in the epilogue
-        const auto block = make_coord(entry.tile_m, entry.tile_n, _, 0);
+        // The entry's A rows: tile a_tile_m of the second A operand, or its own tile row of A.
+        const bool from_a2 = entry.a_operand == 1;
+        const auto& loads_from = from_a2 ? params.mainloop_a2 : params.mainloop;
+        auto load_inputs = mainloop.load_init(from_a2 ? problem_a2 : problem, loads_from);
+        const auto block = make_coord(from_a2 ? entry.a_tile_m : entry.tile_m, entry.tile_n, _, 0);
         const int first = entry.k_tiles > 0 ? entry.k_begin : 0, count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
         auto k_iterator = cute::make_coord_iterator(idx2crd(first, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
-        mainloop.load(params.mainloop, pipeline, write_state, load_inputs, block, k_iterator, count, lane, 0u, shared.tensors);
+        mainloop.load(loads_from, pipeline, write_state, load_inputs, block, k_iterator, count, lane, 0u, shared.tensors);
         write_state.advance(count);
       }
       mainloop.load_tail(pipeline, write_state);

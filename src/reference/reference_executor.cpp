@@ -121,8 +121,11 @@ class ReferenceRun {
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const GemmTile& t = g.tiles[i];
       const std::string tile_who = who + " tile " + std::to_string(i);
+      // The tile's A rows: in the step's `a`, or where the tile says.
+      const Region& a = t.a_rows ? *t.a_rows : g.a;
+      const int64_t a_row = t.a_rows ? 0 : t.tile.row;
       auto product = [&](int64_t r, int64_t c, double sum) {
-        for (int64_t k = 0; k < g.a.box.cols; ++k) sum += static_cast<double>(at(g.a, t.tile.row + r, k)) * at(g.b, t.tile.col + c, k);
+        for (int64_t k = 0; k < g.a.box.cols; ++k) sum += static_cast<double>(at(a, a_row + r, k)) * at(g.b, t.tile.col + c, k);
         return sum;
       };
       if (t.addends.empty()) {

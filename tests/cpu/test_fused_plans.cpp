@@ -72,6 +72,34 @@ TEST(FusedPlans, AllGatherTilesWaitForTheCopiesThatBringTheirRows) {
   EXPECT_TRUE(proof.passed()) << proof.explain();
 }
 
+TEST(FusedPlans, AllGatherOwnTilesReadTheirRowsInPlaceWhereTilesHoldOneShard) {
+  // 3 ranks of 128 rows, 64-row tiles: no copy of the own shard; its tiles read the op's input.
+  Problem p{OpKind::ag_gemm, 128, 96, 32, 3, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_fused(p, testing_support::tiled(64, 32, Raster::along_m, 2));
+  for (const RankPlan& rank : plan.ranks) {
+    const int r = rank.rank;
+    const BufferId a = find_buffer(rank, "A");
+    for (const Step& step : rank.steps)
+      if (const auto* copy = std::get_if<CopyStep>(&step.body)) EXPECT_NE(copy->src.rank, r) << "only pulls of peers' shards";
+    const GemmStep& g = *gemms_of(rank)[0];
+    size_t in_place = 0;
+    for (const GemmTile& t : g.tiles) {
+      const bool own = t.tile.row / 128 == r;
+      EXPECT_EQ(t.a_rows.has_value(), own) << "tile at row " << t.tile.row;
+      EXPECT_EQ(t.wait.has_value(), !own);
+      if (!own) continue;
+      ++in_place;
+      EXPECT_EQ(t.a_rows->rank, r);
+      EXPECT_EQ(t.a_rows->buffer, a);
+      EXPECT_EQ(t.a_rows->box, (Rect{t.tile.row - r * 128, 0, t.tile.rows, 32}));
+    }
+    EXPECT_EQ(in_place, 2u * 3u);
+    EXPECT_TRUE(g.tiles.front().a_rows.has_value()) << "the own shard's tiles first";
+  }
+  const CpuProof proof = prove_on_cpu(plan, 3);
+  EXPECT_TRUE(proof.passed()) << proof.explain();
+}
+
 TEST(FusedPlans, AllGatherTileWithoutItsWaitIsARace) {
   Problem p{OpKind::ag_gemm, 128, 64, 32, 2, DType::bf16, DType::bf16, {}};
   Plan plan = plan_fused(p, testing_support::tiled(64, 64, Raster::along_m, 1));

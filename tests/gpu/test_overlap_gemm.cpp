@@ -1,7 +1,8 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
 // shapes for every compiled tile, remapped stores into several targets, notifies and the waits that
 // see them, waits released by another stream, a wait that times out and is reported, operands
-// retargeted between launches, addends added in the epilogue after their wait, host-side checks,
+// retargeted between launches, A rows read from a second operand, addends added in the epilogue
+// after their wait, host-side checks,
 // and (on 2+ GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
 
@@ -278,6 +279,38 @@ TEST_P(OverlapGemmConfigs, SplitKSumsMatchTheHostGemmCallAfterCall) {
     ASSERT_EQ(f.table.size(), tiles * static_cast<size_t>(splits));
     f.expect_two_calls_match(splits, tiles, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " / " + std::to_string(splits));
   }
+}
+
+TEST_P(OverlapGemmConfigs, TilesReadTheirARowsFromASecondOperand) {
+  // Even tile rows read their A rows from a2, a copy of A one tile row further down (row r of A at
+  // row tile_m + r of a2), while A's own copy of those rows is NaN: a tile that read A would show.
+  const int64_t m = 300, n = 264, k = 136;  // ragged M and N
+  Fixture f(GetParam(), m, n, k, 23);
+  const int64_t tm = f.tile.tile_m;
+  DeviceMatrix a2(tm + m, k);
+  fill_u16(a2.data, a2.rows * a2.cols, kBf16Nan, f.stream);
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint16_t*>(a2.data) + tm * k, f.a.data, static_cast<size_t>(m * k) * 2, cudaMemcpyDeviceToDevice, f.stream));
+  for (int64_t i = 0; i * tm < m; i += 2)
+    fill_u16(static_cast<uint16_t*>(f.a.data) + i * tm * k, std::min(tm, m - i * tm) * k, kBf16Nan, f.stream);
+  OverlapGemmLaunch l = f.launch();
+  l.a2 = a2.data;
+  l.lda2 = a2.cols;
+  l.m2 = a2.rows;
+  for (auto& e : f.table)
+    if (e.tile_m % 2 == 0) {
+      e.a_operand = 1;
+      e.a_tile_m = e.tile_m + 1;
+    }
+  f.run(l);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2);
+  // A second A operand entries cannot use, or rows past its end, are rejected before launching.
+  std::vector<OverlapGemmTile> past_end = {f.table.front()};
+  past_end[0].a_tile_m = static_cast<int32_t>((tm + m + tm - 1) / tm);
+  EXPECT_THROW(require_valid_table(l, f.config, past_end), std::invalid_argument);
+  OverlapGemmLaunch without = l;
+  without.a2 = nullptr;
+  EXPECT_THROW(require_valid_table(without, f.config, {f.table.front()}), std::invalid_argument);
 }
 
 TEST_P(OverlapGemmConfigs, AddendsAreAddedInTheEpilogueOnceTheirWaitIsMet) {

@@ -96,6 +96,9 @@ struct GemmTile {
   Region store;
   std::optional<Notify> notify;
   std::vector<Region> addends;
+  // Where the tile's A rows are read ([tile.rows x K]) when not at rows tile.row.. of the step's
+  // `a`: rows that are elsewhere, read in place (fused ag_gemm's own shard in the op's input).
+  std::optional<Region> a_rows;
 
   bool operator==(const GemmTile&) const = default;
 };
@@ -272,7 +275,7 @@ std::string describe_signal(const Plan& plan, const SignalRef& ref);
 bool reaches_across_ranks(const Plan& plan);
 
 // Whether a GEMM's tile table is what one library GEMM computes: every tile at its own place in one
-// output box, no waits, no notifies, no addends. Executors run such tables on a library GEMM, others on the
+// output box, no waits, no notifies, no addends, A rows where the step's `a` has them. Executors run such tables on a library GEMM, others on the
 // overlap GEMM.
 bool is_plain_tile_table(const GemmStep& gemm);
 

@@ -8,7 +8,8 @@
 //     peer's buffer, a remapped position);
 //   - it may add to a signal, local or a peer's, once its stores are visible there (release);
 //   - it may add boxes of a target (partial sums peers stored) to its tile before storing it; such
-//     an entry makes its wait in its epilogue, after its MMAs, instead of before its loads.
+//     an entry makes its wait in its epilogue, after its MMAs, instead of before its loads;
+//   - it may load its A rows from a second A operand (rows that are elsewhere, read in place).
 // Waits are bounded: on timeout the kernel records which tile, signal and value it waited for in an
 // WaitRecord and goes on, so nothing hangs; the CUDA executor reads the record and fails the
 // call (DeviceWaitTimeout), since its numbers are wrong.
@@ -33,7 +34,7 @@ namespace weft {
 constexpr int kMaxStoreTargets = 8;
 constexpr int kMaxSignalRanks = 8;
 
-// One row of the device tile table. Plain data, 112 bytes, copied to the GPU once per plan.
+// One row of the device tile table. Plain data, 120 bytes, copied to the GPU once per plan.
 //
 // Split K: a tile may be computed by `splits` entries, each over k_tiles K-tiles from k_begin,
 // listed in split order (split s before split s + 1; split_along_k builds them). Split s > 0
@@ -65,8 +66,12 @@ struct OverlapGemmTile {
   int64_t addend_row = 0;
   int64_t addend_row_step = 0;
   int64_t addend_col = 0;
+  // 1: the entry's A rows are tile row a_tile_m of the launch's second A operand (a2), read where
+  // they are (fused ag_gemm's own shard), instead of its own tile row of a.
+  int32_t a_operand = 0;
+  int32_t a_tile_m = 0;
 };
-static_assert(sizeof(OverlapGemmTile) == 112, "the device table layout is part of the kernel's contract");
+static_assert(sizeof(OverlapGemmTile) == 120, "the device table layout is part of the kernel's contract");
 
 struct OverlapGemmTarget {
   void* data = nullptr;  // bf16
@@ -90,6 +95,9 @@ struct OverlapGemmLaunch {
   const void* b = nullptr;  // [n, k] bf16, row stride ldb
   int64_t ldb = 0;
   int64_t m = 0, n = 0, k = 0;
+  const void* a2 = nullptr;  // optional second A operand, [m2, k] bf16, row stride lda2 (entries with a_operand 1)
+  int64_t lda2 = 0;
+  int64_t m2 = 0;
   OverlapGemmTarget targets[kMaxStoreTargets];
   int target_count = 0;
   const OverlapGemmTile* tiles = nullptr;  // device memory, tile_count entries
@@ -150,7 +158,7 @@ class OverlapGemm {
   // Points the prepared launch at other operands and store targets of the same shapes (a caller's
   // buffers that moved between calls): the TMA descriptors are encoded again, nothing is allocated.
   // Throws like require_launchable when the new pointers are not usable.
-  void retarget(const void* a, const void* b, const OverlapGemmTarget* targets);
+  void retarget(const void* a, const void* b, const OverlapGemmTarget* targets, const void* a2 = nullptr);
 
   // One per compiled tile shape (src/kernels/overlap_gemm_<tile>.cu).
   struct Prepared {

@@ -128,6 +128,7 @@ class OrderingChecker {
             add_edge(tile, exit);
             Region a = gemm->a;
             a.box = {gemm->a.box.row + t.tile.row, gemm->a.box.col, t.tile.rows, gemm->a.box.cols};
+            if (t.a_rows) a = *t.a_rows;
             Region b = gemm->b;
             b.box = {gemm->b.box.row + t.tile.col, gemm->b.box.col, t.tile.cols, gemm->b.box.cols};
             access(loads, a, AccessKind::read);

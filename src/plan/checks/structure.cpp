@@ -88,6 +88,8 @@ struct StructureChecker {
       if (t.notify) signal(tile_where, t.notify->signal, rank, false);
       for (const Region& addend : t.addends)
         if (region(tile_where, rank, addend, "addend")) same_shape(tile_where, t.tile, addend.box, "addend");
+      if (t.a_rows && region(tile_where, rank, *t.a_rows, "A rows"))
+        same_shape(tile_where, Rect{0, 0, t.tile.rows, g.a.box.cols}, t.a_rows->box, "A rows (the tile's rows x K)");
       if (!t.addends.empty() && g.accumulate) fail(tile_where, "has addends in a GEMM that accumulates into its stores");
     }
   }

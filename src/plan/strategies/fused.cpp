@@ -1,7 +1,9 @@
 // `fused` (Flux, flux.txt Sections 3 and 4): the communication is fused into one overlap GEMM over
 // the whole problem, which is never split into smaller GEMMs.
 //
-//   ag_gemm: the GEMM's stream first copies the local A shard into the gathered A; stream 1 pulls
+//   ag_gemm: the own shard's tiles read their A rows in place from the op's input where m is a
+//            multiple of the tile height (else the GEMM's stream first copies the local A shard
+//            into the gathered A, which the GEMM reads whole, Flux's layout); stream 1 pulls
 //            every peer's shard in ring order starting after the own rank (Section 4.3), in
 //            `comm_chunks` row chunks per shard; each pull raises one counter (a single stream raises
 //            it, so the executor writes it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
@@ -57,9 +59,12 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     ++copies;
     for (int64_t i = 0; i < rows; ++i) needed[static_cast<size_t>(shard * p.m + first + i)] = copies;
   };
-  // The own shard goes into place on the GEMM's stream, before it: a copy within one GPU runs as a
-  // kernel, which would find no free SM while the GEMM, holding them all, waits for it.
-  b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
+  // Where every tile's rows lie in one shard (m a multiple of the tile height), the own shard's
+  // tiles read their rows in place, from the op's input. Otherwise the own shard goes into place
+  // on the GEMM's stream, before it: a copy within one GPU runs as a kernel, which would find no
+  // free SM while the GEMM, holding them all, waits for it.
+  const bool own_rows_in_place = p.m % o.tile_m == 0;
+  if (!own_rows_in_place) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
   const auto cuts = detail::split_rows(p.m, chunks_per_shard(o, p.m));
   for (int i = 1; i < world; ++i) {
     const int src = (r + i) % world;
@@ -81,6 +86,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     uint64_t wait = 0;
     for (int64_t row = tile.tile.row; row < tile.tile.row_end(); ++row) wait = std::max(wait, needed[static_cast<size_t>(row)]);
     if (wait > 0) tile.wait = Wait{b.own(arrived), wait};
+    if (own_rows_in_place && tile.tile.row / p.m == r) tile.a_rows = b.rows(a, tile.tile.row - r * p.m, tile.tile.rows);
     gemm.tiles.push_back(tile);
   }
   auto wait_of = [](const GemmTile& t) { return t.wait ? t.wait->value : 0; };

@@ -37,6 +37,10 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   std::vector<BoundRegion> targets;
   std::vector<OverlapGemmTile> table;
   table.reserve(gemm.tiles.size());
+  // The second A operand, where tiles read their A rows in place (one buffer at most).
+  int a2_buffer = -1;
+  int64_t a2_col = 0;
+  BoundRegion a2;
   // Each (rank, buffer) a tile stores into or reads addends from is one target of the launch.
   auto target_index = [&](const Region& region) {
     const auto key = std::make_pair(region.rank, region.buffer);
@@ -54,6 +58,23 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
     if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
       reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) + " grid");
     OverlapGemmTile e;
+    if (t.a_rows) {
+      // Rows read in place: a second A operand over the K columns of their buffer, whole rows of
+      // tiles of it.
+      if (t.a_rows->rank != context.rank) reject("a tile reads its A rows from another rank");
+      if (a2_buffer < 0) {
+        a2_buffer = t.a_rows->buffer;
+        a2_col = t.a_rows->box.col;
+        Region whole_rows = *t.a_rows;
+        const BoundRegion buffer = context.whole(context.rank, t.a_rows->buffer);
+        whole_rows.box = Rect{0, a2_col, buffer.rows, a.cols};
+        a2 = context.region(whole_rows);
+      }
+      if (t.a_rows->buffer != a2_buffer || t.a_rows->box.col != a2_col || t.a_rows->box.row % shape.tile_m != 0)
+        reject("tiles read their A rows in place from more than one buffer, or at rows that are not on the " + to_string(config) + " grid");
+      e.a_operand = 1;
+      e.a_tile_m = static_cast<int32_t>(t.a_rows->box.row / shape.tile_m);
+    }
     if (!t.addends.empty()) {
       // The kernel reads addends as equally spaced boxes of one target, in one column.
       const Region& first = t.addends.front();
@@ -90,6 +111,11 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
     }
     table.push_back(e);
   }
+  if (a2_buffer >= 0) {
+    launch.a2 = a2.resolve().data;
+    launch.lda2 = a2.stride;
+    launch.m2 = a2.rows;
+  }
   launch.k_splits = gemm.k_splits;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
   if (gemm.k_splits == 1 && gemm.tail_splits > 1 && gemm.persistent && gemm.sm_limit == 0) {
@@ -109,18 +135,20 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   launch.tiles = static_cast<const OverlapGemmTile*>(device_table.get());
   auto prepared = std::make_shared<OverlapGemm>(launch, config);
   // A caller's operand or target may have moved since the last call: the launch follows it.
-  const bool follows = a.moves || b.moves || std::any_of(targets.begin(), targets.end(), [](const BoundRegion& r) { return r.moves; });
-  return {[prepared, device_table, a, b, targets, follows](cudaStream_t stream) {
+  const bool has_a2 = a2_buffer >= 0;
+  const bool follows = a.moves || b.moves || (has_a2 && a2.moves) || std::any_of(targets.begin(), targets.end(), [](const BoundRegion& r) { return r.moves; });
+  return {[prepared, device_table, a, b, a2, has_a2, targets, follows](cudaStream_t stream) {
             if (follows) {
               const OverlapGemmLaunch& now = prepared->arguments();
               OverlapGemmTarget moved[kMaxStoreTargets];
-              bool changed = now.a != a.resolve().data || now.b != b.resolve().data;
+              const void* a2_now = has_a2 ? a2.resolve().data : nullptr;
+              bool changed = now.a != a.resolve().data || now.b != b.resolve().data || now.a2 != a2_now;
               for (size_t t = 0; t < targets.size(); ++t) {
                 const DeviceRegion whole = targets[t].resolve();
                 moved[t] = OverlapGemmTarget{whole.data, whole.stride, whole.rows, whole.cols};
                 changed = changed || moved[t].data != now.targets[t].data;
               }
-              if (changed) prepared->retarget(a.resolve().data, b.resolve().data, moved);
+              if (changed) prepared->retarget(a.resolve().data, b.resolve().data, moved, a2_now);
             }
             prepared->launch(stream);
           },
