@@ -140,7 +140,9 @@ struct OverlapGemmKernel {
   }
 
   // Called by all kMmaThreads consumer threads together (it synchronises them).
-  template <class Accumulators>
+  // kAddends: whether the entry has addends (two instantiations, so that a plain store pays nothing
+  // for them).
+  template <bool kAddends, class Accumulators>
   CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, const OverlapGemmTile& entry,
                                         const OverlapGemmLaunch& launch, Element* staging) {
     using namespace cute;
@@ -155,11 +157,11 @@ struct OverlapGemmKernel {
     const OverlapGemmTarget& target = launch.targets[entry.store_target];
     Element* origin = static_cast<Element*>(target.data) + entry.store_row * target.stride + entry.store_col;
     // Addends: entry.addend_count boxes, the j-th `addend_step` elements after the first.
-    const OverlapGemmTarget& addend_target = launch.targets[entry.addend_count > 0 ? entry.addend_target : entry.store_target];
+    const OverlapGemmTarget& addend_target = launch.targets[kAddends ? entry.addend_target : entry.store_target];
     const Element* addends = static_cast<const Element*>(addend_target.data) + entry.addend_row * addend_target.stride + entry.addend_col;
     const int64_t addend_step = entry.addend_row_step * addend_target.stride;
     const bool vector_ok = reinterpret_cast<uintptr_t>(origin) % 16 == 0 && target.stride % 8 == 0 &&
-                           (entry.addend_count == 0 || (reinterpret_cast<uintptr_t>(addends) % 16 == 0 && addend_target.stride % 8 == 0));
+                           (!kAddends || (reinterpret_cast<uintptr_t>(addends) % 16 == 0 && addend_target.stride % 8 == 0));
     Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
     TiledMma tiled_mma;
     Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
@@ -189,11 +191,11 @@ struct OverlapGemmKernel {
         if (row >= entry.rows) continue;
         const Element* from = staging + row * kStagingStride + col;
         Element* to = origin + row * target.stride + strip_col + col;
-        const Element* addend = addends + row * addend_target.stride + strip_col + col;
         const int valid = entry.cols - (strip_col + col);
         if (vector_ok && valid >= 8) {
           uint4 value = *reinterpret_cast<const uint4*>(from);
-          if (entry.addend_count > 0) {
+          if constexpr (kAddends) {
+            const Element* addend = addends + row * addend_target.stride + strip_col + col;
             // Peers' partial sums: through L2 (__ldcg), where their NVLink stores landed.
             float sum[8] = {};
             tile::add_bf16_vector(sum, value);
@@ -201,13 +203,16 @@ struct OverlapGemmKernel {
             value = tile::bf16_vector_of(sum);
           }
           *reinterpret_cast<uint4*>(to) = value;
-        } else {
+        } else if constexpr (kAddends) {
+          const Element* addend = addends + row * addend_target.stride + strip_col + col;
           for (int e = 0; e < 8 && e < valid; ++e) {
             float sum = static_cast<float>(from[e]);
             for (int j = 0; j < entry.addend_count; ++j)
               sum += __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(addend + j * addend_step + e))));
             to[e] = Element(sum);
           }
+        } else {
+          for (int e = 0; e < 8 && e < valid; ++e) to[e] = from[e];
         }
       }
     }
@@ -333,18 +338,20 @@ struct OverlapGemmKernel {
       }
       if (warp_in_group != 0) return;
       const auto problem_a2 = make_shape(static_cast<int>(launch.a2 ? launch.m2 : launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
+      const auto load_inputs = mainloop.load_init(problem, params.mainloop);
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
         const OverlapGemmTile entry = launch.tiles[t];
         if (entry.wait_signal >= 0 && entry.addend_count == 0) wait_for_signal(launch, t, entry);  // else in the epilogue
-        // The entry's A rows: tile a_tile_m of the second A operand, or its own tile row of A.
-        const bool from_a2 = entry.a_operand == 1;
-        const auto& loads_from = from_a2 ? params.mainloop_a2 : params.mainloop;
-        auto load_inputs = mainloop.load_init(from_a2 ? problem_a2 : problem, loads_from);
-        const auto block = make_coord(from_a2 ? entry.a_tile_m : entry.tile_m, entry.tile_n, _, 0);
         const int first = entry.k_tiles > 0 ? entry.k_begin : 0, count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
         auto k_iterator = cute::make_coord_iterator(idx2crd(first, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
-        mainloop.load(loads_from, pipeline, write_state, load_inputs, block, k_iterator, count, lane, 0u, shared.tensors);
+        // The entry's A rows: its own tile row of A, or tile a_tile_m of the second A operand.
+        if (entry.a_operand == 0)
+          mainloop.load(params.mainloop, pipeline, write_state, load_inputs, make_coord(entry.tile_m, entry.tile_n, _, 0), k_iterator, count,
+                        lane, 0u, shared.tensors);
+        else
+          mainloop.load(params.mainloop_a2, pipeline, write_state, mainloop.load_init(problem_a2, params.mainloop_a2),
+                        make_coord(entry.a_tile_m, entry.tile_n, _, 0), k_iterator, count, lane, 0u, shared.tensors);
         write_state.advance(count);
       }
       mainloop.load_tail(pipeline, write_state);
@@ -369,7 +376,8 @@ struct OverlapGemmKernel {
       if (entry.addend_count > 0 && entry.wait_signal >= 0 && mma_thread_idx == 0)
         tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
                                   tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, t);
-      store_tile(accumulators, mma_thread_idx, entry, launch, shared.staging);
+      if (entry.addend_count > 0) store_tile<true>(accumulators, mma_thread_idx, entry, launch, shared.staging);
+      else store_tile<false>(accumulators, mma_thread_idx, entry, launch, shared.staging);
       if (entry.notify_rank >= 0) {
         // Each consumer thread's arrive releases its own stores, without waiting for the others;
         // the notifying warp's wait completes once all have arrived and acquires them all, then
