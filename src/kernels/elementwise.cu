@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -141,6 +143,38 @@ __global__ void reduce_kernel(const __grid_constant__ ReduceArgs args, Cut cut) 
     for (int u = 0; u < kUnroll; ++u)
       if (base + u * blockDim.x < count) *reinterpret_cast<uint4*>(out + row[u] * args.dst.stride + col[u]) = tile::bf16_vector_of(sum[u]);
   }
+}
+
+const void* reduce_kernel_for(int sources) {
+  switch (sources) {
+    case 1: return reinterpret_cast<const void*>(reduce_kernel<1>);
+    case 2: return reinterpret_cast<const void*>(reduce_kernel<2>);
+    case 3: return reinterpret_cast<const void*>(reduce_kernel<3>);
+    case 4: return reinterpret_cast<const void*>(reduce_kernel<4>);
+    case 5: return reinterpret_cast<const void*>(reduce_kernel<5>);
+    case 6: return reinterpret_cast<const void*>(reduce_kernel<6>);
+    case 7: return reinterpret_cast<const void*>(reduce_kernel<7>);
+    case 8: return reinterpret_cast<const void*>(reduce_kernel<8>);
+    default: return reinterpret_cast<const void*>(reduce_kernel<0>);
+  }
+}
+
+// CTAs of `kernel` (kThreads threads each) the current GPU holds at once: asked once per device
+// and kernel (a call's enqueue must stay cheap).
+int resident_ctas(const void* kernel) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, int> known;
+  int device = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard lock(mutex);
+  auto [it, fresh] = known.try_emplace({device, kernel}, 0);
+  if (fresh) {
+    int per_sm = 0, sms = 0;
+    WEFT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    it->second = std::max(1, per_sm * sms);
+  }
+  return it->second;
 }
 
 // dst row i = src row source_rows[i]: each CTA a block of rows, its vectors numbered row-major (one
@@ -320,7 +354,17 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   args.accumulate = accumulate;
   args.vectors = vectors && args.dst.cols % 8 == 0 && args.dst.rows * (args.dst.cols / 8) < (int64_t{1} << 32);
   const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
-  const Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
+  Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
+  if (args.vectors && args.dst.rows == 1) {
+    // One long row: as many CTAs as the GPU holds at once (a second, partial wave of CTAs cost up
+    // to 7% at the suites' sizes), each a whole number of passes of all its threads over their
+    // unrolled vectors, so that none ends on a pass that leaves most of its threads idle.
+    constexpr int64_t kPass = 8 * kThreads * tile::kReduceUnroll;  // elements
+    const int64_t passes = (args.dst.cols + kPass - 1) / kPass;
+    const int64_t ctas = std::min<int64_t>(passes, resident_ctas(reduce_kernel_for(source_count)));
+    cut.cols_per_piece = (passes + ctas - 1) / ctas * kPass;
+    cut.grid = dim3(static_cast<unsigned>((args.dst.cols + cut.cols_per_piece - 1) / cut.cols_per_piece), 1);
+  }
   switch (source_count) {
     case 1: reduce_kernel<1><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
     case 2: reduce_kernel<2><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
