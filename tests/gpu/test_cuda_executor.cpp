@@ -169,6 +169,57 @@ TEST(Executor, RmsnormFusedWithTheRemapReadsSignalsResultInPlace) {
   }
 }
 
+TEST(Executor, RmsnormOfFewWideAndManyNarrowRowsMatchesTheHost) {
+  // Few wide rows (several passes of 4 vectors per thread) and many narrow ones (threads with less
+  // than a pass); the remapped read of the same rows, from 128-wide segments stored one block after
+  // another, must be bit-identical.
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4, 12288}, {256, 12288}, {300, 4096}, {1500, 1024}}) {
+    constexpr int64_t kSegment = 128;
+    const int64_t segments = cols / kSegment, elements = rows * cols;
+    void* memory = nullptr;
+    WEFT_CUDA_CHECK(cudaMalloc(&memory, static_cast<size_t>(cols + 4 * elements) * 2 + static_cast<size_t>(segments) * sizeof(int64_t)));
+    auto* base = static_cast<uint16_t*>(memory);
+    void* weight = base;
+    const DeviceRegion x{base + cols, rows, cols, cols}, plain{base + cols + elements, rows, cols, cols},
+        remapped{base + cols + 2 * elements, rows, cols, cols};
+    uint16_t* pool = base + cols + 3 * elements;
+    auto* first_row = reinterpret_cast<int64_t*>(base + cols + 4 * elements);
+    fill_random_bf16(weight, cols, 5, stream);
+    fill_random_bf16(x.data, elements, static_cast<uint64_t>(rows + cols), stream);
+    fill_u16(plain.data, 2 * elements, kBf16Nan, stream);
+    std::vector<int64_t> firsts(static_cast<size_t>(segments));
+    for (int64_t s = 0; s < segments; ++s) {
+      firsts[static_cast<size_t>(s)] = s * rows;
+      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(pool + s * rows * kSegment, kSegment * 2, static_cast<uint16_t*>(x.data) + s * kSegment, cols * 2,
+                                        kSegment * 2, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream));
+    }
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(first_row, firsts.data(), firsts.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    DeviceReorderMap map;
+    map.source = pool;
+    map.first_row = first_row;
+    map.segment_cols = kSegment;
+    map.segments_per_row = segments;
+    map.rows_per_entry = static_cast<int>(rows);
+    rmsnorm_bf16(x, weight, plain, 1e-6f, stream);
+    rmsnorm_reordered_bf16(map, weight, remapped, 1e-6f, stream);
+    const HostMatrix in = bench::download(x, stream), w = bench::download(DeviceRegion{weight, 1, cols, cols}, stream);
+    const HostMatrix got = bench::download(plain, stream);
+    EXPECT_EQ(got.data, bench::download(remapped, stream).data) << rows << "x" << cols << ": the remapped read differs";
+    HostMatrix want(rows, cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      double squares = 0;
+      for (int64_t j = 0; j < cols; ++j) squares += static_cast<double>(in.at(i, j)) * in.at(i, j);
+      const double scale = 1.0 / std::sqrt(squares / static_cast<double>(cols) + 1e-6);
+      for (int64_t j = 0; j < cols; ++j) want.at(i, j) = static_cast<float>(in.at(i, j) * scale * w.at(0, j));
+    }
+    EXPECT_LT(relative_error(got, want), 1e-2) << rows << "x" << cols;
+    cudaFree(memory);
+  }
+  cudaStreamDestroy(stream);
+}
+
 // 1,000 calls of decomposed gemm_rs and ag_gemm with `options`; every rank's last result must equal
 // its first.
 void thousand_back_to_back_calls(const ExecutorOptions& options) {
