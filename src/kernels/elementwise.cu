@@ -431,12 +431,11 @@ void preload_step_kernels() {
   cudaFuncAttributes attributes;
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, signal_add_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, device_barrier_kernel));
-  for (const void* kernel : {reinterpret_cast<const void*>(reduce_kernel<0>), reinterpret_cast<const void*>(reduce_kernel<1>),
-                             reinterpret_cast<const void*>(reduce_kernel<2>), reinterpret_cast<const void*>(reduce_kernel<3>),
-                             reinterpret_cast<const void*>(reduce_kernel<4>), reinterpret_cast<const void*>(reduce_kernel<5>),
-                             reinterpret_cast<const void*>(reduce_kernel<6>), reinterpret_cast<const void*>(reduce_kernel<7>),
-                             reinterpret_cast<const void*>(reduce_kernel<8>)})
-    WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  // Also asks each reduction's occupancy here, so that a call captured into a graph finds it known.
+  for (int sources = 0; sources <= kMaxReduceSources; ++sources) {
+    WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel_for(sources)));
+    (void)resident_ctas(reduce_kernel_for(sources));
+  }
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel));
