@@ -97,6 +97,26 @@ TEST(Validation, DoublyWrittenRegionIsRejected) {
   expect_error(report, "ordering", {"race", "both write", "tile 0"});
 }
 
+TEST(Validation, AGemmStoringIntoMoreBuffersThanTheOverlapGemmHoldsIsRejected) {
+  // Fused gemm_rs at world 8 stores into 7 peers' slots and C and reads its own slots: 9 buffers,
+  // within the limit. Tiles of one rank spread over kMaxGemmTileTargets + 1 buffers are not.
+  Problem p{OpKind::gemm_rs, 8 * 64, 96, 32, 8, DType::bf16, DType::bf16, {}};
+  Plan plan = plan_fused(p, testing_support::tiled(64, 32, Raster::along_m, 1));
+  ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+  RankPlan& rank = plan.ranks[0];
+  auto* gemm = std::get_if<GemmStep>(&rank.steps.front().body);
+  ASSERT_NE(gemm, nullptr);
+  ASSERT_GT(gemm->tiles.size(), static_cast<size_t>(kMaxGemmTileTargets));
+  for (size_t i = 0; i <= static_cast<size_t>(kMaxGemmTileTargets); ++i) {
+    GemmTile& t = gemm->tiles[i];
+    rank.buffers.push_back(BufferDecl{"extra" + std::to_string(i), BufferRole::scratch, 64, 64, DType::bf16, false});
+    t.store = Region{0, static_cast<BufferId>(rank.buffers.size() - 1), Rect{0, 0, t.tile.rows, t.tile.cols}};
+  }
+  const ValidationReport report = validate_plan(plan);
+  EXPECT_TRUE(report.has("structure")) << report.summary();
+  EXPECT_NE(report.summary().find("overlap GEMM holds"), std::string::npos) << report.summary();
+}
+
 TEST(Validation, MissingTileLeavesOutputUnwritten) {
   Plan plan = plan_sequential(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
   std::get<GemmStep>(find_step(plan, 1, "gemm")->body).tiles.pop_back();

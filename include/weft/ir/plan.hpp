@@ -105,6 +105,10 @@ struct GemmTile {
 
 // out[i, j] = sum_k a[i, k] * b[j, k] over the boxes `a` ([M, K]) and `b` ([N, K]); with
 // `accumulate` the tiles add to what their store targets hold (K split over several GEMMs).
+// The most buffers (rank, buffer) one GEMM's tiles store into or read addends from: what the
+// overlap GEMM holds (kMaxStoreTargets); the structure check enforces it.
+constexpr int kMaxGemmTileTargets = 16;
+
 struct GemmStep {
   Region a;
   Region b;

@@ -31,7 +31,7 @@
 
 namespace weft {
 
-constexpr int kMaxStoreTargets = 8;
+constexpr int kMaxStoreTargets = 16;  // buffers stored into or read as addends (one own C, peers' slots, own slots)
 constexpr int kMaxSignalRanks = 8;
 
 // One row of the device tile table. Plain data, 120 bytes, copied to the GPU once per plan.

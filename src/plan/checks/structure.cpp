@@ -1,6 +1,7 @@
 // Structural checks: everything a plan names exists, shapes agree, peers are reached only through
 // symmetric buffers, and every rank joins every collective with matching arguments.
 #include <map>
+#include <set>
 
 #include "checks.hpp"
 
@@ -75,6 +76,14 @@ struct StructureChecker {
     if (g.k_splits > 1 && (g.sm_limit != 0 || !g.persistent))
       fail(where, "a GEMM on limited SMs or with a CTA per tile keeps its waves and cannot split K (k_splits " +
                       std::to_string(g.k_splits) + ")");
+    std::set<std::pair<int, BufferId>> targets;
+    for (const auto& t : g.tiles) {
+      targets.insert({t.store.rank, t.store.buffer});
+      for (const Region& addend : t.addends) targets.insert({addend.rank, addend.buffer});
+    }
+    if (targets.size() > static_cast<size_t>(kMaxGemmTileTargets))
+      fail(where, "tiles store into or read addends from " + std::to_string(targets.size()) + " buffers; the overlap GEMM holds " +
+                      std::to_string(kMaxGemmTileTargets));
     const Rect space{0, 0, g.a.box.rows, g.b.box.rows};
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const auto& t = g.tiles[i];

@@ -11,6 +11,8 @@
 
 namespace weft::lowering {
 
+static_assert(kMaxGemmTileTargets <= kMaxStoreTargets, "every plan the structure check accepts must fit the overlap GEMM's targets");
+
 Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context) {
   auto reject = [&](const std::string& why) -> void { throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why); };
   if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
