@@ -40,6 +40,16 @@ class Bitset {
   void merge(const Bitset& other) {
     for (size_t w = 0; w < words_.size(); ++w) words_[w] |= other.words_[w];
   }
+  size_t count() const {
+    size_t n = 0;
+    for (uint64_t w : words_) n += static_cast<size_t>(__builtin_popcountll(w));
+    return n;
+  }
+  size_t count_common(const Bitset& other) const {
+    size_t n = 0;
+    for (size_t w = 0; w < words_.size(); ++w) n += static_cast<size_t>(__builtin_popcountll(words_[w] & other.words_[w]));
+    return n;
+  }
 
  private:
   std::vector<uint64_t> words_;
@@ -234,18 +244,47 @@ class OrderingChecker {
     for (;;) {
       if (!compute_order()) return false;
       bool changed = false;
+      // Per signal whose raises all add the same increment, each raise's successors among them as a
+      // bitset over the raises: a wait then counts the raises that could fire without X with
+      // popcounts instead of a pass over every raise per X (fused gemm_rs at world 8: ~900 raises
+      // of one counter, waited on by every own tile of every rank).
+      std::map<std::pair<int, SignalId>, std::vector<Bitset>> successors;
+      for (const auto& [key, candidates] : raises) {
+        const bool uniform = std::all_of(candidates.begin(), candidates.end(), [&](const Raise& r) { return r.increment == candidates.front().increment; });
+        if (!uniform || candidates.size() < 64) continue;
+        std::vector<Bitset>& after = successors[key];
+        after.assign(candidates.size(), Bitset(candidates.size()));
+        for (size_t i = 0; i < candidates.size(); ++i)
+          for (size_t j = 0; j < candidates.size(); ++j)
+            if (j != i && (happens_before(candidates[i].node, candidates[j].node) || candidates[j].node == candidates[i].node)) after[i].set(j);
+      }
       for (size_t w = 0; w < nodes_.size(); ++w)
         for (const Wait& wait : nodes_[w].waits) {
-          const auto& candidates = raises[{wait.signal.rank, wait.signal.id}];
-          for (const Raise& x : candidates) {
+          const auto key = std::make_pair(wait.signal.rank, wait.signal.id);
+          const auto& candidates = raises[key];
+          const auto fast = successors.find(key);
+          Bitset possible(candidates.size());  // raises not ordered after the wait, and not the waiting node
+          if (fast != successors.end())
+            for (size_t j = 0; j < candidates.size(); ++j)
+              if (!happens_before(static_cast<int>(w), candidates[j].node) && candidates[j].node != static_cast<int>(w)) possible.set(j);
+          const size_t possible_count = possible.count();
+          for (size_t i = 0; i < candidates.size(); ++i) {
+            const Raise& x = candidates[i];
             if (edges_.count({x.node, static_cast<int>(w)})) continue;
             uint64_t without_x = 0;
-            for (const Raise& other : candidates) {
-              if (other.node == x.node) continue;
-              if (happens_before(x.node, other.node) || happens_before(static_cast<int>(w), other.node) ||
-                  other.node == static_cast<int>(w))
-                continue;
-              without_x += other.increment;
+            if (fast != successors.end()) {
+              // The others that are possible and neither after X nor X's own node (after[i] holds both,
+              // never i itself).
+              const size_t others = possible_count - (possible.test(i) ? 1 : 0) - possible.count_common(fast->second[i]);
+              without_x = static_cast<uint64_t>(others) * x.increment;
+            } else {
+              for (const Raise& other : candidates) {
+                if (other.node == x.node) continue;
+                if (happens_before(x.node, other.node) || happens_before(static_cast<int>(w), other.node) ||
+                    other.node == static_cast<int>(w))
+                  continue;
+                without_x += other.increment;
+              }
             }
             if (without_x < wait.value) {
               add_edge(x.node, static_cast<int>(w));
