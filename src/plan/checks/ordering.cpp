@@ -250,7 +250,8 @@ class OrderingChecker {
       // of one counter, waited on by every own tile of every rank).
       std::map<std::pair<int, SignalId>, std::vector<Bitset>> successors;
       for (const auto& [key, candidates] : raises) {
-        const bool uniform = std::all_of(candidates.begin(), candidates.end(), [&](const Raise& r) { return r.increment == candidates.front().increment; });
+        const uint64_t increment = candidates.front().increment;  // a local: lambdas may not capture structured bindings (clang)
+        const bool uniform = std::all_of(candidates.begin(), candidates.end(), [increment](const Raise& r) { return r.increment == increment; });
         if (!uniform || candidates.size() < 64) continue;
         std::vector<Bitset>& after = successors[key];
         after.assign(candidates.size(), Bitset(candidates.size()));
