@@ -246,8 +246,8 @@ class OrderingChecker {
       bool changed = false;
       // Per signal whose raises all add the same increment, each raise's successors among them as a
       // bitset over the raises: a wait then counts the raises that could fire without X with
-      // popcounts instead of a pass over every raise per X (fused gemm_rs at world 8: ~900 raises
-      // of one counter, waited on by every own tile of every rank).
+      // popcounts instead of a pass over every raise per X (a counter that hundreds of tiles raise
+      // and hundreds of tiles wait on, as fused gemm_rs's own tiles do, is otherwise cubic).
       std::map<std::pair<int, SignalId>, std::vector<Bitset>> successors;
       for (const auto& [key, candidates] : raises) {
         const uint64_t increment = candidates.front().increment;  // a local: lambdas may not capture structured bindings (clang)
