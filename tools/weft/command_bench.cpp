@@ -34,6 +34,11 @@ int command_bench_gemm(const Arguments& args) {
   o.csv_path = args.text("csv", "");
   o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
+  for (const std::string& g : args.list("gemm", {})) {
+    const std::vector<int64_t> mnk = parse_shape(g);
+    if (mnk.size() != 3) throw std::invalid_argument("weft bench gemm: --gemm takes MxNxK shapes, got '" + g + "'");
+    o.shapes.push_back(GemmShape{mnk[0], mnk[1], mnk[2]});
+  }
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d; tiles %s, swizzle %d\n\n", d.name.c_str(),

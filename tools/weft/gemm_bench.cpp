@@ -35,11 +35,6 @@ using namespace weft::bench;
 
 namespace {
 
-struct GemmShape {
-  int64_t m, n, k;
-  auto operator<=>(const GemmShape&) const = default;
-};
-
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
 Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1) {
@@ -107,22 +102,25 @@ Plan with_epilogue_work(Plan plan, const EpilogueWork& work) {
 int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions& o) {
   std::set<GemmShape> seen;
   std::vector<std::pair<std::string, GemmShape>> shapes;
-  for (const BenchSuite& suite : suites)
-    for (const SuiteRow& row : suite.rows) {
-      Problem p;
-      try {
-        p = problem_for(row, o.world, o.seed);
-      } catch (const std::invalid_argument&) {
-        continue;
-      }
-      const Plan plan = plan_sequential(p, PlanOptions{});  // named: a range-for over a temporary's member dangles
-      for (const Step& step : plan.ranks.at(0).steps)
-        if (const auto* g = std::get_if<GemmStep>(&step.body)) {
-          const GemmShape s{g->a.box.rows, g->b.box.rows, g->a.box.cols};
-          if (seen.insert(s).second) shapes.emplace_back(suite.name + ":" + row.name, s);
-          break;
+  for (const GemmShape& s : o.shapes)
+    if (seen.insert(s).second) shapes.emplace_back("--gemm", s);
+  if (o.shapes.empty())
+    for (const BenchSuite& suite : suites)
+      for (const SuiteRow& row : suite.rows) {
+        Problem p;
+        try {
+          p = problem_for(row, o.world, o.seed);
+        } catch (const std::invalid_argument&) {
+          continue;
         }
-    }
+        const Plan plan = plan_sequential(p, PlanOptions{});  // named: a range-for over a temporary's member dangles
+        for (const Step& step : plan.ranks.at(0).steps)
+          if (const auto* g = std::get_if<GemmStep>(&step.body)) {
+            const GemmShape s{g->a.box.rows, g->b.box.rows, g->a.box.cols};
+            if (seen.insert(s).second) shapes.emplace_back(suite.name + ":" + row.name, s);
+            break;
+          }
+      }
 
   auto group = Communicator::local_group({0});
   Communicator& comm = *group.front();

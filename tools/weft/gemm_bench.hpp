@@ -2,6 +2,7 @@
 // cuBLASLt over the GEMM shapes of the suites' rows at a world size.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,12 @@
 #include "weft/ir/tile_grid.hpp"
 
 namespace weft::cli {
+
+// C [m, n] = A [m, k] B [n, k]^T on one rank.
+struct GemmShape {
+  int64_t m, n, k;
+  auto operator<=>(const GemmShape&) const = default;
+};
 
 struct GemmBenchOptions {
   int world = 4;  // the suites' rows are cut for this many ranks; the GEMM of one rank is timed
@@ -18,6 +25,7 @@ struct GemmBenchOptions {
   std::string csv_path;
   Raster raster = Raster::along_m;  // the order of the tables' tiles
   int swizzle = 8;
+  std::vector<GemmShape> shapes;  // when not empty, these shapes instead of the suites'
 };
 
 // Returns the number of shapes whose results did not match cuBLASLt.
