@@ -1,26 +1,32 @@
 // weft's own kernel layer around CUTLASS's Hopper TMA + WGMMA main loop (the collective is used
-// as is; this file replaces CUTLASS's kernel and epilogue). One producer warp group loads A/B
-// tiles with TMA, consumer warp groups run the WGMMA main loop on one tile, then store it to
-// wherever the table says and notify. A 128-row tile has two consumer warp groups working
+// as is; this file replaces CUTLASS's kernel and epilogue). In the producer warp group one warp
+// loads A/B tiles with TMA, two store finished tiles to wherever the table says and one notifies;
+// consumer warp groups run the WGMMA main loop on one tile and stage it for the storers. A 128-row tile has two consumer warp groups working
 // cooperatively (64 rows each); a 64-row tile has one. 64-row tiles are for small M: a 128-row
 // tile over m <= 64 does twice the MMA work, which is what bounds a memory-bound GEMM whose tiles
 // cover only part of the SMs (m = 64, n = k = 12288 with 128x192 tiles: 64 CTAs, ~80 us of MMA).
 //
-// The store goes through shared memory: the accumulators of a 128-column strip are written to a
-// padded staging buffer, then every consumer thread copies whole 16-byte runs of a row to global
-// memory. WGMMA's register layout gives each thread 4-byte column pairs spread over 8 rows; stored
-// straight from registers every warp store touches 8 half-used sectors, which measured 8-14%
-// slower than cuBLASLt on the suites' large shapes. Why not a TMA store: the target changes per
-// tile (a peer's buffer, a remapped position), and a generic-proxy st.global followed by a release
-// add is visible to a peer in the plain memory model; a TMA store would need a tensor map per
-// target and an async-proxy fence before every notify.
+// The store goes through shared memory: the consumers write the tile's accumulators to a padded
+// staging buffer that holds the whole tile and go on to the next tile's MMAs; two storing warps of
+// the producer warp group copy whole 16-byte runs of its rows to global memory meanwhile (adding
+// the addends, after their wait), and free the buffer for the next tile. WGMMA's register layout
+// gives each thread 4-byte column pairs spread over 8 rows; stored straight from registers every
+// warp store touches 8 half-used sectors, which measured 8-14% slower than cuBLASLt on the suites'
+// large shapes. Copied out by the consumers themselves, the stores held up the next tile's MMAs:
+// every CTA finishes its tiles at about the same time, and the GPU's writes of a whole wave of
+// tiles drain slower than the SMs issue them (H200, MoE-4: 0.104 ms with the copy-out, 0.096
+// without; cuBLASLt 0.098). The whole-tile buffer leaves a 128x256 tile 3 pipeline stages instead
+// of 4, which cost 1-2% with no copy-out at all, less than the copy-out did. Why not a TMA store:
+// the target changes per tile (a peer's buffer, a remapped position), and a generic-proxy st.global
+// followed by a release add is visible to a peer in the plain memory model; a TMA store would need
+// a tensor map per target and an async-proxy fence before every notify.
 //
-// The notify is not made by a consumer: a release at system scope waits until the tile's stores
-// are performed, and a consumer waiting there holds up the next tile's WGMMAs (measured on H100,
-// 16384x16384x8192: +3.2 to +5.1% with a notify on every tile). The consumers hand the stored tile
-// to a notifying warp of the producer warp group through a ring of mbarriers (each consumer
-// thread's arrive releases its stores, the warp's wait acquires them at CTA scope), and that warp
-// makes the release.
+// The notify is not made by a storing warp: a release at system scope waits until the tile's
+// stores are performed, which would hold up the next tile's copy-out (and, on a consumer, measured
+// on H100 at 16384x16384x8192: +3.2 to +5.1% with a notify on every tile). The storing warps hand
+// the stored tile to a notifying warp through a ring of mbarriers (each storing thread's arrive
+// releases its stores, the notifier's wait acquires them at CTA scope), and that warp makes the
+// release.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,13 +79,12 @@ struct OverlapGemmKernel {
   using MainloopSchedule = std::conditional_t<kConsumerGroups == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                               cutlass::gemm::KernelTmaWarpSpecialized>;
 
-  // Epilogue staging: one strip of kStripCols columns of the whole tile, rows padded by 8 elements
-  // so that the column-pair writes of 8 rows by a warp fall in 32 distinct banks. Its bytes are
-  // carved out of what the main loop's pipeline stages may use.
-  // 192-wide tiles use two strips of 96 (a 128-wide strip would not divide them).
-  static constexpr int kStripCols = TileN <= 128 ? TileN : (TileN % 128 == 0 ? 128 : TileN / 2);
-  static constexpr int kStagingStride = kStripCols + 8;
-  static_assert(TileN % kStripCols == 0, "tile width must be a whole number of staging strips");
+  // Epilogue staging: the whole tile, rows padded by 8 elements so that the column-pair writes of 8
+  // rows by a warp fall in 32 distinct banks (a row is 4 banks on from the last: TileN + 8 elements
+  // is 4 words more than a multiple of 32 for every compiled width). Its bytes are carved out of
+  // what the main loop's pipeline stages may use.
+  static constexpr int kStagingStride = TileN + 8;
+  static_assert((kStagingStride / 2) % 32 == 4 || (kStagingStride / 2) % 32 == 20, "staging rows must spread a warp's writes over all banks");
   static constexpr int kStagingBytes = TileM * kStagingStride * 2;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -94,10 +99,12 @@ struct OverlapGemmKernel {
 
   static constexpr int kMmaThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
+  // Warps 2 and 3 of the producer warp group copy staged tiles out (warp 0 loads, warp 1 notifies).
+  static constexpr int kStorerThreads = 64;
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
-  static constexpr uint32_t kStagingBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
-  static constexpr uint32_t kSplitBarrier = kStagingBarrier + 1;
+  static constexpr uint32_t kStorerBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
+  static constexpr uint32_t kSplitBarrier = kStorerBarrier + 1;
 
   static constexpr int kNotifySlots = 4;
 
@@ -105,17 +112,22 @@ struct OverlapGemmKernel {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
     alignas(128) Element staging[TileM * kStagingStride];
-    // The notify hand-off, a ring of kNotifySlots: every consumer thread arrives on
+    // The store hand-off: every consumer thread arrives on tile_staged once its part of a tile is
+    // in the staging buffer; every storing thread arrives on staging_free once it has copied its
+    // part out.
+    alignas(8) uint64_t tile_staged;
+    uint64_t staging_free;
+    // The notify hand-off, a ring of kNotifySlots: every storing thread arrives on
     // tile_stored[j % slots] once its part of notifying tile j is stored; the notifying warp
-    // arrives on tile_notified[j % slots]
-    // once it has notified, which frees the slot for tile j + slots.
-    alignas(8) uint64_t tile_stored[kNotifySlots];
+    // arrives on tile_notified[j % slots] once it has notified, which frees the slot for tile j + slots.
+    uint64_t tile_stored[kNotifySlots];
     uint64_t tile_notified[kNotifySlots];
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
-  // Fewer than 4 stages of 64-deep K cannot hide TMA latency behind the WGMMAs.
-  static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 4, "the staging buffer left too few pipeline stages");
+  // 3 stages of 64-deep K (a 128x256 tile beside its whole staged tile) measured 1-2% slower than
+  // 4 on the suites' shapes; fewer would not hide TMA latency behind the WGMMAs.
+  static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 3, "the staging buffer left too few pipeline stages");
 
   // `mainloop` loads A from launch.a, `mainloop_a2` from launch.a2 (the same as `mainloop` when
   // there is no second A operand); both load B from launch.b.
@@ -139,12 +151,9 @@ struct OverlapGemmKernel {
     return Params{main, launch.a2 ? mainloop_params(launch.a2, launch.lda2, launch.m2, launch) : main, launch};
   }
 
-  // Called by all kMmaThreads consumer threads together (it synchronises them).
-  // kAddends: whether the entry has addends (two instantiations, so that a plain store pays nothing
-  // for them).
-  template <bool kAddends, class Accumulators>
-  CUTLASS_DEVICE static void store_tile(const Accumulators& accumulators, int mma_thread_idx, const OverlapGemmTile& entry,
-                                        const OverlapGemmLaunch& launch, Element* staging) {
+  // Called by every consumer thread: its accumulators, rounded to bf16, into the staging buffer.
+  template <class Accumulators>
+  CUTLASS_DEVICE static void stage_tile(const Accumulators& accumulators, int mma_thread_idx, Element* staging) {
     using namespace cute;
     // The WGMMA fragment of a 64-row warp group: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
     using FragmentShape = decltype(shape(accumulators.layout()));
@@ -153,67 +162,65 @@ struct OverlapGemmKernel {
     static_assert(size<0, 0>(FragmentShape{}) == 2 && size<0, 1>(FragmentShape{}) == 2 &&
                       size<0, 2>(FragmentShape{}) == TileN / 8,
                   "unexpected WGMMA accumulator layout");
-    constexpr int kGroupsPerStrip = kStripCols / 8;
+    Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
+    TiledMma tiled_mma;
+    Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
+    CUTLASS_PRAGMA_UNROLL
+    for (int group = 0; group < TileN / 8; ++group)
+      CUTLASS_PRAGMA_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const auto first = make_coord(make_coord(0, half, group), 0, 0);
+        const auto second = make_coord(make_coord(1, half, group), 0, 0);
+        const int row = get<0>(where(first)), col = get<1>(where(first));
+        *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
+            __floats2bfloat162_rn(accumulators(first), accumulators(second));
+      }
+  }
+
+  // Called by every storing thread: the staged tile to where the entry says, whole 16-byte runs of a
+  // row per thread, consecutive threads on consecutive runs. kAddends: whether the entry has
+  // addends (two instantiations, so that a plain store pays nothing for them): addend_count boxes
+  // of the tile's size, the j-th addend_row_step rows after the first, added in fp32.
+  template <bool kAddends>
+  CUTLASS_DEVICE static void copy_out(int storer_idx, const OverlapGemmTile& entry, const OverlapGemmLaunch& launch, const Element* staging) {
     const OverlapGemmTarget& target = launch.targets[entry.store_target];
     Element* origin = static_cast<Element*>(target.data) + entry.store_row * target.stride + entry.store_col;
-    // Addends: entry.addend_count boxes, the j-th `addend_step` elements after the first.
     const OverlapGemmTarget& addend_target = launch.targets[kAddends ? entry.addend_target : entry.store_target];
     const Element* addends = static_cast<const Element*>(addend_target.data) + entry.addend_row * addend_target.stride + entry.addend_col;
     const int64_t addend_step = entry.addend_row_step * addend_target.stride;
     const bool vector_ok = reinterpret_cast<uintptr_t>(origin) % 16 == 0 && target.stride % 8 == 0 &&
                            (!kAddends || (reinterpret_cast<uintptr_t>(addends) % 16 == 0 && addend_target.stride % 8 == 0));
-    Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
-    TiledMma tiled_mma;
-    Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
-    CUTLASS_PRAGMA_UNROLL
-    for (int strip = 0; strip < TileN / kStripCols; ++strip) {
-      // The previous strip (or tile) has been copied out by every thread before it is overwritten.
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
-      CUTLASS_PRAGMA_UNROLL
-      for (int group = 0; group < kGroupsPerStrip; ++group)
-        CUTLASS_PRAGMA_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          const auto first = make_coord(make_coord(0, half, strip * kGroupsPerStrip + group), 0, 0);
-          const auto second = make_coord(make_coord(1, half, strip * kGroupsPerStrip + group), 0, 0);
-          const int row = get<0>(where(first)), col = get<1>(where(first)) - strip * kStripCols;
-          *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
-              __floats2bfloat162_rn(accumulators(first), accumulators(second));
+    constexpr int kRunsPerRow = TileN / 8;
+    static_assert(TileM * kRunsPerRow % kStorerThreads == 0, "every storing thread copies the same number of runs");
+#pragma unroll 4
+    for (int pass = 0; pass < TileM * kRunsPerRow / kStorerThreads; ++pass) {
+      const int run = pass * kStorerThreads + storer_idx;
+      const int row = run / kRunsPerRow, col = (run % kRunsPerRow) * 8;
+      if (row >= entry.rows) break;  // runs are in row order: the rest are past the tile's rows too
+      const Element* from = staging + row * kStagingStride + col;
+      Element* to = origin + row * target.stride + col;
+      const int valid = entry.cols - col;
+      if (vector_ok && valid >= 8) {
+        uint4 value = *reinterpret_cast<const uint4*>(from);
+        if constexpr (kAddends) {
+          const Element* addend = addends + row * addend_target.stride + col;
+          // Peers' partial sums: through L2 (__ldcg), where their NVLink stores landed.
+          float sum[8] = {};
+          tile::add_bf16_vector(sum, value);
+          for (int j = 0; j < entry.addend_count; ++j) tile::add_bf16_vector(sum, __ldcg(reinterpret_cast<const uint4*>(addend + j * addend_step)));
+          value = tile::bf16_vector_of(sum);
         }
-      cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagingBarrier);
-      // Whole 16-byte runs of a row per thread; consecutive threads take consecutive runs.
-      constexpr int kRunsPerRow = kStripCols / 8;
-      static_assert(TileM * kRunsPerRow % kMmaThreads == 0, "every thread copies the same number of runs");
-      const int strip_col = strip * kStripCols;
-      CUTLASS_PRAGMA_UNROLL
-      for (int pass = 0; pass < TileM * kRunsPerRow / kMmaThreads; ++pass) {
-        const int run = pass * kMmaThreads + mma_thread_idx;
-        const int row = run / kRunsPerRow, col = (run % kRunsPerRow) * 8;
-        if (row >= entry.rows) continue;
-        const Element* from = staging + row * kStagingStride + col;
-        Element* to = origin + row * target.stride + strip_col + col;
-        const int valid = entry.cols - (strip_col + col);
-        if (vector_ok && valid >= 8) {
-          uint4 value = *reinterpret_cast<const uint4*>(from);
-          if constexpr (kAddends) {
-            const Element* addend = addends + row * addend_target.stride + strip_col + col;
-            // Peers' partial sums: through L2 (__ldcg), where their NVLink stores landed.
-            float sum[8] = {};
-            tile::add_bf16_vector(sum, value);
-            for (int j = 0; j < entry.addend_count; ++j) tile::add_bf16_vector(sum, __ldcg(reinterpret_cast<const uint4*>(addend + j * addend_step)));
-            value = tile::bf16_vector_of(sum);
-          }
-          *reinterpret_cast<uint4*>(to) = value;
-        } else if constexpr (kAddends) {
-          const Element* addend = addends + row * addend_target.stride + strip_col + col;
-          for (int e = 0; e < 8 && e < valid; ++e) {
-            float sum = static_cast<float>(from[e]);
-            for (int j = 0; j < entry.addend_count; ++j)
-              sum += __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(addend + j * addend_step + e))));
-            to[e] = Element(sum);
-          }
-        } else {
-          for (int e = 0; e < 8 && e < valid; ++e) to[e] = from[e];
+        *reinterpret_cast<uint4*>(to) = value;
+      } else if constexpr (kAddends) {
+        const Element* addend = addends + row * addend_target.stride + col;
+        for (int e = 0; e < 8 && e < valid; ++e) {
+          float sum = static_cast<float>(from[e]);
+          for (int j = 0; j < entry.addend_count; ++j)
+            sum += __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short*>(addend + j * addend_step + e))));
+          to[e] = Element(sum);
         }
+      } else {
+        for (int e = 0; e < 8 && e < valid; ++e) to[e] = from[e];
       }
     }
   }
@@ -296,6 +303,46 @@ struct OverlapGemmKernel {
     }
   }
 
+  // Whether the consumers store an entry (stage it): unsplit entries and the last split of a tile.
+  CUTLASS_DEVICE static bool stores(const OverlapGemmTile& entry) { return entry.splits <= 1 || entry.split + 1 == entry.splits; }
+
+  // Called by every storing thread: walks this CTA's entries as the consumers do and copies each
+  // staged tile out, then frees the staging buffer and hands a notifying tile to the notifier.
+  // An entry with addends waits for them here (bounded, system-scope acquire by one thread, then
+  // the storers' barrier orders the others' addend loads after it), off the consumers' path.
+  CUTLASS_DEVICE static void store_staged_tiles(const OverlapGemmLaunch& launch, SharedStorage& shared, int storer_idx) {
+    uint32_t staged = 0, handed = 0;
+    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+      const OverlapGemmTile& entry = launch.tiles[t];
+      if (!stores(entry)) continue;
+      if (entry.addend_count > 0 && entry.wait_signal >= 0) {
+        if (storer_idx == 0)
+          tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
+                                    tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, t);
+        cutlass::arch::NamedBarrier::sync(kStorerThreads, kStorerBarrier);
+      }
+      if (!wait_for_phase(&shared.tile_staged, staged & 1, launch.wait_timeout_ns))
+        record_timeout(launch, t, kStoreHandoffSignal, staged + 1, staged);
+      if (entry.addend_count > 0) copy_out<true>(storer_idx, entry, launch, shared.staging);
+      else copy_out<false>(storer_idx, entry, launch, shared.staging);
+      ++staged;
+      // Its reads of the staging buffer are done: the arrive orders them before the consumers' next
+      // writes (before the notify hand-off, so that a notifier behind does not hold up the MMAs).
+      cutlass::arch::ClusterBarrier::arrive(&shared.staging_free);
+      if (entry.notify_rank >= 0) {
+        // Each storing thread's arrive releases its own stores; the notifier's wait completes once
+        // all have arrived and acquires them all, then it releases at system scope, cumulatively
+        // over those stores. A thread first waits until the slot's previous tile has been notified
+        // (at once unless the notifier is behind), so no arrival falls into a phase of an older tile.
+        const uint32_t slot = handed % kNotifySlots, use = handed / kNotifySlots;
+        if (use > 0 && !wait_for_phase(&shared.tile_notified[slot], (use - 1) & 1, launch.wait_timeout_ns))
+          record_timeout(launch, t, kNotifyHandoffSignal, handed + 1 - kNotifySlots, handed);
+        cutlass::arch::ClusterBarrier::arrive(&shared.tile_stored[slot]);
+        ++handed;
+      }
+    }
+  }
+
   CUTLASS_DEVICE void operator()(const Params& params, char* shared_memory) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace cute;
@@ -318,11 +365,14 @@ struct OverlapGemmKernel {
     pipeline_params.num_consumers = kMmaThreads;
     pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
     MainloopPipeline pipeline(shared.pipeline, pipeline_params, ClusterShape{});
-    if (thread_idx == 0)
+    if (thread_idx == 0) {
+      cutlass::arch::ClusterBarrier::init(&shared.tile_staged, kMmaThreads);
+      cutlass::arch::ClusterBarrier::init(&shared.staging_free, kStorerThreads);
       for (int slot = 0; slot < kNotifySlots; ++slot) {
-        cutlass::arch::ClusterBarrier::init(&shared.tile_stored[slot], kMmaThreads);
+        cutlass::arch::ClusterBarrier::init(&shared.tile_stored[slot], kStorerThreads);
         cutlass::arch::ClusterBarrier::init(&shared.tile_notified[slot], 1);
       }
+    }
     cutlass::arch::fence_barrier_init();
     __syncthreads();  // barriers initialised before anyone uses them
 
@@ -336,7 +386,10 @@ struct OverlapGemmKernel {
         if (lane == 0) notify_stored_tiles(launch, shared);
         return;
       }
-      if (warp_in_group != 0) return;
+      if (warp_in_group >= 2) {
+        store_staged_tiles(launch, shared, thread_idx - 64);
+        return;
+      }
       const auto problem_a2 = make_shape(static_cast<int>(launch.a2 ? launch.m2 : launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
       const auto load_inputs = mainloop.load_init(problem, params.mainloop);
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
@@ -362,7 +415,7 @@ struct OverlapGemmKernel {
     const int mma_thread_idx = thread_idx % kMmaThreads;
     PipelineState read_state;
     TiledMma tiled_mma;
-    uint32_t stored = 0;  // notifying tiles handed over so far (every consumer thread counts)
+    uint32_t staged = 0;  // tiles staged so far (every consumer thread counts)
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
@@ -371,25 +424,13 @@ struct OverlapGemmKernel {
       mainloop.mma_tail(pipeline, read_state, count);
       read_state.advance(count);
       if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
-      // An entry with addends waits here, after its MMAs, for the peers' partial sums (acquire at
-      // system scope); store_tile's first barrier orders every consumer's addend loads after it.
-      if (entry.addend_count > 0 && entry.wait_signal >= 0 && mma_thread_idx == 0)
-        tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
-                                  tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, t);
-      if (entry.addend_count > 0) store_tile<true>(accumulators, mma_thread_idx, entry, launch, shared.staging);
-      else store_tile<false>(accumulators, mma_thread_idx, entry, launch, shared.staging);
-      if (entry.notify_rank >= 0) {
-        // Each consumer thread's arrive releases its own stores, without waiting for the others;
-        // the notifying warp's wait completes once all have arrived and acquires them all, then
-        // it releases at system scope, cumulatively over those stores. A thread first waits until
-        // the slot's previous tile has been notified (at once unless the notifier is behind), so
-        // no arrival can fall into a phase of an older tile.
-        const uint32_t slot = stored % kNotifySlots, use = stored / kNotifySlots;
-        if (use > 0 && !wait_for_phase(&shared.tile_notified[slot], (use - 1) & 1, launch.wait_timeout_ns))
-          record_timeout(launch, t, kNotifyHandoffSignal, stored + 1 - kNotifySlots, stored);
-        cutlass::arch::ClusterBarrier::arrive(&shared.tile_stored[slot]);
-        ++stored;
-      }
+      // The previous tile copied out of the staging buffer, then this one written into it and handed
+      // to the storing warps (the arrive releases this thread's writes to them).
+      if (staged > 0 && !wait_for_phase(&shared.staging_free, (staged - 1) & 1, launch.wait_timeout_ns))
+        record_timeout(launch, t, kStoreHandoffSignal, staged, staged - 1);
+      stage_tile(accumulators, mma_thread_idx, shared.staging);
+      cutlass::arch::ClusterBarrier::arrive(&shared.tile_staged);
+      ++staged;
     }
 #else
     if (threadIdx.x == 0 && blockIdx.x == 0) printf("weft overlap GEMM: built without sm_90a; nothing computed\n");

@@ -493,6 +493,9 @@ void CudaExecutor::check() {
     throw DeviceWaitTimeout(rank + ": an overlap GEMM tile (table entry " + std::to_string(e.where) +
                             ") gave up waiting for the partial sums of K split " + std::to_string(e.expected - 1) +
                             " of its tile; the call's result is wrong");
+  if (e.signal == kStoreHandoffSignal)
+    throw DeviceWaitTimeout(rank + ": the overlap GEMM's hand-off of staged tiles between its consumers and its storing warps gave up "
+                            "at table entry " + std::to_string(e.where) + "; the call's result is wrong");
   if (e.signal == kNotifyHandoffSignal)
     throw DeviceWaitTimeout(rank + ": the overlap GEMM's hand-off of stored tiles to its notifying warp gave up at table entry " +
                             std::to_string(e.where) + "; the call's result is wrong");

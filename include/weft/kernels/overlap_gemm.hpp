@@ -87,6 +87,10 @@ constexpr int32_t kSplitFixupSignal = -2;
 // (the notifier waiting for a tile to be stored, or the consumers for a free slot; expected: the
 // number of the CTA's notifying tile waited for, counted from 1).
 constexpr int32_t kNotifyHandoffSignal = -3;
+// WaitRecord::signal when the hand-off of a staged tile between the consumers and the storing warps
+// gave up (the storers waiting for a tile to be staged, or the consumers for the buffer to be free;
+// expected: the number of the CTA's stored tile waited for, counted from 1).
+constexpr int32_t kStoreHandoffSignal = -4;
 
 
 struct OverlapGemmLaunch {
