@@ -99,6 +99,28 @@ std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::f
       variants, stream, warmup, iterations, finish, host_us);
 }
 
+std::vector<double> back_to_back_host_us(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream,
+                                         const std::vector<std::function<void(cudaStream_t)>>& variants,
+                                         const std::function<void(size_t)>& finish, int bursts, int calls) {
+  std::vector<double> medians;
+  for (size_t v = 0; v < variants.size(); ++v) {
+    std::vector<double> host;
+    for (int burst = 0; burst < bursts; ++burst) {
+      ranks_meet();
+      comm.barrier(stream);
+      for (int call = 0; call < calls; ++call) {
+        const auto start = std::chrono::steady_clock::now();
+        variants[v](stream);
+        const auto end = std::chrono::steady_clock::now();
+        if (call > 0) host.push_back(std::chrono::duration<double, std::micro>(end - start).count());
+      }
+      finish(v);
+    }
+    medians.push_back(median(host));
+  }
+  return medians;
+}
+
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish) {
   return interleaved_call_medians_ms(comm, ranks_meet, stream, warmup, iterations, {enqueue}, [&](size_t) { finish(); })[0];

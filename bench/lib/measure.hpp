@@ -52,6 +52,14 @@ double median_call_ms(Communicator& comm, const std::function<void()>& ranks_mee
 std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup,
                                                 int iterations, const std::vector<std::function<void(cudaStream_t)>>& variants,
                                                 const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr);
+// Each variant's host time to enqueue a call in a loop's steady state, in microseconds: per burst
+// the ranks meet (`ranks_meet`), a device barrier on `stream`, then `calls` calls back to back
+// while the GPU still runs the ones before, then `finish(v)`; the median, over `bursts` bursts,
+// of every call but the first (which pays for the host waking from the wait before it: the
+// per-iteration figure of interleaved_call_medians_ms). Every rank calls it together.
+std::vector<double> back_to_back_host_us(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream,
+                                         const std::vector<std::function<void(cudaStream_t)>>& variants,
+                                         const std::function<void(size_t)>& finish, int bursts = 5, int calls = 4);
 // Median time of each variant on one GPU, no barrier. Iterations visit the variants in turn, so that clock and
 // power drift over a long measurement reaches all of them alike instead of whichever runs last;
 // iteration i starts at variant i % count, so that no variant always runs right after the same

@@ -35,7 +35,8 @@ struct Measured {
   int world = 0;
   int64_t m = 0, n = 0, k = 0;
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
-  double host_us = 0;  // host time to enqueue one call (the slowest rank's median)
+  double host_us = 0;             // host time to enqueue one call after a wait for the last (the slowest rank's median)
+  double host_back_to_back_us = 0;  // the same with calls back to back (back_to_back_host_us)
   bool verified = false;
 };
 
@@ -76,6 +77,7 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
       j["speedup"] = r.t_seq / r.t;
       j["overlap_efficiency"] = (r.t_seq - r.t) / (r.t_seq - r.t_gemm);
       j["host_enqueue_us"] = r.host_us;
+      j["host_enqueue_back_to_back_us"] = r.host_back_to_back_us;
       j["relative_error"] = r.error;
       j["verified"] = r.verified;
       list.push_back(Json(std::move(j)));
@@ -89,12 +91,12 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
   }
   if (!o.csv_path.empty()) {
     std::ofstream csv(o.csv_path);
-    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us\n";
+    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
     for (const auto& r : rows)
       csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
           << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << std::max(r.t_gemm, r.t_comm)
           << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
-          << (r.verified ? "yes" : "no") << ',' << r.host_us << '\n';
+          << (r.verified ? "yes" : "no") << ',' << r.host_us << ',' << r.host_back_to_back_us << '\n';
   }
 }
 
@@ -119,8 +121,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   // (weft::Op::a_in_workspace); an op called with a shard elsewhere copies it in first.
   std::printf("inputs: in the plans' own buffers (A already in symmetric memory where a strategy gathers from it: the "
               "in-place case, no copy-in timed)\n\n");
-  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
-              "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "host us", "check");
+  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
+              "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "host us", "b2b us", "check");
   for (int world : o.world_sizes) {
     auto group = first_gpus(world);
     // Strategies that reach a peer these GPUs cannot reach (WEFT_P2P=0, no P2P) decline, saying so.
@@ -164,6 +166,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       std::vector<std::vector<double>> medians(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> errors(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> host_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
+      std::vector<std::vector<double>> host_b2b_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::barrier sync(world);
       for_each_rank(group, [&](Communicator& comm) {
         const int rank = comm.rank();
@@ -188,9 +191,12 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         const std::vector<double> ms = interleaved_call_medians_ms(
             comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, variants,
             [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); }, &enqueue_us);
+        const std::vector<double> b2b_us = back_to_back_host_us(
+            comm, [&] { sync.arrive_and_wait(); }, stream, variants, [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); });
         for (size_t p = 0; p < count; ++p) {
           medians[p][static_cast<size_t>(rank)] = ms[p];
           host_us[p][static_cast<size_t>(rank)] = enqueue_us[p];
+          host_b2b_us[p][static_cast<size_t>(rank)] = b2b_us[p];
         }
         cudaFree(sums);
         execs.clear();
@@ -211,12 +217,13 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.t_seq = worst(2);
         m.t = worst(p);
         m.host_us = *std::max_element(host_us[p].begin(), host_us[p].end());
+        m.host_back_to_back_us = *std::max_element(host_b2b_us[p].begin(), host_b2b_us[p].end());
         m.error = p == 2 ? 0.0 : *std::max_element(errors[p].begin(), errors[p].end());
         m.verified = m.error <= kTolerance;
         failures += !m.verified;
-        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %7.1f %s\n", m.row.c_str(),
+        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %7.1f %7.1f %s\n", m.row.c_str(),
                     std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t,
-                    std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error, m.host_us,
+                    std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error, m.host_us, m.host_back_to_back_us,
                     p == 2 ? "baseline" : (m.verified ? "ok" : "MISMATCH"));
         std::fflush(stdout);
         results.push_back(m);
