@@ -3,12 +3,16 @@
 //
 //   ag_gemm: the own shard's tiles read their A rows in place from the op's input where m is a
 //            multiple of the tile height (else the GEMM's stream first copies the local A shard
-//            into the gathered A, which the GEMM reads whole, Flux's layout); stream 1 pulls
-//            every peer's shard in ring order starting after the own rank (Section 4.3), in
-//            `comm_chunks` row chunks per shard; each pull raises one counter (a single stream raises
-//            it, so the executor writes it without a kernel: the GEMM holds every SM). The GEMM's tiles run in the arrival
-//            order of their rows, local shard first (Section 4.1's swizzle aligned with the pulls),
-//            and each waits (its prologue) until the chunks holding its rows have arrived.
+//            into the gathered A, which the GEMM reads whole, Flux's layout). Each peer's shard is
+//            pulled in `comm_chunks` row chunks on a stream of its own (copies queued on one
+//            stream run one after another, one link at a time), raising a counter of that peer's
+//            alone: a counter with one writer is written by the executor without a kernel (the
+//            GEMM holds every SM). The GEMM's tiles run in the arrival order of their rows (Section
+//            4.1's swizzle aligned with the pulls): the own shard first, then chunk by chunk, each
+//            chunk's shards in ring order starting after the own rank (Section 4.3); each tile waits
+//            (its prologue) until the chunk holding its rows has arrived. Where a tile's rows span
+//            two shards (m not a multiple of the tile height) one stream pulls every shard in ring
+//            order into one counter, as a tile waits on one counter.
 //   gemm_rs: each tile whose rows belong to a peer d is stored straight into d's receive slot for
 //            this rank (the epilogue's peer store) and counted on d; rank r starts with rank r+1's
 //            rows and ends with its own (Section 4.1: no two ranks write to one peer at once).
@@ -47,50 +51,71 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
   const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
-  const SignalId arrived = b.signal("chunks_arrived");
-  // needed[row]: how many pulls must have landed before row `row` of the gathered A may be read
-  // (0: a row of the own shard).
-  std::vector<uint64_t> needed(static_cast<size_t>(world) * static_cast<size_t>(p.m), 0);
-  uint64_t copies = 0;
-  auto pull = [&](const std::string& label, const Region& from, int shard, int64_t first, int64_t rows) {
-    if (rows == 0) return;
-    Step& step = b.add(label, kComm, Engine::copy_engine, CopyStep{from, b.rows(gathered, shard * p.m + first, rows)});
-    step.notifies.push_back({b.own(arrived), 1});
-    ++copies;
-    for (int64_t i = 0; i < rows; ++i) needed[static_cast<size_t>(shard * p.m + first + i)] = copies;
-  };
   // Where every tile's rows lie in one shard (m a multiple of the tile height), the own shard's
-  // tiles read their rows in place, from the op's input. Otherwise the own shard goes into place
-  // on the GEMM's stream, before it: a copy within one GPU runs as a kernel, which would find no
-  // free SM while the GEMM, holding them all, waits for it.
-  const bool own_rows_in_place = p.m % o.tile_m == 0;
-  if (!own_rows_in_place) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
+  // tiles read their rows in place, from the op's input, and each peer has a pull stream and a
+  // counter. Otherwise the own shard goes into place on the GEMM's stream, before it (a copy
+  // within one GPU runs as a kernel, which would find no free SM while the GEMM, holding them
+  // all, waits for it), and one stream and counter serve every peer.
+  const bool per_peer = p.m % o.tile_m == 0;
+  const bool own_rows_in_place = per_peer;
+  std::vector<SignalId> arrived;  // per ring offset i (1 .. W-1), or one for all
+  if (per_peer)
+    for (int i = 1; i < world; ++i) arrived.push_back(b.signal("chunks_from_rank" + std::to_string((r + i) % world)));
+  else
+    arrived.push_back(b.signal("chunks_arrived"));
+  // needed[row]: the counter and the count it must reach before row `row` of the gathered A may be
+  // read (count 0: a row of the own shard); order[row]: when its chunk lands, (chunk, ring offset).
+  std::vector<Wait> needed(static_cast<size_t>(world) * static_cast<size_t>(p.m), Wait{SignalRef{}, 0});
+  std::vector<std::pair<int64_t, int>> order(needed.size(), {-1, 0});
+  std::vector<uint64_t> copies(arrived.size(), 0);
   const auto cuts = detail::split_rows(p.m, chunks_per_shard(o, p.m));
-  for (int i = 1; i < world; ++i) {
-    const int src = (r + i) % world;
-    for (size_t j = 0; j + 1 < cuts.size(); ++j)
-      pull("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), b.rows(a, cuts[j], cuts[j + 1] - cuts[j], src), src,
-           cuts[j], cuts[j + 1] - cuts[j]);
-  }
+  for (size_t j = 0; j + 1 < cuts.size(); ++j)
+    for (int i = 1; i < world; ++i) {
+      const int src = (r + i) % world;
+      const int64_t first = cuts[j], rows = cuts[j + 1] - cuts[j];
+      if (rows == 0) continue;
+      const size_t counter = per_peer ? static_cast<size_t>(i - 1) : 0;
+      const int stream = per_peer ? kComm + i - 1 : kComm;
+      Step& step = b.add("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), stream, Engine::copy_engine,
+                         CopyStep{b.rows(a, first, rows, src), b.rows(gathered, src * p.m + first, rows)});
+      step.notifies.push_back({b.own(arrived[counter]), 1});
+      ++copies[counter];
+      for (int64_t row = src * p.m + first; row < src * p.m + first + rows; ++row) {
+        needed[static_cast<size_t>(row)] = Wait{b.own(arrived[counter]), copies[counter]};
+        order[static_cast<size_t>(row)] = {static_cast<int64_t>(j), i};
+      }
+    }
+  if (!own_rows_in_place) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
 
   // Tiles in arrival order of their rows (Flux aligns the tile order with the signals' order), the
   // raster and swizzle kept among the tiles one copy completes.
   GemmStep gemm = detail::gemm_over(b.whole(gathered), b.whole(w), o);
   const TileGrid grid{world * p.m, p.n, o.tile_m, o.tile_n};
+  std::vector<std::pair<int64_t, int>> tile_order;  // per tile, when its last row lands
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
     GemmTile tile;
     tile.tile = grid.tile(index);
     tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
     tile.store.box.col = tile.tile.col;
     tile.store.box.cols = tile.tile.cols;
-    uint64_t wait = 0;
-    for (int64_t row = tile.tile.row; row < tile.tile.row_end(); ++row) wait = std::max(wait, needed[static_cast<size_t>(row)]);
-    if (wait > 0) tile.wait = Wait{b.own(arrived), wait};
+    std::pair<int64_t, int> lands{-1, 0};
+    // The rows' latest chunk: one counter in per-peer mode (a tile within one shard), else the
+    // one counter every pull raises in arrival order.
+    for (int64_t row = tile.tile.row; row < tile.tile.row_end(); ++row) {
+      const Wait& need = needed[static_cast<size_t>(row)];
+      if (need.value > 0 && (!tile.wait || need.value > tile.wait->value)) tile.wait = need;
+      lands = std::max(lands, order[static_cast<size_t>(row)]);
+    }
     if (own_rows_in_place && tile.tile.row / p.m == r) tile.a_rows = b.rows(a, tile.tile.row - r * p.m, tile.tile.rows);
     gemm.tiles.push_back(tile);
+    tile_order.push_back(lands);
   }
-  auto wait_of = [](const GemmTile& t) { return t.wait ? t.wait->value : 0; };
-  std::stable_sort(gemm.tiles.begin(), gemm.tiles.end(), [&](const GemmTile& x, const GemmTile& y) { return wait_of(x) < wait_of(y); });
+  std::vector<size_t> by_arrival(gemm.tiles.size());
+  for (size_t t = 0; t < by_arrival.size(); ++t) by_arrival[t] = t;
+  std::stable_sort(by_arrival.begin(), by_arrival.end(), [&](size_t x, size_t y) { return tile_order[x] < tile_order[y]; });
+  std::vector<GemmTile> arrival_ordered;
+  for (size_t t : by_arrival) arrival_ordered.push_back(std::move(gemm.tiles[t]));
+  gemm.tiles = std::move(arrival_ordered);
   b.add("gemm (tiles wait for their rows)", kCompute, Engine::sm, std::move(gemm));
   b.set_output(b.whole(c));
 }
@@ -259,7 +284,9 @@ Plan plan_fused(const Problem& p, const PlanOptions& options) {
   plan.strategy = "fused";
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
-    RankPlanBuilder b(r, 2);
+    // ag_gemm: a pull stream per peer where tiles lie in one shard (build_ag_gemm).
+    const bool pull_streams = p.op == OpKind::ag_gemm && p.m % options.tile_m == 0;
+    RankPlanBuilder b(r, pull_streams ? kComm + std::max(1, p.world_size - 1) : 2);
     if (p.op == OpKind::ag_gemm) build_ag_gemm(p, options, b);
     else build_gemm_rs(p, options, b);
     plan.ranks.push_back(b.finish());
