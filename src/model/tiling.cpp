@@ -26,7 +26,7 @@ constexpr int kMaxTailSplits = 4;
 // each waits little; it writes or reads one fp32 partial tile through L2. An estimate until measured.
 constexpr double kTailFixupKTiles = 4.0;
 // The overlap GEMM's shared memory per CTA (Hopper: 227 KiB) and what its barriers take besides
-// the pipeline stages and the epilogue's staging strip (overlap_gemm_kernel.cuh).
+// the pipeline stages and the epilogue's staging buffer (overlap_gemm_kernel.cuh).
 constexpr int kSharedMemoryPerSm = 232448;
 constexpr int kSharedMemoryReserved = 1024;
 // Bytes a GPU must have in flight to stream HBM at its rate: ~4.8 TB/s x ~1.7 us of latency on H200
@@ -90,8 +90,7 @@ namespace {
 // 64x192 unsplit 0.116 ms, 64x128 0.121, 64x192/k2 0.121; H200 64x192 0.081, 64x128 0.083,
 // 64x256/k2 0.085, 64x256 0.089 (48 CTAs: too few bytes in flight).
 int pipeline_stages(const TileShape& s) {
-  const int strip = s.tile_n <= 128 ? s.tile_n : (s.tile_n % 128 == 0 ? 128 : s.tile_n / 2);
-  const int staging = s.tile_m * (strip + 8) * 2;
+  const int staging = s.tile_m * (s.tile_n + 8) * 2;  // the whole tile, rows padded by 8 elements
   const int stage = (s.tile_m + s.tile_n) * s.tile_k * 2;
   return (kSharedMemoryPerSm - staging - kSharedMemoryReserved) / stage;
 }
