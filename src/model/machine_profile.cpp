@@ -70,6 +70,11 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["sm_copy_bytes_per_s_per_sm"] = p.sm_copy_bytes_per_s_per_sm;
   o["barrier_seconds"] = p.barrier_seconds;
   o["gemm_slowdown_beside_copies"] = p.gemm_slowdown_beside_copies;
+  if (!p.tile_rates.empty()) {
+    Json::Object rates;
+    for (const auto& [tile, rate] : p.tile_rates) rates[tile] = rate;
+    o["tile_rates"] = Json(std::move(rates));
+  }
   if (!p.prediction_accuracy.empty()) {
     Json::Object accuracy;
     for (const auto& [name, a] : p.prediction_accuracy) accuracy[name] = Json(Json::Object{{"bias", Json(a.bias)}, {"error", Json(a.error)}});
@@ -112,6 +117,11 @@ MachineProfile parse_machine_profile(std::string_view text) {
     if (j.has(name)) *field = j[name].number();
     if (!(*field >= 0)) throw std::invalid_argument(std::string("machine profile: ") + name + " must not be negative");
   }
+  if (j.has("tile_rates"))
+    for (const auto& [tile, rate] : j["tile_rates"].members()) {
+      p.tile_rates[tile] = rate.number();
+      if (!(p.tile_rates[tile] > 0)) throw std::invalid_argument("machine profile: tile rate of " + tile + " must be positive");
+    }
   if (j.has("prediction_accuracy"))
     for (const auto& [name, a] : j["prediction_accuracy"].members())
       p.prediction_accuracy[name] = MachineProfile::PredictionAccuracy{a["bias"].number(), a["error"].number()};

@@ -10,11 +10,11 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Relative time of `count` entries of `tile` split `splits` ways over `k`.
-double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count) {
+double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates) {
   const double k_tiles = static_cast<double>(ceil_div(k, tile.tile_k));
   const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
   const double per_entry = k_tiles / splits + (splits > 1 ? kSplitFixupKTiles : 0.0);
-  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / tile_rate(tile);
+  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
 }
 
 constexpr int kMaxKSplits = 8;
@@ -43,10 +43,13 @@ bool memory_bound_gemm(int64_t m, int64_t n, int64_t k) {
   return 2.0 * dm * dn * dk / (2.0 * (dm * dk + dn * dk + dm * dn)) < kComputeBoundFlopsPerByte;
 }
 
-// Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); the ratios are
-// estimates until the tuner measures them per machine (H100: 128x128 ~0.85 of 128x256; 128x192
-// 0.98-0.99 on the MLP rows whose waves fill equally, `weft bench gemm`).
-double tile_rate(TileShape tile) {
+std::string tile_name(TileShape tile) { return std::to_string(tile.tile_m) + "x" + std::to_string(tile.tile_n); }
+
+// Narrower tiles compute at a lower rate (more shared-memory bytes per FLOP); where a machine profile
+// has no measured rate, estimates (H100: 128x128 ~0.85 of 128x256; 128x192 0.98-0.99 on the MLP rows
+// whose waves fill equally, `weft bench gemm`).
+double tile_rate(TileShape tile, const TileRates& rates) {
+  if (const auto it = rates.find(tile_name(tile)); it != rates.end()) return it->second;
   if (tile.tile_m == kSmallTileRows) return 0.6;  // one consumer warp group: half the MMA in flight
   switch (tile.tile_n) {
     case 96: return 0.75;
@@ -62,17 +65,17 @@ const std::vector<TileShape>& overlap_gemm_tiles() {
   return tiles;
 }
 
-int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count) {
+int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count, const TileRates& rates) {
   // A memory-bound GEMM gains nothing from more CTAs in flight, and each split adds a partial
   // tile's traffic. Measured on H100, m=64 n=k=12288, 128x96 tiles: 8 splits 0.179 ms, none 0.135 ms
   // (m <= 64 has its own rule, choose_small_m_tiling).
   if (memory_bound_gemm(m, n, k)) return 1;
   const int64_t k_tiles = ceil_div(k, tile.tile_k);
   int best = 1;
-  double best_time = estimated_time(tile_count, k, tile, 1, sm_count);
+  double best_time = estimated_time(tile_count, k, tile, 1, sm_count, rates);
   const double unsplit = best_time;
   for (int splits = 2; splits <= kMaxKSplits && k_tiles / splits >= kMinKTilesPerSplit; ++splits) {
-    const double t = estimated_time(tile_count, k, tile, splits, sm_count);
+    const double t = estimated_time(tile_count, k, tile, splits, sm_count, rates);
     if (t < best_time) {
       best = splits;
       best_time = t;
@@ -116,7 +119,7 @@ GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
 
 }  // namespace
 
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
   if (m <= kSmallTileRows) return choose_small_m_tiling(n, k, sm_count);
   // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins. 64-row tiles
   // are only for m <= 64: above, each would stream all of B once more per 64 rows.
@@ -141,8 +144,8 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   for (const TileShape& s : overlap_gemm_tiles()) {
     if (s.tile_m == kSmallTileRows) continue;
     const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
-    const int splits = choose_k_splits(tiles, m, n, k, s, sm_count);
-    const double t = estimated_time(tiles, k, s, splits, sm_count);
+    const int splits = choose_k_splits(tiles, m, n, k, s, sm_count, rates);
+    const double t = estimated_time(tiles, k, s, splits, sm_count, rates);
     if (t < best_time) {
       best = {s, splits};
       best_time = t;

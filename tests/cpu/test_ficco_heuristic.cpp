@@ -54,7 +54,11 @@ TEST(MachineProfile, RoundTripsThroughJsonAndRejectsNonsense) {
   p.peak_flops = 801.5e12;
   p.memory_bytes_per_s = 4.1e12;
   p.source = "test";
+  p.tile_rates = {{"128x192", 0.97}, {"128x128", 0.86}};
   const MachineProfile back = parse_machine_profile(machine_profile_json(p));
+  EXPECT_EQ(back.tile_rates, p.tile_rates);
+  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 1e15, "memory_bytes_per_s": 1e12, "tile_rates": {"128x96": 0}})"),
+               std::invalid_argument);
   EXPECT_EQ(back.device, p.device);
   EXPECT_DOUBLE_EQ(back.peak_flops, p.peak_flops);
   EXPECT_DOUBLE_EQ(back.memory_bytes_per_s, p.memory_bytes_per_s);

@@ -75,6 +75,22 @@ TEST(Tiling, GemmsThatKeepTheirSmsOrWavesTakeNoTailSplit) {
   EXPECT_EQ(tail_of(make_plan(find_strategy("signal"), rs)), 1);
 }
 
+TEST(Tiling, MeasuredTileRatesFromTheMachineProfileDecide) {
+  // MLP-5 AG (8192 x 7168 x 8192, 1,792 tiles of 128x256 = 13.6 waves): the built-in rates keep
+  // 128x256; a profile measuring 128x192 at 1.1 of 128x256 (2,432 tiles = 18.4 waves) makes it the
+  // faster estimate, through make_plan as well; a tile the profile leaves out keeps its estimate.
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 7168, 8192, 132).tile, (TileShape{128, 256, 64}));
+  const TileRates faster_192{{"128x192", 1.1}};
+  EXPECT_EQ(choose_overlap_gemm_tiling(8192, 7168, 8192, 132, faster_192).tile, (TileShape{128, 192, 64}));
+  EXPECT_DOUBLE_EQ(tile_rate(TileShape{128, 192, 64}, faster_192), 1.1);
+  EXPECT_DOUBLE_EQ(tile_rate(TileShape{128, 128, 64}, faster_192), tile_rate(TileShape{128, 128, 64}));
+  const Problem p{OpKind::ag_gemm, 2048, 7168, 8192, 4, DType::bf16, DType::bf16, {}};
+  PlanOptions options;
+  options.machine.tile_rates = faster_192;
+  EXPECT_EQ(resolve_options(find_strategy("fused"), p, options).tile_n, 192);
+  EXPECT_EQ(resolve_options(find_strategy("fused"), p, PlanOptions{}).tile_n, 256);
+}
+
 TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
   // fused ag_gemm at world 4 with 128 rows per rank: one GEMM of 512 x 12288 x 12288 per rank, the
   // GPT-3 row the rule gives 128x192 tiles. The plan's GEMM carries the tile and the split.

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
 
 #include "measure.hpp"
 #include "weft/plan/strategies.hpp"
+#include "weft/model/tiling.hpp"
 #include "weft/plan/transforms.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
@@ -14,21 +17,29 @@ using namespace weft::bench;
 
 namespace {
 
-double gemm_flops_per_s(Communicator& comm, int64_t m, int64_t n, int64_t k, int warmup, int iterations) {
+// The median ms of an m x n x k GEMM: cuBLASLt, or (`tile` given) the overlap GEMM with an empty
+// table of those tiles, unsplit.
+double gemm_ms(Communicator& comm, int64_t m, int64_t n, int64_t k, int warmup, int iterations, const TileShape* tile = nullptr) {
   PlanOptions options;
-  options.tile_n = 256;
+  options.tile_m = tile ? tile->tile_m : 128;
+  options.tile_n = tile ? tile->tile_n : 256;
   const Plan gemm = steps_of_kind(plan_sequential(Problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}}, options), StepKind::gemm);
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   double ms = 0;
   {
-    CudaExecutor exec(comm, gemm);
+    CudaExecutor exec(comm, gemm, ExecutorOptions{.plain_gemm = tile ? ExecutorOptions::PlainGemm::overlap : ExecutorOptions::PlainGemm::library});
     fill_buffers(exec, 0, 1, stream);
     ms = median_call_ms(
         comm, [] {}, stream, warmup, iterations, [&](cudaStream_t s) { exec.run(s); },
         [&] { finish_or_explain(exec, stream, "calibration GEMM"); });
   }
   cudaStreamDestroy(stream);
+  return ms;
+}
+
+double gemm_flops_per_s(Communicator& comm, int64_t m, int64_t n, int64_t k, int warmup, int iterations) {
+  const double ms = gemm_ms(comm, m, n, k, warmup, iterations);
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   std::printf("  GEMM %lldx%lldx%lld: %.3f ms, %.1f TFLOP/s\n", static_cast<long long>(m), static_cast<long long>(n),
               static_cast<long long>(k), ms, flops / ms * 1e-9);
@@ -96,6 +107,30 @@ CollectiveCurve collective_curve(CollectiveKind kind, int world, int warmup, int
   return curve;
 }
 
+// Each 128-row tile's rate relative to 128x256, in the tiling rule's terms (model/tiling.hpp: time =
+// waves x K-tiles x tile area / rate): the overlap GEMM with an empty table of that tile on a
+// compute-bound shape that every tile width divides (7680 columns), rate = waves x K-tiles x area
+// / time. 64-row tiles are left out: the rule picks those by bytes in flight, not by rate.
+TileRates measured_tile_rates(Communicator& comm, int sm_count, int warmup, int iterations) {
+  constexpr int64_t m = 8192, n = 7680, k = 8192;
+  std::map<std::string, double> work_per_ms;
+  for (const TileShape& tile : overlap_gemm_tiles()) {
+    if (tile.tile_m != 128) continue;
+    const int64_t tiles = (m / tile.tile_m) * (n / tile.tile_n), waves = (tiles + sm_count - 1) / sm_count;
+    const double ms = gemm_ms(comm, m, n, k, warmup, iterations, &tile);
+    work_per_ms[tile_name(tile)] = static_cast<double>(waves) * static_cast<double>(k / tile.tile_k) * tile.tile_m * tile.tile_n / ms;
+    std::printf("  overlap GEMM %lldx%lldx%lld with %s tiles: %.3f ms (%lld waves)\n", static_cast<long long>(m), static_cast<long long>(n),
+                static_cast<long long>(k), tile_name(tile).c_str(), ms, static_cast<long long>(waves));
+  }
+  TileRates rates;
+  const double widest = work_per_ms.at(tile_name(overlap_gemm_tiles().front()));
+  for (const auto& [name, work] : work_per_ms) rates[name] = work / widest;
+  std::printf("  tile rates relative to %s:", tile_name(overlap_gemm_tiles().front()).c_str());
+  for (const auto& [name, rate] : rates) std::printf(" %s %.3f", name.c_str(), rate);
+  std::printf("\n");
+  return rates;
+}
+
 }  // namespace
 
 MachineProfile calibrate_machine(int warmup, int iterations) {
@@ -113,6 +148,7 @@ MachineProfile calibrate_machine(int warmup, int iterations) {
     p.peak_flops = std::max(p.peak_flops, gemm_flops_per_s(comm, size, size, size, warmup, iterations));
   p.memory_bytes_per_s = copy_bytes_per_s(size_t{2} << 30, warmup, iterations);
   p.sm_count = prop.multiProcessorCount;
+  p.tile_rates = measured_tile_rates(comm, p.sm_count, warmup, iterations);
   int visible = 0;
   WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
   for (int world = 2; world <= visible; world *= 2)

@@ -39,6 +39,7 @@ int command_bench_gemm(const Arguments& args) {
     if (mnk.size() != 3) throw std::invalid_argument("weft bench gemm: --gemm takes MxNxK shapes, got '" + g + "'");
     o.shapes.push_back(GemmShape{mnk[0], mnk[1], mnk[2]});
   }
+  if (const std::string machine = args.text("machine", ""); !machine.empty()) o.tile_rates = load_machine_profile(machine).tile_rates;
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d; tiles %s, swizzle %d\n\n", d.name.c_str(),

@@ -98,7 +98,7 @@ std::vector<CommandSpec> build() {
                  "(GEMM alone, communication alone, sequential, each strategy; interleaved per iteration).",
                  Options{suite, world_list, ops, strategy_list, json, csv, seed} + timing(20) + plan_knobs() + signal_knobs()});
   all.push_back({"bench gemm", "the overlap GEMM against cuBLASLt on GPU 0 over the suites' per-rank GEMM shapes", "",
-                 Options{suites, gpu_world, list("gemm", "MxNxK,...", "these GEMM shapes instead of the suites'"), csv, seed} + timing(20) +
+                 Options{suites, gpu_world, list("gemm", "MxNxK,...", "these GEMM shapes instead of the suites'"), csv, seed, machine} + timing(20) +
                      tile_order_knobs()});
   all.push_back({"bench rmsnorm", "RMSNorm of signal's restored result vs RMSNorm reading it where signal left it (GPU 0)", "",
                  Options{suites, gpu_world, csv, seed, machine} + timing(50)});

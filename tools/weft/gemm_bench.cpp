@@ -149,7 +149,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "");
   };
   for (const auto& [name, s] : shapes) {
-    const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count);
+    const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
     const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits);

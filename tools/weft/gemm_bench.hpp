@@ -8,6 +8,7 @@
 
 #include "bench_suite.hpp"
 #include "weft/ir/tile_grid.hpp"
+#include "weft/model/tiling.hpp"
 
 namespace weft::cli {
 
@@ -26,6 +27,7 @@ struct GemmBenchOptions {
   Raster raster = Raster::along_m;  // the order of the tables' tiles
   int swizzle = 8;
   std::vector<GemmShape> shapes;  // when not empty, these shapes instead of the suites'
+  TileRates tile_rates;           // the tiling rule's measured rates (--machine), else its estimates
 };
 
 // Returns the number of shapes whose results did not match cuBLASLt.

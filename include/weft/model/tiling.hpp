@@ -2,8 +2,9 @@
 // shape runs with. The one place this is decided: make_plan (plan/strategies.hpp) asks it and writes
 // the answer into the plan's GEMM steps (tile_m, tile_n, k_splits); the CUDA executor only obeys.
 //
-// The rule until the tuner exists: the tile and K split with the smallest estimated time,
-// (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), so that wave quantisation (5.3
+// The rule: the tile and K split with the smallest estimated time,
+// (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), the tile rates those `weft tune
+// --calibrate` measured on the GPU (MachineProfile::tile_rates) or built-in estimates, so that wave quantisation (5.3
 // waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles of
 // 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
 // when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) of more
@@ -13,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace weft {
@@ -29,17 +32,23 @@ struct TileShape {
 // for a tile it does not compile.
 const std::vector<TileShape>& overlap_gemm_tiles();
 
+// "128x192" -> that tile's compute rate relative to 128x256, as `weft tune --calibrate` measured it
+// on a GPU (MachineProfile::tile_rates); a tile missing from it takes the built-in estimate.
+using TileRates = std::map<std::string, double>;
+std::string tile_name(TileShape tile);  // "128x192"
+
 struct GemmTiling {
   TileShape tile;
   int k_splits = 1;
   int tail_splits = 1;  // GemmStep::tail_splits
 };
 
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count);
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
 // FLOP per byte of A, B and C below Hopper's ridge, with margin: HBM, not the tensor cores, bounds it.
 bool memory_bound_gemm(int64_t m, int64_t n, int64_t k);
-// A tile's compute rate relative to 128x256 (narrower tiles move more shared-memory bytes per FLOP).
-double tile_rate(TileShape tile);
+// A tile's compute rate relative to 128x256 (narrower tiles move more shared-memory bytes per FLOP):
+// the measured one in `rates`, else the built-in estimate.
+double tile_rate(TileShape tile, const TileRates& rates = {});
 // What a K split costs beyond its share of K, in K-tiles of work: H100, m = 512, n = k = 12288,
 // 128x256: 2 splits (3 waves of 96 K-tiles) took 0.262 ms, no split (2 waves of 192) 0.262 ms, so
 // a split entry costs about 32 K-tiles more than its share (the partial tile's round trip and the
@@ -47,7 +56,7 @@ double tile_rate(TileShape tile);
 constexpr double kSplitFixupKTiles = 32.0;
 // The K split for `tile_count` entries of one tile shape (a table may hold fewer tiles than the
 // grid) of an m x n x k GEMM; 1 for memory-bound shapes.
-int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count);
+int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count, const TileRates& rates = {});
 
 // The split of the tiles of a partial last wave (GemmStep::tail_splits) for `tile_count` unsplit
 // entries: where the last wave holds at most half the SMs' worth of tiles, each is split as many
