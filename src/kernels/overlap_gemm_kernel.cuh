@@ -14,9 +14,9 @@
 // warp store touches 8 half-used sectors, which measured 8-14% slower than cuBLASLt on the suites'
 // large shapes. Copied out by the consumers themselves, the stores held up the next tile's MMAs:
 // every CTA finishes its tiles at about the same time, and the GPU's writes of a whole wave of
-// tiles drain slower than the SMs issue them (H200, MoE-4: 0.104 ms with the copy-out, 0.096
-// without; cuBLASLt 0.098). The whole-tile buffer leaves a 128x256 tile 3 pipeline stages instead
-// of 4, which cost 1-2% with no copy-out at all, less than the copy-out did. Why not a TMA store:
+// tiles drain slower than the SMs issue them (bench/results: up to 8% on short-K shapes). The
+// whole-tile buffer leaves a 128x256 tile 3 pipeline stages instead of 4, which costs less than
+// the copy-out did. Why not a TMA store:
 // the target changes per tile (a peer's buffer, a remapped position), and a generic-proxy st.global
 // followed by a release add is visible to a peer in the plain memory model; a TMA store would need
 // a tensor map per target and an async-proxy fence before every notify.
@@ -125,8 +125,8 @@ struct OverlapGemmKernel {
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
-  // 3 stages of 64-deep K (a 128x256 tile beside its whole staged tile) measured 1-2% slower than
-  // 4 on the suites' shapes; fewer would not hide TMA latency behind the WGMMAs.
+  // 3 stages of 64-deep K (a 128x256 tile beside its whole staged tile) are slightly slower than 4
+  // on the suites' shapes; fewer would not hide TMA latency behind the WGMMAs.
   static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 3, "the staging buffer left too few pipeline stages");
 
   // `mainloop` loads A from launch.a, `mainloop_a2` from launch.a2 (the same as `mainloop` when

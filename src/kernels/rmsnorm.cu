@@ -15,8 +15,9 @@ constexpr int kMaxThreads = 512;
 
 // About four 16-byte vectors of the row per thread, all loaded before any is used (128 to 512
 // threads): fewer threads per row let more rows' CTAs share an SM, one loading while another
-// writes (bench/results: four per thread beat two on every row that fills the GPU). Plain and remapped RMSNorm of one width get the same count, so their sums add in the
-// same order and their results stay bit-identical.
+// writes (bench/results: four per thread beat two on every row that fills the GPU). Plain and
+// remapped RMSNorm of one width get the same count, so their sums add in the same order and their
+// results stay bit-identical.
 int threads_for(int64_t vectors) { return static_cast<int>(std::clamp<int64_t>((vectors / 4 + 31) / 32 * 32, 128, kMaxThreads)); }
 constexpr int kVector = 8;  // bf16 per 16-byte access
 

@@ -39,6 +39,10 @@ namespace {
 constexpr int kCompute = 0;
 constexpr int kComm = 1;
 
+// ag_gemm: every tile's rows lie in one shard, so the own shard's tiles read their rows in place
+// and each peer's shard has a pull stream and a counter of its own (build_ag_gemm).
+bool tiles_within_shards(const Problem& p, const PlanOptions& o) { return p.m % o.tile_m == 0; }
+
 int chunks_per_shard(const PlanOptions& o, int64_t shard_rows) {
   if (o.comm_chunks < 0) throw std::invalid_argument("fused: comm_chunks must be >= 0, got " + std::to_string(o.comm_chunks));
   // Flux tunes this between one chunk per shard and one per GEMM tile row (Figure 10); one per
@@ -56,8 +60,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   // counter. Otherwise the own shard goes into place on the GEMM's stream, before it (a copy
   // within one GPU runs as a kernel, which would find no free SM while the GEMM, holding them
   // all, waits for it), and one stream and counter serve every peer.
-  const bool per_peer = p.m % o.tile_m == 0;
-  const bool own_rows_in_place = per_peer;
+  const bool per_peer = tiles_within_shards(p, o);
   std::vector<SignalId> arrived;  // per ring offset i (1 .. W-1), or one for all
   if (per_peer)
     for (int i = 1; i < world; ++i) arrived.push_back(b.signal("chunks_from_rank" + std::to_string((r + i) % world)));
@@ -85,7 +88,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
         order[static_cast<size_t>(row)] = {static_cast<int64_t>(j), i};
       }
     }
-  if (!own_rows_in_place) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
+  if (!per_peer) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
 
   // Tiles in arrival order of their rows (Flux aligns the tile order with the signals' order), the
   // raster and swizzle kept among the tiles one copy completes.
@@ -106,7 +109,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
       if (need.value > 0 && (!tile.wait || need.value > tile.wait->value)) tile.wait = need;
       lands = std::max(lands, order[static_cast<size_t>(row)]);
     }
-    if (own_rows_in_place && tile.tile.row / p.m == r) tile.a_rows = b.rows(a, tile.tile.row - r * p.m, tile.tile.rows);
+    if (per_peer && tile.tile.row / p.m == r) tile.a_rows = b.rows(a, tile.tile.row - r * p.m, tile.tile.rows);
     gemm.tiles.push_back(tile);
     tile_order.push_back(lands);
   }
@@ -284,8 +287,7 @@ Plan plan_fused(const Problem& p, const PlanOptions& options) {
   plan.strategy = "fused";
   plan.problem = p;
   for (int r = 0; r < p.world_size; ++r) {
-    // ag_gemm: a pull stream per peer where tiles lie in one shard (build_ag_gemm).
-    const bool pull_streams = p.op == OpKind::ag_gemm && p.m % options.tile_m == 0;
+    const bool pull_streams = p.op == OpKind::ag_gemm && tiles_within_shards(p, options);
     RankPlanBuilder b(r, pull_streams ? kComm + std::max(1, p.world_size - 1) : 2);
     if (p.op == OpKind::ag_gemm) build_ag_gemm(p, options, b);
     else build_gemm_rs(p, options, b);
