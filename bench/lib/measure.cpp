@@ -127,8 +127,9 @@ double median_call_ms(Communicator& comm, const std::function<void()>& ranks_mee
 }
 
 std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                          int iterations, const std::function<void(size_t)>& finish) {
-  return timed_in_turn([](cudaStream_t) {}, variants, stream, warmup, iterations, finish);
+                                          int iterations, const std::function<void(size_t)>& finish,
+                                          const std::function<void(cudaStream_t)>& before_each) {
+  return timed_in_turn(before_each ? before_each : std::function<void(cudaStream_t)>([](cudaStream_t) {}), variants, stream, warmup, iterations, finish);
 }
 
 double median(std::vector<double> v) {

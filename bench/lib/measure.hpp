@@ -65,8 +65,10 @@ std::vector<double> back_to_back_host_us(Communicator& comm, const std::function
 // iteration i starts at variant i % count, so that no variant always runs right after the same
 // one (the GPU idles between calls, and what ran before sets the clocks a call starts at).
 // `finish(v)` returns once variant v's work on `stream` is done (a bounded wait that explains a hang).
+// `before_each(stream)`, if given, runs before every timed call, outside the events (an L2 flush).
 std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                          int iterations, const std::function<void(size_t)>& finish);
+                                          int iterations, const std::function<void(size_t)>& finish,
+                                          const std::function<void(cudaStream_t)>& before_each = {});
 // sqrt(sum (a-b)^2 / sum b^2) over `count` contiguous bf16 elements, infinite when `a` holds a NaN.
 // `sums` is 3 doubles of device memory; the stream is synchronized.
 double relative_difference(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream);

@@ -145,6 +145,61 @@ __global__ void reduce_kernel(const __grid_constant__ ReduceArgs args, Cut cut) 
   }
 }
 
+// A flat run of vectors by the whole grid, each thread every grid-size-th pair: the next pair of
+// every source is loaded before this pair's sums are stored, so that loads stay in flight while a
+// thread adds and stores (on H100, cold L2, 4 slots of 6-32 MiB: 96-104% of a memcpy of the same
+// bytes, the per-CTA pieces 92-102%: bench/results).
+template <int S>
+__global__ void flat_reduce_kernel(const __grid_constant__ ReduceArgs args, int64_t count) {
+  constexpr int kUnroll = tile::kReduceUnroll;
+  const int64_t step = global_stride();
+  auto* out = static_cast<uint4*>(args.dst.data);
+  uint4 x[S + 1][kUnroll];  // the sources' vectors, then dst's where accumulating
+  const auto load = [&](int64_t at) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = at + u * step;
+      if (i >= count) continue;
+#pragma unroll
+      for (int s = 0; s < S; ++s) x[s][u] = static_cast<const uint4*>(args.srcs[s].data)[i];
+      if (args.accumulate) x[S][u] = out[i];
+    }
+  };
+  int64_t base = global_index();
+  load(base);
+  while (base < count) {
+    float sum[kUnroll][8];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum[u][e] = 0.0f;
+#pragma unroll
+      for (int s = 0; s < S; ++s) tile::add_bf16_vector(sum[u], x[s][u]);
+      if (args.accumulate) tile::add_bf16_vector(sum[u], x[S][u]);
+    }
+    const int64_t next = base + kUnroll * step;
+    load(next);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * step < count) out[base + u * step] = tile::bf16_vector_of(sum[u]);
+    base = next;
+  }
+}
+
+const void* flat_reduce_kernel_for(int sources) {
+  switch (sources) {
+    case 1: return reinterpret_cast<const void*>(flat_reduce_kernel<1>);
+    case 2: return reinterpret_cast<const void*>(flat_reduce_kernel<2>);
+    case 3: return reinterpret_cast<const void*>(flat_reduce_kernel<3>);
+    case 4: return reinterpret_cast<const void*>(flat_reduce_kernel<4>);
+    case 5: return reinterpret_cast<const void*>(flat_reduce_kernel<5>);
+    case 6: return reinterpret_cast<const void*>(flat_reduce_kernel<6>);
+    case 7: return reinterpret_cast<const void*>(flat_reduce_kernel<7>);
+    case 8: return reinterpret_cast<const void*>(flat_reduce_kernel<8>);
+    default: return nullptr;
+  }
+}
+
 const void* reduce_kernel_for(int sources) {
   switch (sources) {
     case 1: return reinterpret_cast<const void*>(reduce_kernel<1>);
@@ -273,6 +328,11 @@ __global__ void move_boxes_kernel(DeviceRegion dst, DeviceRegion src, const Devi
 }
 
 __global__ void copy_kernel(DeviceRegion dst, DeviceRegion src, Cut cut) { tile::tile_copy(cut.piece(box_of(dst)), cut.piece(box_of(src))); }
+// A flat run of `count` vectors by the whole grid, each thread every grid-size-th vector.
+__global__ void flat_copy_kernel(uint4* to, const uint4* from, int64_t count) {
+  tile::copy_vectors(reinterpret_cast<uint16_t*>(to), tile::FlatRun{}, reinterpret_cast<const uint16_t*>(from), tile::FlatRun{}, count,
+                     static_cast<int>(global_index()), static_cast<int>(global_stride()));
+}
 
 __global__ void signal_add_kernel(unsigned long long* counter, unsigned long long increment) {
   // Stream order already finished the earlier work; the fence makes its writes visible system-wide
@@ -354,6 +414,13 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   args.accumulate = accumulate;
   args.vectors = vectors && args.dst.cols % 8 == 0 && args.dst.rows * (args.dst.cols / 8) < (int64_t{1} << 32);
   const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
+  if (const void* kernel = flat_reduce_kernel_for(source_count); kernel != nullptr && args.vectors && args.dst.rows == 1) {
+    const int64_t count = args.dst.cols / 8, per_cta = int64_t{kThreads} * tile::kReduceUnroll;
+    const int64_t ctas = std::min<int64_t>(resident_ctas(kernel), (count + per_cta - 1) / per_cta);
+    void* parameters[] = {&args, const_cast<int64_t*>(&count)};
+    WEFT_CUDA_CHECK(cudaLaunchKernel(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), parameters, 0, stream));
+    return;
+  }
   Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
   if (args.vectors && args.dst.rows == 1) {
     // One long row: as many CTAs as the GPU holds at once (a second, partial wave of CTAs leaves
@@ -411,6 +478,18 @@ void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, c
     from = flattened(src);
   }
   const bool vectors = to.cols % 8 == 0 && vectorizable(to) && vectorizable(from);
+  if (vectors && to.rows == 1) {
+    // One flat run: a grid the GPU holds at once, striding over the run (half the resident CTAs,
+    // 4 of 256 threads per SM, beat both full occupancy and a CTA per 32 KiB piece on H200 at
+    // 6-64 MiB, cold L2: bench/results).
+    const int64_t count = to.cols / 8;
+    int64_t ctas = std::max(1, resident_ctas(reinterpret_cast<const void*>(flat_copy_kernel)) / 2);
+    if (max_ctas > 0) ctas = std::min<int64_t>(ctas, max_ctas);
+    ctas = std::min<int64_t>(ctas, (count + kThreads * (tile::kCopyUnroll / 2) - 1) / (kThreads * (tile::kCopyUnroll / 2)));
+    flat_copy_kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(static_cast<uint4*>(to.data), static_cast<const uint4*>(from.data), count);
+    WEFT_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const Cut cut = cut_for(to.rows, to.cols, to.rows * to.cols * 4, vectors, max_ctas);
   copy_kernel<<<cut.grid, kThreads, 0, stream>>>(to, from, cut);
   WEFT_CUDA_CHECK(cudaGetLastError());
@@ -435,11 +514,13 @@ void preload_step_kernels() {
   for (int sources = 0; sources <= kMaxReduceSources; ++sources) {
     WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel_for(sources)));
     (void)resident_ctas(reduce_kernel_for(sources));
+    if (const void* flat = flat_reduce_kernel_for(sources)) (void)resident_ctas(flat);
   }
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, copy_kernel));
+  (void)resident_ctas(reinterpret_cast<const void*>(flat_copy_kernel));
 }
 
 void accumulate_difference_bf16(const void* a, const void* b, int64_t count, double* sums, cudaStream_t stream) {
