@@ -25,8 +25,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 OverlapGemmShape shape_of(OverlapGemmConfig config) {
   switch (config) {
-    case OverlapGemmConfig::tile_64x128: return {64, 128, 64};
-    case OverlapGemmConfig::tile_64x192: return {64, 192, 64};
+    case OverlapGemmConfig::tile_64x128: return {64, 128, 128};
+    case OverlapGemmConfig::tile_64x192: return {64, 192, 128};
     case OverlapGemmConfig::tile_64x256: return {64, 256, 64};
     case OverlapGemmConfig::tile_128x96: return {128, 96, 64};
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};

@@ -6,7 +6,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x192(const OverlapGemmLaunch& launch) {
-  return std::make_unique<PreparedWithTile<64, 192, 64>>(launch);
+  return std::make_unique<PreparedWithTile<64, 192, 128>>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

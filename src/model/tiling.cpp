@@ -61,7 +61,7 @@ double tile_rate(TileShape tile, const TileRates& rates) {
 
 const std::vector<TileShape>& overlap_gemm_tiles() {
   static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64},
-                                               {64, 256, 64},  {64, 192, 64},  {64, 128, 64}};
+                                               {64, 256, 64},  {64, 192, 128}, {64, 128, 128}};
   return tiles;
 }
 
@@ -88,10 +88,12 @@ namespace {
 
 // Few rows (m <= 64): 64-row tiles (a 128-row tile would do twice the MMA work), and the widest
 // one, unsplit where it can, that keeps enough bytes of B in flight to stream HBM at full rate:
-// (CTAs) x (pipeline stages) x (bytes of B per stage). Wider tiles and fewer splits re-read A less
-// and add no partial-sum round trips. Measured on m = 64, n = k = 12288 (`weft bench gemm`): H100
-// 64x192 unsplit 0.116 ms, 64x128 0.121, 64x192/k2 0.121; H200 64x192 0.081, 64x128 0.083,
-// 64x256/k2 0.085, 64x256 0.089 (48 CTAs: too few bytes in flight).
+// (CTAs) x (pipeline stages but the one being consumed) x (bytes of B per stage). Wider tiles and
+// fewer splits re-read A less and add no partial-sum round trips. The 64-row tiles are 128 deep in
+// K (256-byte runs of each row of B per load instead of 128). Measured on H200, m = 64,
+// n = k = 12288 (`weft bench gemm`, interleaved against 64-deep tiles): 64x128x128 unsplit (96 CTAs,
+// 3 stages loading) 0.080-0.082 ms, 64x192x128/k2 0.081, 64x192x128 unsplit (64 CTAs, 2 stages
+// loading) 0.088-0.090; 64-deep 64x192 0.082-0.084 (cuBLASLt 0.077-0.079).
 int pipeline_stages(const TileShape& s) {
   const int staging = s.tile_m * (s.tile_n + 8) * 2;  // the whole tile, rows padded by 8 elements
   const int stage = (s.tile_m + s.tile_n) * s.tile_k * 2;
@@ -99,15 +101,16 @@ int pipeline_stages(const TileShape& s) {
 }
 
 GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
-  const int64_t k_tiles = ceil_div(k, 64);
   GemmTiling most{overlap_gemm_tiles().front(), 1};
   double most_in_flight = -1;
-  for (int splits = 1; splits <= kMaxSmallMSplits && (splits == 1 || k_tiles / splits >= kMinKTilesPerSplit); ++splits)
+  for (int splits = 1; splits <= kMaxSmallMSplits; ++splits)
     for (const TileShape& s : overlap_gemm_tiles()) {  // widest first
       if (s.tile_m != kSmallTileRows) continue;
+      if (splits > 1 && ceil_div(k, s.tile_k) / splits < kMinKTilesPerSplit) continue;
       const int64_t entries = ceil_div(n, s.tile_n) * splits;
       if (splits > 1 && entries > sm_count) continue;  // a split that adds a wave never pays
-      const double in_flight = static_cast<double>(std::min<int64_t>(entries, sm_count)) * pipeline_stages(s) * s.tile_n * s.tile_k * 2;
+      const double in_flight =
+          static_cast<double>(std::min<int64_t>(entries, sm_count)) * (pipeline_stages(s) - 1) * s.tile_n * s.tile_k * 2;
       if (in_flight >= kHbmBytesInFlight) return {s, splits};
       if (in_flight > most_in_flight) {
         most = {s, splits};
