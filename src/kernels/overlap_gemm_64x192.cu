@@ -1,5 +1,6 @@
-// The overlap GEMM with 64x192x64 tiles (see overlap_gemm_kernel.cuh): one consumer warp group per
-// tile, for GEMMs of at most 64 rows, where a 128-row tile would do twice the MMA work.
+// The overlap GEMM with 64x192x128 tiles (see overlap_gemm_kernel.cuh): one consumer warp group per
+// tile, for GEMMs of at most 64 rows (a 128-row tile would do twice the MMA work); 128 deep in K,
+// so that each load reads 256-byte runs of B's rows (model/tiling.cpp has the figures).
 #include "overlap_gemm_kernel.cuh"
 #include "overlap_gemm_launchers.hpp"
 
