@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -186,33 +187,17 @@ __global__ void flat_reduce_kernel(const __grid_constant__ ReduceArgs args, int6
   }
 }
 
-const void* flat_reduce_kernel_for(int sources) {
-  switch (sources) {
-    case 1: return reinterpret_cast<const void*>(flat_reduce_kernel<1>);
-    case 2: return reinterpret_cast<const void*>(flat_reduce_kernel<2>);
-    case 3: return reinterpret_cast<const void*>(flat_reduce_kernel<3>);
-    case 4: return reinterpret_cast<const void*>(flat_reduce_kernel<4>);
-    case 5: return reinterpret_cast<const void*>(flat_reduce_kernel<5>);
-    case 6: return reinterpret_cast<const void*>(flat_reduce_kernel<6>);
-    case 7: return reinterpret_cast<const void*>(flat_reduce_kernel<7>);
-    case 8: return reinterpret_cast<const void*>(flat_reduce_kernel<8>);
-    default: return nullptr;
-  }
+// The reduction kernel for `sources` (per-CTA pieces, or grid-stride over a flat run): an
+// instantiation per count 1-8, reduce_kernel<0> for any count (no flat one: nullptr).
+template <int... S>
+const void* reduce_kernel_among(int sources, bool flat, std::integer_sequence<int, S...>) {
+  const void* found = flat ? nullptr : reinterpret_cast<const void*>(reduce_kernel<0>);
+  ((sources == S + 1 ? (found = flat ? reinterpret_cast<const void*>(flat_reduce_kernel<S + 1>) : reinterpret_cast<const void*>(reduce_kernel<S + 1>))
+                     : found),
+   ...);
+  return found;
 }
-
-const void* reduce_kernel_for(int sources) {
-  switch (sources) {
-    case 1: return reinterpret_cast<const void*>(reduce_kernel<1>);
-    case 2: return reinterpret_cast<const void*>(reduce_kernel<2>);
-    case 3: return reinterpret_cast<const void*>(reduce_kernel<3>);
-    case 4: return reinterpret_cast<const void*>(reduce_kernel<4>);
-    case 5: return reinterpret_cast<const void*>(reduce_kernel<5>);
-    case 6: return reinterpret_cast<const void*>(reduce_kernel<6>);
-    case 7: return reinterpret_cast<const void*>(reduce_kernel<7>);
-    case 8: return reinterpret_cast<const void*>(reduce_kernel<8>);
-    default: return reinterpret_cast<const void*>(reduce_kernel<0>);
-  }
-}
+const void* reduce_kernel_for(int sources, bool flat = false) { return reduce_kernel_among(sources, flat, std::make_integer_sequence<int, 8>{}); }
 
 // CTAs of `kernel` (kThreads threads each) the current GPU holds at once: asked once per device
 // and kernel (a call's enqueue must stay cheap).
@@ -414,7 +399,7 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   args.accumulate = accumulate;
   args.vectors = vectors && args.dst.cols % 8 == 0 && args.dst.rows * (args.dst.cols / 8) < (int64_t{1} << 32);
   const int64_t bytes = args.dst.rows * args.dst.cols * 2 * (source_count + 1 + (accumulate ? 1 : 0));
-  if (const void* kernel = flat_reduce_kernel_for(source_count); kernel != nullptr && args.vectors && args.dst.rows == 1) {
+  if (const void* kernel = reduce_kernel_for(source_count, true); kernel != nullptr && args.vectors && args.dst.rows == 1) {
     const int64_t count = args.dst.cols / 8, per_cta = int64_t{kThreads} * tile::kReduceUnroll;
     const int64_t ctas = std::min<int64_t>(resident_ctas(kernel), (count + per_cta - 1) / per_cta);
     void* parameters[] = {&args, const_cast<int64_t*>(&count)};
@@ -423,7 +408,7 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   }
   Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
   if (args.vectors && args.dst.rows == 1) {
-    // One long row: as many CTAs as the GPU holds at once (a second, partial wave of CTAs leaves
+    // One long row of more than 8 sources: as many CTAs as the GPU holds at once (a second, partial wave of CTAs leaves
     // most SMs idle at its end), each a whole number of passes of all its threads over their
     // unrolled vectors, so that none ends on a pass that leaves most of its threads idle.
     constexpr int64_t kPass = 8 * kThreads * tile::kReduceUnroll;  // elements
@@ -432,18 +417,8 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
     cut.cols_per_piece = (passes + ctas - 1) / ctas * kPass;
     cut.grid = dim3(static_cast<unsigned>((args.dst.cols + cut.cols_per_piece - 1) / cut.cols_per_piece), 1);
   }
-  switch (source_count) {
-    case 1: reduce_kernel<1><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 2: reduce_kernel<2><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 3: reduce_kernel<3><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 4: reduce_kernel<4><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 5: reduce_kernel<5><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 6: reduce_kernel<6><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 7: reduce_kernel<7><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    case 8: reduce_kernel<8><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-    default: reduce_kernel<0><<<cut.grid, kThreads, 0, stream>>>(args, cut); break;
-  }
-  WEFT_CUDA_CHECK(cudaGetLastError());
+  void* parameters[] = {&args, &cut};
+  WEFT_CUDA_CHECK(cudaLaunchKernel(reduce_kernel_for(source_count), cut.grid, dim3(kThreads), parameters, 0, stream));
 }
 
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream) {
@@ -514,7 +489,7 @@ void preload_step_kernels() {
   for (int sources = 0; sources <= kMaxReduceSources; ++sources) {
     WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reduce_kernel_for(sources)));
     (void)resident_ctas(reduce_kernel_for(sources));
-    if (const void* flat = flat_reduce_kernel_for(sources)) (void)resident_ctas(flat);
+    if (const void* flat = reduce_kernel_for(sources, true)) (void)resident_ctas(flat);
   }
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
