@@ -129,7 +129,8 @@ double median_call_ms(Communicator& comm, const std::function<void()>& ranks_mee
 std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
                                           int iterations, const std::function<void(size_t)>& finish,
                                           const std::function<void(cudaStream_t)>& before_each) {
-  return timed_in_turn(before_each ? before_each : std::function<void(cudaStream_t)>([](cudaStream_t) {}), variants, stream, warmup, iterations, finish);
+  const std::function<void(cudaStream_t)> nothing = [](cudaStream_t) {};
+  return timed_in_turn(before_each ? before_each : nothing, variants, stream, warmup, iterations, finish);
 }
 
 double median(std::vector<double> v) {

@@ -408,8 +408,8 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   }
   Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
   if (args.vectors && args.dst.rows == 1) {
-    // One long row of more than 8 sources: as many CTAs as the GPU holds at once (a second, partial wave of CTAs leaves
-    // most SMs idle at its end), each a whole number of passes of all its threads over their
+    // One long row of more than 8 sources: as many CTAs as the GPU holds at once (a second, partial
+    // wave of CTAs leaves most SMs idle at its end), each a whole number of passes of all its threads over their
     // unrolled vectors, so that none ends on a pass that leaves most of its threads idle.
     constexpr int64_t kPass = 8 * kThreads * tile::kReduceUnroll;  // elements
     const int64_t passes = (args.dst.cols + kPass - 1) / kPass;
@@ -460,7 +460,8 @@ void copy_bf16(const DeviceRegion& dst, const DeviceRegion& src, int max_ctas, c
     const int64_t count = to.cols / 8;
     int64_t ctas = std::max(1, resident_ctas(reinterpret_cast<const void*>(flat_copy_kernel)) / 2);
     if (max_ctas > 0) ctas = std::min<int64_t>(ctas, max_ctas);
-    ctas = std::min<int64_t>(ctas, (count + kThreads * (tile::kCopyUnroll / 2) - 1) / (kThreads * (tile::kCopyUnroll / 2)));
+    constexpr int64_t kPerCta = int64_t{kThreads} * tile::kCopyBatch;  // vectors of one pass
+    ctas = std::min<int64_t>(ctas, (count + kPerCta - 1) / kPerCta);
     flat_copy_kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(static_cast<uint4*>(to.data), static_cast<const uint4*>(from.data), count);
     WEFT_CUDA_CHECK(cudaGetLastError());
     return;

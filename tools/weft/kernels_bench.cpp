@@ -212,7 +212,8 @@ int run_kernels_bench(const std::vector<BenchSuite>& suites, const KernelsBenchO
   DeviceBuffer sums(3 * sizeof(double));
   // Every timed call starts with its data out of L2 (written over by twice the L2's size, as nvbench
   // does): the kernels' sizes are 6-1024 MiB against a 50 MiB L2, and without the flush what the
-  // previous call left in L2 moved the small ones' fractions by up to 25 points.
+  // previous call left in L2 decided the small ones' fractions as much as the kernels did
+  // (bench/results).
   int device = 0, l2_bytes = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));

@@ -63,11 +63,11 @@ struct MachineProfile {
   double launch_seconds = 3e-6;             // a kernel's or stream operation's fixed cost
   double sm_copy_bytes_per_s_per_sm = 20e9;  // an SM-driven peer copy, per SM it runs on
   double barrier_seconds = 12e-6;           // the device barrier a peer-touching call starts with
-  double gemm_slowdown_beside_copies = 1.03;
+  double gemm_slowdown_beside_copies = 1.03;  // a GEMM's tiles while peer copies run on its GPU (HBM, L2)
   // The overlap GEMM's 128-row tiles' compute rates relative to 128x256 on this GPU, which the
   // tiling rule weighs tiles by (model/tiling.hpp; `weft tune --calibrate` measures them). Empty:
   // the rule's built-in estimates.
-  TileRates tile_rates;  // a GEMM's tiles while peer copies run on its GPU (HBM, L2)
+  TileRates tile_rates;
   // How far the simulator's predictions for each strategy were from measurements on this machine:
   // mean signed relative error (predicted / measured - 1) and mean absolute relative error, by
   // strategy name. `auto` corrects a prediction by the bias and trusts a predicted gain over

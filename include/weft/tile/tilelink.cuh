@@ -212,12 +212,13 @@ struct TileBox {
 // Copies and reductions of 16-bit boxes by a group of threads (a CTA: first = threadIdx.x, step =
 // blockDim.x; a warp: the lane and 32): 16-byte accesses where the boxes allow, else 2-byte. Either
 // side may be a peer's memory. No ordering: follow with a notify to publish. Each thread has
-// kCopyUnroll loads in flight (a copy: half of them while it stores the other half): one load at
-// a time per thread leaves a CTA at a few GB/s (HBM and NVLink latency, weft bench tilelink). A box whose rows are contiguous
-// on every side is one flat run; otherwise its vectors are numbered row-major and each thread finds
+// kCopyUnroll loads in flight (a copy: kCopyBatch of them while it stores the batch before): one
+// load at a time per thread leaves a CTA at a few GB/s (HBM and NVLink latency, weft bench
+// tilelink). A box whose rows are contiguous on every side is one flat run; otherwise its vectors are numbered row-major and each thread finds
 // its vector's row with one 32-bit division (never a 64-bit one), so that narrow rows (a 128x256
 // tile has 32 vectors per row) still keep every thread busy.
 constexpr int kCopyUnroll = 8;
+constexpr int kCopyBatch = kCopyUnroll / 2;
 constexpr int kReduceUnroll = 2;  // per source: with several sources, more in flight only adds registers (bench/results)
 constexpr int kMaxTileReduceSources = 16;
 
@@ -247,28 +248,27 @@ struct BoxRows {
 template <class Place>
 __device__ __forceinline__ void copy_vectors(uint16_t* to, Place to_at, const uint16_t* from, Place from_at, int64_t count, int first,
                                              int step) {
-  constexpr int kBatch = kCopyUnroll / 2;
-  uint4 v[kBatch];
+  uint4 v[kCopyBatch];
 #pragma unroll
-  for (int u = 0; u < kBatch; ++u) {
+  for (int u = 0; u < kCopyBatch; ++u) {
     const int64_t i = first + static_cast<int64_t>(u) * step;
     if (i < count) v[u] = *reinterpret_cast<const uint4*>(from + from_at(i));
   }
-  for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kBatch) {
-    const int64_t next = base + static_cast<int64_t>(step) * kBatch;
-    uint4 w[kBatch];
+  for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kCopyBatch) {
+    const int64_t next = base + static_cast<int64_t>(step) * kCopyBatch;
+    uint4 w[kCopyBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kCopyBatch; ++u) {
       const int64_t i = next + static_cast<int64_t>(u) * step;
       if (i < count) w[u] = *reinterpret_cast<const uint4*>(from + from_at(i));
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
+    for (int u = 0; u < kCopyBatch; ++u) {
       const int64_t i = base + static_cast<int64_t>(u) * step;
       if (i < count) *reinterpret_cast<uint4*>(to + to_at(i)) = v[u];
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) v[u] = w[u];
+    for (int u = 0; u < kCopyBatch; ++u) v[u] = w[u];
   }
 }
 // The flat copy of `count` vectors, CTA-wide.
