@@ -98,6 +98,10 @@ __device__ __forceinline__ void store_release_gpu(uint32_t* address, uint32_t va
 // proxy's (TMA loads and stores) that follow.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
+// Waits until every bulk copy (cp.async.bulk, TMA) this thread committed has written global memory;
+// before a notify, follow it with fence_proxy_async().
+__device__ __forceinline__ void wait_bulk_stores_complete() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 // ---- bounded waits ---------------------------------------------------------------------------
 
 struct WaitPolicy {
