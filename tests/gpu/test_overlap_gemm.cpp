@@ -1,10 +1,12 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
-// shapes for every compiled tile, remapped stores into several targets, notifies and the waits that
+// shapes for every compiled tile, bulk-copied and warp-copied tiles in one launch, remapped stores into several targets, notifies and the waits that
 // see them, waits released by another stream, a wait that times out and is reported, operands
 // retargeted between launches, A rows read from a second operand, addends added in the epilogue
 // after their wait, host-side checks,
 // and (on 2+ GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "../support/ring_push_plan.hpp"
 #include "check_against_host.hpp"
@@ -151,6 +153,28 @@ TEST_P(OverlapGemmConfigs, EmptyTableMatchesTheHostGemmOnRaggedShapes) {
     ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
     EXPECT_LT(relative_error(download(f.c.region(), f.stream), f.want), 1e-2) << m << "x" << n << "x" << k << " " << to_string(GetParam());
   }
+}
+
+TEST_P(OverlapGemmConfigs, BulkCopiedAndWarpCopiedTilesMixInOneLaunch) {
+  // C in a buffer with padded rows (a 16-byte aligned stride): whole tiles leave as bulk copies of
+  // rows, the last tile column (300 - k * tile_n columns, not a multiple of 8) through the storing
+  // warps; the padding must stay untouched.
+  const int64_t m = 200, n = 300, stride = 304;
+  Fixture f(GetParam(), m, n, 64, 17);
+  DeviceMatrix padded(m, stride);
+  fill_u16(padded.data, m * stride, kBf16Nan, f.stream);
+  OverlapGemmLaunch l = f.launch();
+  l.targets[0] = OverlapGemmTarget{padded.data, stride, m, n};
+  f.run(l);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  const HostMatrix whole = download(padded.region(), f.stream);
+  HostMatrix got(m, n);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < stride; ++c) {
+      if (c < n) got.at(r, c) = whole.at(r, c);
+      else ASSERT_TRUE(std::isnan(whole.at(r, c))) << "padding overwritten at row " << r << ", column " << c;
+    }
+  EXPECT_LT(relative_error(got, f.want), 1e-2) << to_string(GetParam());
 }
 
 TEST_P(OverlapGemmConfigs, RemappedStoresLandWhereTheTableSays) {
