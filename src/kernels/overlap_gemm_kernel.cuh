@@ -12,10 +12,9 @@
 // map: cp.async.bulk from shared to global memory, local or a peer's) meanwhile, and free the
 // buffer once the engine has read it. A tile with addends, or rows a bulk copy cannot move (not
 // 16-byte aligned, a width not a multiple of 8), is copied by the storing warps themselves in
-// 16-byte runs (adding the addends, after their wait). The same copy made with the storers' own
-// st.global cost the short-K shapes 4-8% (MoE-4, K = 2048: 0.106-0.110 ms against 0.097-0.098 with
-// bulk copies and 0.093 with no stores at all, bench/results): the stores of a whole wave of tiles
-// went through the SMs' load/store path beside the main loop's traffic. WGMMA's register layout
+// 16-byte runs (adding the addends, after their wait). Made with the storers' own st.global, the
+// copy cost the short-K shapes up to 8% (bench/results): a wave's stores then went through the SMs'
+// load/store path beside the main loop's traffic; the engine takes them off it. WGMMA's register layout
 // gives each thread 4-byte column pairs spread over 8 rows; stored straight from registers every
 // warp store touches 8 half-used sectors, which measured 8-14% slower than cuBLASLt on the suites'
 // large shapes. Copied out by the consumers themselves, the stores held up the next tile's MMAs:
