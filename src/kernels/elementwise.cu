@@ -408,9 +408,10 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   }
   Cut cut = cut_for(args.dst.rows, args.dst.cols, bytes, args.vectors, 0, kReducePieceBytes);
   if (args.vectors && args.dst.rows == 1) {
-    // One long row of more than 8 sources: as many CTAs as the GPU holds at once (a second, partial
-    // wave of CTAs leaves most SMs idle at its end), each a whole number of passes of all its threads over their
-    // unrolled vectors, so that none ends on a pass that leaves most of its threads idle.
+    // One long row of more than 8 sources: as many CTAs as the GPU holds at once (a second,
+    // partial wave of CTAs leaves most SMs idle at its end), each a whole number of passes of all
+    // its threads over their unrolled vectors, so that none ends on a pass that leaves most of its
+    // threads idle.
     constexpr int64_t kPass = 8 * kThreads * tile::kReduceUnroll;  // elements
     const int64_t passes = (args.dst.cols + kPass - 1) / kPass;
     const int64_t ctas = std::min<int64_t>(passes, resident_ctas(reduce_kernel_for(source_count)));

@@ -1,10 +1,11 @@
 // weft's own kernel layer around CUTLASS's Hopper TMA + WGMMA main loop (the collective is used
 // as is; this file replaces CUTLASS's kernel and epilogue). In the producer warp group one warp
-// loads A/B tiles with TMA, two store finished tiles to wherever the table says and one notifies;
-// consumer warp groups run the WGMMA main loop on one tile and stage it for the storers. A 128-row tile has two consumer warp groups working
-// cooperatively (64 rows each); a 64-row tile has one. 64-row tiles are for small M: a 128-row
-// tile over m <= 64 does twice the MMA work, which is what bounds a memory-bound GEMM whose tiles
-// cover only part of the SMs (m = 64, n = k = 12288 with 128x192 tiles: 64 CTAs, ~80 us of MMA).
+// loads A/B tiles with TMA, two hand finished tiles to the TMA engine (or store them) wherever the
+// table says and one notifies; consumer warp groups run the WGMMA main loop on one tile and stage
+// it for the storers. A 128-row tile has two consumer warp groups working cooperatively (64 rows
+// each); a 64-row tile has one. 64-row tiles are for small M: a 128-row tile over m <= 64 does
+// twice the MMA work, which is what bounds a memory-bound GEMM whose tiles cover only part of the
+// SMs (m = 64, n = k = 12288 with 128x192 tiles: 64 CTAs, ~80 us of MMA).
 //
 // The store goes through shared memory: the consumers write the tile's accumulators to a padded
 // staging buffer that holds the whole tile and go on to the next tile's MMAs; two storing warps of
@@ -12,20 +13,19 @@
 // map: cp.async.bulk from shared to global memory, local or a peer's) meanwhile, and free the
 // buffer once the engine has read it. A tile with addends, or rows a bulk copy cannot move (not
 // 16-byte aligned, a width not a multiple of 8), is copied by the storing warps themselves in
-// 16-byte runs (adding the addends, after their wait). Made with the storers' own st.global, the
-// copy cost the short-K shapes up to 8% (bench/results): a wave's stores then went through the SMs'
-// load/store path beside the main loop's traffic; the engine takes them off it. WGMMA's register layout
-// gives each thread 4-byte column pairs spread over 8 rows; stored straight from registers every
-// warp store touches 8 half-used sectors, which measured 8-14% slower than cuBLASLt on the suites'
-// large shapes. Copied out by the consumers themselves, the stores held up the next tile's MMAs:
-// every CTA finishes its tiles at about the same time, and the GPU's writes of a whole wave of
-// tiles drain slower than the SMs issue them (bench/results: up to 8% on short-K shapes). The
-// whole-tile buffer leaves a 128x256 tile 3 pipeline stages instead of 4, which costs less than
-// the copy-out did. Bulk copies rather than tensor-map TMA stores: the target changes per tile (a
-// peer's buffer, a remapped position), and a tensor map per target would be a descriptor per
-// buffer and tile shape. Memory order: the consumers' staging writes are ordered before the bulk
-// copies' reads by a proxy fence and the staged-tile barrier; a notifying tile's copies are waited
-// for until written (not only read) and fenced against the generic proxy before the hand-off below.
+// 16-byte runs (adding the addends, after their wait). Why this path (bench/results): stored
+// straight from registers, WGMMA's layout (4-byte column pairs spread over 8 rows) leaves every
+// warp store 8 half-used sectors, 8-14% slower than cuBLASLt on the suites' large shapes; copied
+// out by the consumers, the stores held up the next tile's MMAs, since every CTA finishes its
+// tiles at about the same time and a wave's writes drain slower than the SMs issue them; copied
+// out with the storing warps' own st.global, the stores still went through the SMs' load/store
+// path beside the main loop's traffic (up to 8% on short-K shapes). The whole-tile buffer leaves a
+// 128x256 tile 3 pipeline stages instead of 4, which costs less than any of those did. Bulk copies
+// rather than tensor-map TMA stores: the target changes per tile (a peer's buffer, a remapped
+// position), and a tensor map per target would be a descriptor per buffer and tile shape. Memory
+// order: the consumers' staging writes are ordered before the bulk copies' reads by a proxy fence
+// and the staged-tile barrier; a notifying tile's copies are waited for until written (not only
+// read) and fenced against the generic proxy before the hand-off below.
 //
 // The notify is not made by a storing warp: a release at system scope waits until the tile's
 // stores are performed, which would hold up the next tile's copy-out (and, on a consumer, measured

@@ -1,9 +1,9 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
-// shapes for every compiled tile, bulk-copied and warp-copied tiles in one launch, remapped stores into several targets, notifies and the waits that
-// see them, waits released by another stream, a wait that times out and is reported, operands
-// retargeted between launches, A rows read from a second operand, addends added in the epilogue
-// after their wait, host-side checks,
-// and (on 2+ GPUs) peer stores with peer notifies through the executor.
+// shapes for every compiled tile, bulk-copied and warp-copied tiles in one launch, remapped stores
+// into several targets, notifies and the waits that see them, waits released by another stream, a
+// wait that times out and is reported, operands retargeted between launches, A rows read from a
+// second operand, addends added in the epilogue after their wait, host-side checks, and (on 2+
+// GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -5,8 +5,8 @@
 // The rule: the tile and K split with the smallest estimated time,
 // (waves) x (K-tiles per entry + fix-up) x (tile work / tile rate), the tile rates those `weft tune
 // --calibrate` measured on the GPU (MachineProfile::tile_rates) or built-in estimates, so that wave
-// quantisation (5.3 waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs (m = 512: 192 tiles of
-// 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
+// quantisation (5.3 waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs
+// (m = 512: 192 tiles of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
 // when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) of more
 // than 64 rows are never split and take the tile that puts the most SMs to streaming A and B. GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the

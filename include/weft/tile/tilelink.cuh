@@ -218,9 +218,10 @@ struct TileBox {
 // side may be a peer's memory. No ordering: follow with a notify to publish. Each thread has
 // kCopyUnroll loads in flight (a copy: kCopyBatch of them while it stores the batch before): one
 // load at a time per thread leaves a CTA at a few GB/s (HBM and NVLink latency, weft bench
-// tilelink). A box whose rows are contiguous on every side is one flat run; otherwise its vectors are numbered row-major and each thread finds
-// its vector's row with one 32-bit division (never a 64-bit one), so that narrow rows (a 128x256
-// tile has 32 vectors per row) still keep every thread busy.
+// tilelink). A box whose rows are contiguous on every side is one flat run; otherwise its vectors
+// are numbered row-major and each thread finds its vector's row with one 32-bit division (never a
+// 64-bit one), so that narrow rows (a 128x256 tile has 32 vectors per row) still keep every thread
+// busy.
 constexpr int kCopyUnroll = 8;
 constexpr int kCopyBatch = kCopyUnroll / 2;
 constexpr int kReduceUnroll = 2;  // per source: with several sources, more in flight only adds registers (bench/results)
