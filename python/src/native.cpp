@@ -19,6 +19,7 @@
 #include "weft/runtime/errors.hpp"
 #include "weft/runtime/op.hpp"
 #include "weft/runtime/signal_set.hpp"
+#include "torch_ops.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -121,10 +122,15 @@ NB_MODULE(_native, m) {
             return op.output_rows(args);
           },
           "rows"_a, "routing"_a = std::vector<std::vector<int>>{})
+      .def(
+          "describe_plan", [](weft::Op& op, int64_t rows) { return weft::to_string(op.plan(rows)); }, "rows"_a,
+          nb::call_guard<nb::gil_scoped_release>(), "The plan a call of `rows` rows runs, as text (collective the first time).")
       .def("finish", [](weft::Op& op, uintptr_t stream) { op.finish(stream_from(stream)); }, "stream"_a,
            nb::call_guard<nb::gil_scoped_release>())
       .def("check", &weft::Op::check)
       .def("diagnose", &weft::Op::diagnose);
+
+  weft::python::bind_torch_ops(m);
 
   // The CPU side, usable without a GPU: what the strategies are and what plan one would run.
   m.def("strategies", [] {

@@ -7,18 +7,20 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import checking  # noqa: E402
 import weft  # noqa: E402
 import weft.torch as wt  # noqa: E402
 from weft.torch import plain  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-TOLERANCE = 1e-2  # bf16 results against torch's
+TOLERANCE = 1e-2  # bf16 results against torch's, where a test compares weft with torch as a whole
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,12 +36,12 @@ def communicator():
 def rel(got, want):
     got, want = got.float(), want.float()
     assert not torch.isnan(got).any(), "NaN in the result"
+    assert want.abs().max() > 0, "the expected result is all zero"
     return ((got - want).norm() / want.norm()).item()
 
 
 def bf16(*shape, seed):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.rand(shape, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    return checking.inputs(*shape, seed=seed)
 
 
 def everyone(x):
@@ -47,25 +49,29 @@ def everyone(x):
     return wt.layers.all_gather_rows(x)
 
 
-def reference(op, a, b, routing=None):
-    """The op computed by torch (every rank's inputs gathered)."""
+def expected(op, a, b, routing=None):
+    """(the op in float64, its per-element scale, roundings) from every rank's inputs (checking.py)."""
     world, rank = wt.world_size(), wt.communicator().rank
+    a_all, b_all = everyone(a).chunk(world), everyone(b).chunk(world)
     if op == "ag_gemm":
-        return everyone(a).float() @ b.float().t()
+        return (*checking.reference(everyone(a), b), 1)
     if op in ("gemm_rs", "gemm_ar"):
-        # sum_r A_r B_r^T: gather every rank's A and B and add their products.
-        a_all, b_all = everyone(a).float().chunk(world), everyone(b).float().chunk(world)
-        total = sum(x @ y.t() for x, y in zip(a_all, b_all))
-        return total.chunk(world)[rank] if op == "gemm_rs" else total
-    a_all, b_all = everyone(a).float().chunk(world), everyone(b).float().chunk(world)
-    rows = []
+        # sum_r A_r B_r^T: every rank's A and B, products added.
+        parts = [checking.reference(x, y) for x, y in zip(a_all, b_all)]
+        total, scale = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        if op == "gemm_rs":
+            total, scale = total.chunk(world)[rank], scale.chunk(world)[rank]
+        return total, scale, world + 1
+    rows, scales = [], []
     for source in range(world):
-        mine = routing[source] == rank
+        mine = (routing[source] == rank).cpu()
         if op == "gemm_a2a":
-            rows.append((a_all[source] @ b_all[source].t())[mine])
+            want, scale = checking.reference(a_all[source], b_all[source])
+            rows.append(want[mine]), scales.append(scale[mine])
         else:
-            rows.append(a_all[source][mine] @ b.float().t())
-    return torch.cat(rows)
+            want, scale = checking.reference(a_all[source][mine.to(a.device)], b)
+            rows.append(want), scales.append(scale)
+    return torch.cat(rows), torch.cat(scales), 1
 
 
 def cases():
@@ -80,19 +86,56 @@ def cases():
     return out
 
 
+def case_seed(*words):
+    """Inputs of their own for every case (and rank): no case can pass on an earlier case's result."""
+    return zlib.crc32(" ".join(map(str, words)).encode()) % (1 << 30)
+
+
 @pytest.mark.parametrize("op, strategy", cases())
-def test_every_op_and_strategy_equals_torch(op, strategy):
-    world = wt.world_size()
+def test_every_op_and_strategy_equals_the_float64_reference(op, strategy):
+    world, rank = wt.world_size(), wt.communicator().rank
     rows = 96 * world if op == "gemm_rs" else 200  # ragged against 128-row tiles
-    a, b = bf16(rows, 136, seed=1 + wt.communicator().rank), bf16(264, 136, seed=100 + wt.communicator().rank)
+    seed = case_seed(op, strategy, rank)
+    a, b = bf16(rows, 136, seed=seed), bf16(264, 136, seed=seed + 1)
     routing = None
     if op in ("gemm_a2a", "a2a_gemm"):
-        routing = torch.randint(0, world, (world, rows), generator=torch.Generator().manual_seed(7), dtype=torch.int32)
-        got = getattr(torch.ops.weft, op)(a, b, routing, strategy)
-    else:
-        got = getattr(torch.ops.weft, op)(a, b, strategy)
-    assert got.shape == reference(op, a, b, routing).shape
-    assert rel(got, reference(op, a, b, routing)) < TOLERANCE
+        routing = torch.randint(0, world, (world, rows), generator=torch.Generator().manual_seed(case_seed(op, strategy)), dtype=torch.int32)
+    want, scale, terms = expected(op, a, b, routing)
+    for call in range(2):  # the second call may replay a captured graph: checked as well
+        if routing is not None:
+            got = getattr(wt.ops, op)(a, b, routing, strategy)
+        else:
+            got = getattr(wt.ops, op)(a, b, strategy, out=checking.poisoned(tuple(want.shape), a))
+        checking.assert_close(got, want, scale, terms, f"{op} {strategy} call {call}")
+
+
+def test_a_call_that_writes_nothing_fails_the_check():
+    # The check itself: a poisoned output left as it is, and a result with one wrong 8x8 block, fail.
+    a, b = bf16(200, 136, seed=3), bf16(264, 136, seed=4)
+    want, scale = checking.reference(a, b)
+    with pytest.raises(AssertionError, match="NaN"):
+        checking.assert_close(checking.poisoned(tuple(want.shape), a), want, scale)
+    got = wt.ops.gemm_ar(a, b) if wt.world_size() == 1 else want.to(torch.bfloat16)
+    checking.assert_close(got, want, scale)
+    wrong = got.clone()
+    wrong[64:72, 128:136] += 0.25
+    with pytest.raises(AssertionError, match="beyond the bound"):
+        checking.assert_close(wrong, want, scale)
+
+
+def test_ops_at_world_one_are_the_gemm_alone():
+    if wt.world_size() > 1:
+        pytest.skip("world 1 only")
+    a, b = bf16(256, 128, seed=5), bf16(384, 128, seed=6)
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        for strategy in ("default", "fused", "decomposed", "sequential"):
+            names = {name for name, _, _, ops in weft.strategies() if op in ops}
+            if strategy != "default" and strategy not in names:
+                continue
+            plan = weft.Op(wt.communicator(), op, 384, 128, 256, strategy).describe_plan(256)
+            assert "gemm (world 1: nothing to communicate)" in plan, plan
+            for word in ("copy", "all_gather", "reduce", "symmetric", "signal"):
+                assert word not in plan.lower(), (op, strategy, word, plan)
 
 
 def test_wrong_inputs_are_rejected_before_any_launch():
@@ -100,19 +143,23 @@ def test_wrong_inputs_are_rejected_before_any_launch():
     torch.cuda.synchronize()
     bad = [
         (a.half(), b, "bfloat16"),
-        (a.cpu(), b, "on cpu"),
+        (a.cpu(), b, "not on cuda"),
         (a, b.t(), "contiguous"),
         (a.view(-1)[1:1 + 127 * 128].view(127, 128), b, "16-byte"),
         (a, bf16(256, 64, seed=3), "k="),
         (a.unsqueeze(0), b, "2-D"),
     ]
     for x, y, words in bad:
-        with pytest.raises(ValueError, match=words):
+        with pytest.raises(RuntimeError, match=words):
             torch.ops.weft.gemm_ar(x, y)
-    with pytest.raises(ValueError, match="routing"):
+    with pytest.raises(RuntimeError, match="routing"):
         torch.ops.weft.gemm_a2a(a, b, torch.zeros((wt.world_size(), 5), dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="out must be"):
+        torch.ops.weft.gemm_ar_into(a, b, torch.empty((64, 256), dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(RuntimeError, match="strategy id"):
+        torch.ops.weft.gemm_ar(a, b, 10_000)
     with pytest.raises(ValueError, match="unknown strategy"):
-        torch.ops.weft.gemm_ar(a, b, "nonsense")
+        wt.ops.gemm_ar(a, b, "nonsense")
     assert torch.cuda.current_stream().query(), "nothing was launched"
 
 

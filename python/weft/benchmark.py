@@ -8,9 +8,10 @@ Timing follows `weft bench`: CUDA events around one call, a device barrier befor
 median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
 so that clock drift reaches all alike. Before the start event the GPU is kept busy for
 --queue-ahead-us (a device-side sleep), as it is in a training step where the host runs ahead: the
-figure is the device's time for the call, not the host's time to enqueue it (a Python op costs tens
-of microseconds of host time more than torch.mm; the `host us` column is each call's median host
-time, the --queue-ahead-us 0 run times both together). Every variant's result is first compared with torch's.
+figure is the device's time for the call, not the host's time to enqueue it (the `host us` column is
+each call's median host time and `host x` its ratio to torch's on the same row; `b2b us` and `b2b x`
+the same with calls back to back; --queue-ahead-us 0 times both together). weft's variants are the calls a user makes: torch.ops.weft.<op> on ordinary
+tensors, the output allocated per call, every copy the op makes included. Every variant's result is first compared with torch's.
 Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
 """
 
@@ -28,9 +29,6 @@ import torch.distributed as dist
 import weft
 import weft.torch as wt
 from weft.torch import plain
-from weft.torch.ops import a2a_gemm, ag_gemm, gemm_a2a, gemm_ar, gemm_rs
-
-_WEFT_OPS = {"ag_gemm": ag_gemm, "gemm_rs": gemm_rs, "gemm_ar": gemm_ar, "gemm_a2a": gemm_a2a, "a2a_gemm": a2a_gemm}
 
 
 def suite_path(name):
@@ -114,6 +112,25 @@ def time_interleaved(variants, warmup, iterations, queue_ahead_us=0, host_us=Non
     return {name: _slowest(statistics.median(t)) for name, t in times.items()}
 
 
+def host_back_to_back_us(variants, bursts=7, calls=20):
+    """Each variant's host time per call with calls back to back (the GPU still busy with the ones
+    before, as in a training step), in microseconds: the median over bursts of (burst time / calls),
+    slowest rank; a device-side sleep first keeps the queue from draining."""
+    out = {}
+    for name, fn in variants.items():
+        per_call = []
+        for _ in range(bursts):
+            _barrier()
+            _queue_ahead(2000)
+            began = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per_call.append((time.perf_counter() - began) * 1e6 / calls)
+            torch.cuda.synchronize()
+        out[name] = _slowest(statistics.median(per_call))
+    return out
+
+
 def relative_error(got, want):
     got, want = got.float(), want.float()
     if torch.isnan(got).any():
@@ -143,11 +160,11 @@ class Row:
         if self.op == "ag_gemm":
             gathered = a.new_empty((world * self.m, self.k))
 
+            if world == 1:  # nothing to gather: what a caller of plain torch runs is the GEMM
+                return lambda: torch.mm(a, b.t())
+
             def run():
-                if world > 1:
-                    dist.all_gather_into_tensor(gathered, a, group=group)
-                else:
-                    gathered.copy_(a)
+                dist.all_gather_into_tensor(gathered, a, group=group)
                 return torch.mm(gathered, b.t())
 
             return run
@@ -182,10 +199,11 @@ class Row:
         return lambda: torch.mm(a, b.t())
 
     def weft_variant(self, strategy):
-        fn = _WEFT_OPS[self.op]
+        """The call as a user makes it: torch.ops.weft.<op> on these tensors, its output allocated per call."""
+        fn, sid = getattr(torch.ops.weft, self.op), wt.ops.strategy_id(strategy)
         if self.routing is not None:
-            return lambda: fn(self.a, self.b, self.routing, strategy)
-        return lambda: fn(self.a, self.b, strategy)
+            return lambda: fn(self.a, self.b, self.routing, sid)
+        return lambda: fn(self.a, self.b, sid)
 
     def async_tp_variant(self):
         """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
@@ -241,6 +259,7 @@ def bench_suite(args, world, rank, writer, table):
         variants["gemm alone"] = row.gemm_variant()
         host_us = {}
         ms = time_interleaved(variants, args.warmup, args.iterations, args.queue_ahead_us, host_us)
+        b2b_us = host_back_to_back_us(variants)
         t_base = ms.get("torch", ms.get("weft:sequential"))
         t_gemm = ms.pop("gemm alone")
         for name in list(ms) + list(notes):
@@ -250,7 +269,11 @@ def bench_suite(args, world, rank, writer, table):
                 "ms": t, "gemm_ms": t_gemm, "baseline_ms": t_base,
                 "speedup": t_base / t if t else None,
                 "overlap_efficiency": (t_base - t) / (t_base - t_gemm) if t and t_base > t_gemm else None,
-                "relative_error": errors.get(name), "host_us": host_us.get(name), "note": notes.get(name, ""),
+                "relative_error": errors.get(name), "host_us": host_us.get(name),
+                "host_ratio": host_us[name] / host_us["torch"] if name in host_us and host_us.get("torch") else None,
+                "b2b_us": b2b_us.get(name),
+                "b2b_ratio": b2b_us[name] / b2b_us["torch"] if name in b2b_us and b2b_us.get("torch") else None,
+                "note": notes.get(name, ""),
             }
             table.append(line)
             if writer and rank == 0:
@@ -286,6 +309,7 @@ def bench_mlp(args, world, rank, writer, table):
         line = {"row": f"TP MLP H={hidden} F={ffn} T={tokens}", "op": "mlp", "world": world, "m": rows, "n": ffn, "k": hidden,
                 "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": ms["torch MLP fwd+bwd"],
                 "speedup": ms["torch MLP fwd+bwd"] / t, "overlap_efficiency": None, "relative_error": error, "host_us": host_us.get(name),
+                "host_ratio": host_us[name] / host_us["torch MLP fwd+bwd"], "b2b_us": None, "b2b_ratio": None,
                 "note": "input gradient compared"}
         table.append(line)
         if writer and rank == 0:
@@ -316,7 +340,7 @@ def main(argv=None):
     wt.init()
     world, rank = wt.world_size(), wt.communicator().rank
     fields = ["row", "op", "world", "m", "n", "k", "variant", "ms", "gemm_ms", "baseline_ms", "speedup", "overlap_efficiency",
-              "relative_error", "host_us", "note"]
+              "relative_error", "host_us", "host_ratio", "b2b_us", "b2b_ratio", "note"]
     out = open(args.csv, "w", newline="") if args.csv and rank == 0 else None
     writer = csv.DictWriter(out, fieldnames=fields) if out else None
     if writer:
@@ -326,13 +350,16 @@ def main(argv=None):
     if not args.no_mlp:
         bench_mlp(args, world, rank, writer, table)
     if rank == 0:
-        print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}; speedup over torch.mm + torch.distributed")
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-"
+        print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}; "
+              "speedup over torch.mm + torch.distributed")
         print(f"queue ahead {args.queue_ahead_us:g} us (device time of each call; host us: its enqueue time on the host)")
-        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9} {'host us':>8}  note")
+        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9} {'host us':>8} {'host x':>7} {'b2b us':>7} {'b2b x':>6}  note")
         for r in table:
             fmt = lambda v, f: format(v, f) if isinstance(v, (int, float)) else "-"  # noqa: E731
             print(f"{r['row'][:24]:24} {r['op']:9} {r['variant']:26} {fmt(r['ms'], '8.3f')} {fmt(r['speedup'], '8.3f')} "
-                  f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')} {fmt(r['host_us'], '8.1f')}  {r['note']}")
+                  f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')} {fmt(r['host_us'], '8.1f')} "
+                  f"{fmt(r['host_ratio'], '7.2f')} {fmt(r['b2b_us'], '7.1f')} {fmt(r['b2b_ratio'], '6.2f')}  {r['note']}")
     if out:
         out.close()
     bad = [r for r in table if r["relative_error"] is not None and r["relative_error"] > 2e-2]

@@ -222,3 +222,53 @@ TEST(Builders, BuildersRejectInvalidProblems) {
 
 }  // namespace
 }  // namespace weft
+
+namespace weft {
+namespace {
+
+// A world of one: make_plan gives every strategy's call as the GEMM alone (one step, the caller's A
+// into C, nothing symmetric, no signal), and it computes the op; the strategy's own plan is kept
+// where asked for.
+TEST(Builders, AWorldOfOneIsTheGemmAloneForEveryStrategy) {
+  std::mt19937_64 rng(11);
+  for (OpKind op : all_ops()) {
+    if (is_moe(op)) continue;
+    for (const Strategy& s : strategies()) {
+      if (!s.supports(op)) continue;
+      SCOPED_TRACE(std::string(to_string(op)) + " " + s.name);
+      const Problem p = random_problem(op, 1, rng);
+      const Plan plan = make_plan(s, p);
+      ASSERT_EQ(plan.ranks.size(), 1u);
+      const RankPlan& rp = plan.ranks[0];
+      ASSERT_EQ(rp.steps.size(), 1u) << to_string(plan);
+      EXPECT_TRUE(std::holds_alternative<GemmStep>(rp.steps[0].body));
+      EXPECT_TRUE(rp.signals.empty());
+      for (const BufferDecl& b : rp.buffers) {
+        EXPECT_FALSE(b.symmetric) << b.name;
+        EXPECT_NE(b.role, BufferRole::scratch) << b.name;
+      }
+      EXPECT_EQ(plan.strategy, s.name);
+      EXPECT_FALSE(reaches_across_ranks(plan));
+      const CpuProof proof = prove_on_cpu(plan, 3);
+      ASSERT_TRUE(proof.passed()) << proof.explain() << to_string(plan);
+
+      PlanOptions keep;
+      keep.keep_strategy_at_world_one = true;
+      const Plan own = make_plan(s, p, keep);
+      EXPECT_GT(own.ranks[0].steps.size(), 1u) << to_string(own);
+    }
+  }
+}
+
+TEST(Builders, AWorldOfOneKeepsDecliningOpsAStrategyDoesNotImplement) {
+  Problem p;
+  p.op = OpKind::ag_gemm;
+  p.m = 64;
+  p.n = 64;
+  p.k = 64;
+  p.world_size = 1;
+  EXPECT_THROW(make_plan(find_strategy("signal"), p), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace weft

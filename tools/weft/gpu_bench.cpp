@@ -35,6 +35,7 @@ struct Measured {
   int world = 0;
   int64_t m = 0, n = 0, k = 0;
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
+  double t_in_place = 0;  // the producer's output already in the strategy's symmetric A (no copy-in); t where none
   double host_us = 0;             // host time to enqueue one call after a wait for the last (the slowest rank's median)
   double host_back_to_back_us = 0;  // the same with calls back to back (back_to_back_host_us)
   bool verified = false;
@@ -73,6 +74,7 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
       j["t_comm_ms"] = r.t_comm;
       j["t_seq_ms"] = r.t_seq;
       j["t_ms"] = r.t;
+      j["t_in_place_ms"] = r.t_in_place;
       j["bound_ms"] = std::max(r.t_gemm, r.t_comm);
       j["speedup"] = r.t_seq / r.t;
       j["overlap_efficiency"] = (r.t_seq - r.t) / (r.t_seq - r.t_gemm);
@@ -85,16 +87,16 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
     Json::Object doc;
     doc["suite"] = suite;
     doc["iterations"] = o.iterations;
-    doc["inputs"] = "in the plans' own buffers: A in symmetric memory where a strategy gathers from it (in place, no copy-in)";
+    doc["inputs"] = "the caller's: A, B in ordinary device memory, C into the caller's buffer, copies included (t_in_place_ms: A already in symmetric memory)";
     doc["rows"] = Json(std::move(list));
     std::ofstream(o.json_path) << Json(std::move(doc)).dump() << "\n";
   }
   if (!o.csv_path.empty()) {
     std::ofstream csv(o.csv_path);
-    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
+    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
     for (const auto& r : rows)
       csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
-          << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << std::max(r.t_gemm, r.t_comm)
+          << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
           << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
           << (r.verified ? "yes" : "no") << ',' << r.host_us << ',' << r.host_back_to_back_us << '\n';
   }
@@ -116,13 +118,14 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.comm_chunks = o.comm_chunks;
   plan_options.chunked = o.chunked;
   plan_options.tilelink = o.tilelink;
-  // What a call's time includes: the plans run on their own buffers, so a strategy that gathers A from
-  // symmetric memory finds the shard there, as when a producer writes it in place
-  // (weft::Op::a_in_workspace); an op called with a shard elsewhere copies it in first.
-  std::printf("inputs: in the plans' own buffers (A already in symmetric memory where a strategy gathers from it: the "
-              "in-place case, no copy-in timed)\n\n");
-  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
-              "comm ms", "seq ms", "ms", "bound ms", "speedup", "E", "rel.err", "host us", "b2b us", "check");
+  // What a call's time includes: what a caller pays, as weft::Op runs it (A and B in ordinary device
+  // memory, C into the caller's buffer, any copy of A into symmetric memory included); the
+  // `in-place ms` column is the same plan with the producer's output already in its symmetric A
+  // (weft::Op::a_in_workspace), where the strategy reads A from there.
+  std::printf("inputs: the caller's (A, B in ordinary device memory, C into the caller's buffer, copies included); "
+              "in-place ms: A written by its producer into the strategy's symmetric buffer\n\n");
+  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %11s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
+              "comm ms", "seq ms", "ms", "in-place ms", "bound ms", "speedup", "E", "rel.err", "host us", "b2b us", "check");
   for (int world : o.world_sizes) {
     auto group = first_gpus(world);
     // Strategies that reach a peer these GPUs cannot reach (WEFT_P2P=0, no P2P) decline, saying so.
@@ -139,11 +142,13 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       std::fprintf(stderr, "weft bench: world %d, %s (%s)\n", world, row.name.c_str(), describe(problem).c_str());
       // Plans are built and validated once, here; executors skip validating them again per rank.
       std::vector<Plan> plans;  // [0] gemm-only, [1] communication-only, [2] sequential, then strategies
-      const Plan sequential = plan_sequential(problem, plan_options);
-      plans.push_back(steps_of_kind(sequential, StepKind::gemm));
-      plans.push_back(steps_of_kind(sequential, StepKind::collective));
-      plans.push_back(sequential);
-      require_valid(sequential);
+      // The baseline's parts from its own plan (at world 1 the collective is NCCL's one-rank copy);
+      // the baseline itself as make_plan gives it (at world 1 the GEMM alone, as every strategy).
+      const Plan sequential_parts = plan_sequential(problem, plan_options);
+      plans.push_back(steps_of_kind(sequential_parts, StepKind::gemm));
+      plans.push_back(steps_of_kind(sequential_parts, StepKind::collective));
+      plans.push_back(make_plan(find_strategy("sequential"), problem, plan_options));
+      require_valid(plans.back());
       for (const auto& name : o.strategies) {
         const Strategy& s = find_strategy(name);
         if (name == "sequential" || !s.supports(problem.op)) continue;
@@ -164,6 +169,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       }
       const size_t count = plans.size();
       std::vector<std::vector<double>> medians(count, std::vector<double>(static_cast<size_t>(world), 0.0));
+      std::vector<std::vector<double>> in_place_ms(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> errors(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> host_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> host_b2b_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
@@ -172,34 +178,77 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         const int rank = comm.rank();
         cudaStream_t stream;
         WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        // The caller's tensors: A and B in ordinary device memory, C where the caller wants it (a
+        // call copies whatever the strategy needs elsewhere, as weft::Op does); `want` keeps the
+        // baseline's result for the checks.
+        const RankPlan& mine = plans[2].ranks.at(static_cast<size_t>(rank));
+        const BufferDecl& a_decl = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A")));
+        const BufferDecl& b_decl = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "B")));
+        const Region& out = mine.output;
+        const size_t out_bytes = static_cast<size_t>(out.box.rows * out.box.cols) * 2;
+        void *a = nullptr, *b = nullptr, *c = nullptr, *want = nullptr;
+        WEFT_CUDA_CHECK(cudaMalloc(&a, static_cast<size_t>(a_decl.rows * a_decl.cols) * 2));
+        WEFT_CUDA_CHECK(cudaMalloc(&b, static_cast<size_t>(b_decl.rows * b_decl.cols) * 2));
+        WEFT_CUDA_CHECK(cudaMalloc(&c, out_bytes));
+        WEFT_CUDA_CHECK(cudaMalloc(&want, out_bytes));
+        ExecutorOptions callers{.validate = false, .caller_buffers = {"A", "B"}, .caller_output = true};
+        // Executors [0], [1]: the baseline's GEMM and collective alone, on their own buffers; then
+        // every plan as a caller runs it; then, for plans that read A from symmetric memory, the same
+        // plan with the producer's output already there (weft::Op::a_in_workspace: no copy-in).
         std::vector<std::unique_ptr<CudaExecutor>> execs;
-        for (const Plan& plan : plans) {
-          execs.push_back(std::make_unique<CudaExecutor>(comm, plan, ExecutorOptions{.validate = false}));
+        std::vector<size_t> in_place_of(count, 0);  // executor index of plan p's in-place variant (0: none)
+        for (size_t p = 0; p < count; ++p) {
+          execs.push_back(std::make_unique<CudaExecutor>(comm, plans[p], p < 2 ? ExecutorOptions{.validate = false} : callers));
+          if (p >= 2) {
+            execs.back()->bind("A", a);
+            execs.back()->bind("B", b);
+            execs.back()->bind_output(c);
+          }
           fill_buffers(*execs.back(), rank, o.seed, stream);
+        }
+        for (size_t p = 2; p < count; ++p) {
+          const RankPlan& rp = plans[p].ranks.at(static_cast<size_t>(rank));
+          if (!rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A"))).symmetric) continue;
+          ExecutorOptions in_place = callers;
+          in_place.symmetric_inputs_in_place = true;
+          auto exec = std::make_unique<CudaExecutor>(comm, plans[p], in_place);
+          exec->bind("A", nullptr);
+          exec->bind("B", b);
+          exec->bind_output(c);
+          fill_buffers(*exec, rank, o.seed, stream);  // the same A as the caller's (same name, rank, seed)
+          in_place_of[p] = execs.size();
+          execs.push_back(std::move(exec));
         }
         double* sums = nullptr;
         WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
-        // Verification: every strategy against sequential, on the same inputs.
+        // Verification: every variant against sequential, on the same inputs, its output poisoned first.
         execs[2]->run(stream);
         finish_or_explain(*execs[2], stream, "sequential");
-        const DeviceRegion want = execs[2]->output();
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(want, c, out_bytes, cudaMemcpyDeviceToDevice, stream));
+        const DeviceRegion expected{want, out.box.rows, out.box.cols, out.box.cols};
         for (size_t p = 3; p < count; ++p)
-          errors[p][static_cast<size_t>(rank)] = run_against_device_result(*execs[p], want, sums, stream, plans[p].strategy);
+          errors[p][static_cast<size_t>(rank)] = run_against_device_result(*execs[p], expected, sums, stream, plans[p].strategy);
+        for (size_t p = 2; p < count; ++p)
+          if (in_place_of[p])
+            errors[p][static_cast<size_t>(rank)] = std::max(
+                errors[p][static_cast<size_t>(rank)],
+                run_against_device_result(*execs[in_place_of[p]], expected, sums, stream, plans[p].strategy + " (in place)"));
         std::vector<std::function<void(cudaStream_t)>> variants;
-        for (size_t p = 0; p < count; ++p) variants.push_back([&, p](cudaStream_t s) { execs[p]->run(s); });
+        for (size_t e = 0; e < execs.size(); ++e) variants.push_back([&, e](cudaStream_t s) { execs[e]->run(s); });
+        auto finish = [&](size_t e) { finish_or_explain(*execs[e], stream, execs[e]->plan().strategy); };
         std::vector<double> enqueue_us;
-        const std::vector<double> ms = interleaved_call_medians_ms(
-            comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations, variants,
-            [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); }, &enqueue_us);
-        const std::vector<double> b2b_us = back_to_back_host_us(
-            comm, [&] { sync.arrive_and_wait(); }, stream, variants, [&](size_t p) { finish_or_explain(*execs[p], stream, plans[p].strategy); });
+        const std::vector<double> ms = interleaved_call_medians_ms(comm, [&] { sync.arrive_and_wait(); }, stream, o.warmup, o.iterations,
+                                                                   variants, finish, &enqueue_us);
+        const std::vector<double> b2b_us = back_to_back_host_us(comm, [&] { sync.arrive_and_wait(); }, stream, variants, finish);
         for (size_t p = 0; p < count; ++p) {
           medians[p][static_cast<size_t>(rank)] = ms[p];
+          in_place_ms[p][static_cast<size_t>(rank)] = in_place_of[p] ? ms[in_place_of[p]] : ms[p];
           host_us[p][static_cast<size_t>(rank)] = enqueue_us[p];
           host_b2b_us[p][static_cast<size_t>(rank)] = b2b_us[p];
         }
         cudaFree(sums);
         execs.clear();
+        for (void* buffer : {a, b, c, want}) cudaFree(buffer);
         cudaStreamDestroy(stream);
       });
       auto worst = [&](size_t p) { return *std::max_element(medians[p].begin(), medians[p].end()); };
@@ -216,13 +265,14 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.t_comm = worst(1);
         m.t_seq = worst(2);
         m.t = worst(p);
+        m.t_in_place = *std::max_element(in_place_ms[p].begin(), in_place_ms[p].end());
         m.host_us = *std::max_element(host_us[p].begin(), host_us[p].end());
         m.host_back_to_back_us = *std::max_element(host_b2b_us[p].begin(), host_b2b_us[p].end());
         m.error = p == 2 ? 0.0 : *std::max_element(errors[p].begin(), errors[p].end());
         m.verified = m.error <= kTolerance;
         failures += !m.verified;
-        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %9.3f %8.3f %7.2f %9.2e %7.1f %7.1f %s\n", m.row.c_str(),
-                    std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t,
+        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %11.3f %9.3f %8.3f %7.2f %9.2e %7.1f %7.1f %s\n", m.row.c_str(),
+                    std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t, m.t_in_place,
                     std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error, m.host_us, m.host_back_to_back_us,
                     p == 2 ? "baseline" : (m.verified ? "ok" : "MISMATCH"));
         std::fflush(stdout);

@@ -100,6 +100,10 @@ struct PlanOptions {
   std::shared_ptr<const TuningTable> tuning;
   double auto_margin = 0.03;
   double auto_table_distance = 0.35;
+  // A world of one has nothing to communicate: make_plan then gives the GEMM alone, from the
+  // caller's A into C, whatever the strategy (plan_gemm_alone). Set, it keeps the strategy's own plan
+  // instead, to exercise that strategy's machinery (copies, signals, waits) on one GPU.
+  bool keep_strategy_at_world_one = false;
 };
 
 struct Strategy {
@@ -131,8 +135,15 @@ const Strategy& find_strategy(std::string_view name);
 // keep `base`'s tile (their plain tables run on cuBLASLt, which picks its own).
 PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
 // The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)), and
-// where base.topology is given, require_reachable (std::invalid_argument naming the ranks).
+// where base.topology is given, require_reachable (std::invalid_argument naming the ranks). At world 1
+// (not the MoE ops) the GEMM alone, labelled with the strategy's name, unless
+// base.keep_strategy_at_world_one.
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
+
+// Whether make_plan runs `problem` as its GEMM alone: a world of one, an op that is one GEMM there.
+bool runs_as_gemm_alone(const Problem& problem);
+// One step: C = A B^T from the caller's A into the caller's C, nothing else (a world of one).
+Plan plan_gemm_alone(const Problem& problem, const PlanOptions& options, const std::string& strategy);
 
 // Library GEMM, then the NCCL collective: the baseline every figure is measured against.
 Plan plan_sequential(const Problem& problem, const PlanOptions& options);

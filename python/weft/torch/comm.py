@@ -32,6 +32,7 @@ def init(group=None, device=None):
             raise ValueError("weft.torch.init: a group was given but torch.distributed is not initialised")
         rank, world, unique_id = 0, 1, _native.new_unique_id()
     _state["comm"] = _native.Communicator.from_unique_id(unique_id, rank, world, device.index)
+    _native.set_torch_communicator(_state["comm"])
     _state["group"] = group
     return _state["comm"]
 

@@ -10,6 +10,8 @@ Shapes (W ranks, t tokens per rank, H hidden, F ffn):
                            dW = gather(dz)^T y
         otherwise:         y [T, F/W] -> z [T, H]     forward gemm_ar;  backward torch.mm
     TensorParallelMLP(H, F): ColumnParallelLinear, GELU, RowParallelLinear.
+At world 1 nothing is communicated: every product is torch.mm on the tensors as they are (no
+transposed copy of a weight), and the ops are the GEMM alone.
 The same layers written with torch.mm and torch.distributed are in weft/torch/plain.py; tests and
 weft.benchmark compare the two.
 """
@@ -44,8 +46,11 @@ class _ColumnParallel(torch.autograd.Function):
         dx = dw = None
         if ctx.needs_input_grad[0]:
             # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W].
-            weight_t = weight.t().contiguous()
-            dx = gemm_rs(dy, weight_t, ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight_t, ctx.strategy)
+            if world_size() == 1:
+                dx = torch.mm(dy, weight)
+            else:
+                weight_t = weight.t().contiguous()
+                dx = gemm_rs(dy, weight_t, ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight_t, ctx.strategy)
         if ctx.needs_input_grad[1]:
             dw = torch.mm(dy.t(), all_gather_rows(x) if ctx.sequence_parallel else x)
         return dx, dw, None, None
@@ -65,7 +70,7 @@ class _RowParallel(torch.autograd.Function):
         dy = dw = None
         if ctx.needs_input_grad[0]:
             # gather(dz) @ weight: B = weight^T [F/W, H].
-            dy = ag_gemm(dz, weight.t().contiguous(), ctx.strategy) if ctx.sequence_parallel else torch.mm(dz, weight)
+            dy = ag_gemm(dz, weight.t().contiguous(), ctx.strategy) if ctx.sequence_parallel and world_size() > 1 else torch.mm(dz, weight)
         if ctx.needs_input_grad[1]:
             dw = torch.mm((all_gather_rows(dz) if ctx.sequence_parallel else dz).t(), y)
         return dy, dw, None, None

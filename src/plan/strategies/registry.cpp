@@ -120,6 +120,11 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
 }
 
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
+  if (runs_as_gemm_alone(problem) && !base.keep_strategy_at_world_one) {
+    if (!strategy.supports(problem.op))  // declines as its builder would
+      throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
+    return plan_gemm_alone(problem, base, strategy.name);
+  }
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);
   return plan;

@@ -1,0 +1,320 @@
+#include "torch_ops.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "torch_shim.hpp"
+#include "weft/ir/problem.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/runtime/communicator.hpp"
+#include "weft/runtime/op.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace weft::python {
+
+namespace {
+
+void shim_check(ShimError error, const char* what) {
+  if (error != 0) throw std::runtime_error(std::string("weft.torch: PyTorch's ") + what + " failed (error " + std::to_string(error) + ")");
+}
+
+// A tensor argument: the dispatcher hands each kernel a handle of its own, which the kernel frees.
+class Tensor {
+ public:
+  explicit Tensor(StableIValue value) { std::memcpy(&handle_, &value, sizeof handle_); }
+  ~Tensor() {
+    if (handle_) (void)torch_shim().delete_tensor_object(handle_);
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  int64_t dim() const {
+    int64_t d = 0;
+    shim_check(torch_shim().get_dim(handle_, &d), "aoti_torch_get_dim");
+    return d;
+  }
+  const int64_t* sizes() const {
+    int64_t* s = nullptr;
+    shim_check(torch_shim().get_sizes(handle_, &s), "aoti_torch_get_sizes");
+    return s;
+  }
+  const int64_t* strides() const {
+    int64_t* s = nullptr;
+    shim_check(torch_shim().get_strides(handle_, &s), "aoti_torch_get_strides");
+    return s;
+  }
+  int32_t dtype() const {
+    int32_t t = 0;
+    shim_check(torch_shim().get_dtype(handle_, &t), "aoti_torch_get_dtype");
+    return t;
+  }
+  int32_t device_type() const {
+    int32_t t = 0;
+    shim_check(torch_shim().get_device_type(handle_, &t), "aoti_torch_get_device_type");
+    return t;
+  }
+  int32_t device_index() const {
+    int32_t i = 0;
+    shim_check(torch_shim().get_device_index(handle_, &i), "aoti_torch_get_device_index");
+    return i;
+  }
+  void* data() const {
+    void* p = nullptr;
+    shim_check(torch_shim().get_data_ptr(handle_, &p), "aoti_torch_get_data_ptr");
+    return p;
+  }
+
+ private:
+  TensorHandle handle_ = nullptr;
+};
+
+struct OpKey {
+  OpKind kind;
+  int64_t n, k, strategy, max_rows;
+  bool operator==(const OpKey&) const = default;
+};
+struct OpKeyHash {
+  size_t operator()(const OpKey& key) const {
+    size_t h = static_cast<size_t>(key.kind);
+    for (int64_t v : {key.n, key.k, key.strategy, key.max_rows}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    return h;
+  }
+};
+
+// The communicator weft.torch.init made and the ops made for it, one per (op, n, k, strategy, row
+// bucket): symmetric memory is allocated once per shape family. Ops live as long as the process:
+// never destroyed, so that no op frees device memory or meets its peers while the process exits.
+struct State {
+  Communicator* comm = nullptr;
+  nb::object comm_owner;  // keeps the Python communicator (and so comm) alive
+  std::unordered_map<OpKey, std::unique_ptr<Op>, OpKeyHash> ops;
+  LibraryHandle library = nullptr;
+};
+State& state() {
+  static State* s = new State;
+  return *s;
+}
+
+// torch.ops.weft.* take the strategy as an int (the dispatcher's stable ABI carries no strings): 0 is
+// "default", i is strategies()[i - 1]. weft.torch.strategy_id(name) gives it.
+std::string strategy_name(const char* op, int64_t id) {
+  const auto& all = strategies();
+  if (id == 0) return "default";
+  if (id < 0 || id > static_cast<int64_t>(all.size()))
+    throw std::invalid_argument(std::string("weft.") + op + ": strategy id " + std::to_string(id) + " is not one of 0.." +
+                                std::to_string(all.size()) + " (use weft.torch.strategy_id(name))");
+  return all[static_cast<size_t>(id - 1)].name;
+}
+
+int64_t max_rows_bucket(OpKind op, int64_t rows, int world) {
+  // The next power of two (for gemm_rs, of the rows per rank, times the world): a few ops cover
+  // every row count a model calls with.
+  const int64_t per_rank = op == OpKind::gemm_rs ? (rows + world - 1) / world : rows;
+  int64_t bucket = 1;
+  while (bucket < per_rank) bucket *= 2;
+  return op == OpKind::gemm_rs ? bucket * world : bucket;
+}
+
+Communicator& communicator() {
+  if (!state().comm) throw std::runtime_error("weft.torch.init() has not been called");
+  return *state().comm;
+}
+
+void check_operand(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
+  const TorchShim& shim = torch_shim();
+  if (t.dtype() != shim.dtype_bfloat16())
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not bfloat16 (dtype code " + std::to_string(t.dtype()) +
+                                "); weft's ops take torch.bfloat16");
+  if (t.device_type() != shim.device_type_cuda() || t.device_index() != comm.device())
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not on cuda:" + std::to_string(comm.device()) +
+                                ", weft's communicator's GPU");
+  const int64_t* s = t.sizes();
+  const int64_t* st = t.strides();
+  if (t.dim() != 2 || !((s[1] <= 1 || st[1] == 1) && (s[0] <= 1 || st[0] == s[1])))
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " must be a row-major contiguous 2-D tensor; call .contiguous()");
+  if (reinterpret_cast<uintptr_t>(t.data()) % 16)
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name +
+                                " does not start on a 16-byte boundary (a view at an odd offset?); call .contiguous() on a fresh tensor");
+}
+
+std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routing, int world, int64_t rows) {
+  const TorchShim& shim = torch_shim();
+  const int32_t dtype = routing.dtype();
+  if (routing.device_type() != shim.device_type_cpu() || (dtype != shim.dtype_int32() && dtype != shim.dtype_int64()))
+    throw std::invalid_argument(std::string("weft.") + op + ": routing must be an integer tensor on the CPU (every rank's destinations)");
+  const int64_t* s = routing.sizes();
+  if (routing.dim() != 2 || s[0] != world || s[1] != rows)
+    throw std::invalid_argument(std::string("weft.") + op + ": routing must be [world_size, rows] = [" + std::to_string(world) + ", " +
+                                std::to_string(rows) + "]");
+  const int64_t* st = routing.strides();
+  std::vector<std::vector<int>> table(static_cast<size_t>(world), std::vector<int>(static_cast<size_t>(rows)));
+  const char* base = static_cast<const char*>(routing.data());
+  const size_t element = dtype == shim.dtype_int32() ? 4 : 8;
+  for (int r = 0; r < world; ++r)
+    for (int64_t i = 0; i < rows; ++i) {
+      const char* at = base + (r * st[0] + i * st[1]) * static_cast<int64_t>(element);
+      int64_t v = 0;
+      if (element == 4) {
+        int32_t v32;
+        std::memcpy(&v32, at, 4);
+        v = v32;
+      } else {
+        std::memcpy(&v, at, 8);
+      }
+      if (v < 0 || v >= world)
+        throw std::invalid_argument(std::string("weft.") + op + ": routing[" + std::to_string(r) + "][" + std::to_string(i) + "] = " +
+                                    std::to_string(v) + " is not a rank of 0.." + std::to_string(world - 1));
+      table[static_cast<size_t>(r)][static_cast<size_t>(i)] = static_cast<int>(v);
+    }
+  return table;
+}
+
+// One call: stack = [a, b, (routing), (out), strategy]; leaves the result (or nothing, for the
+// _into ops, which write `out`) on the stack.
+void call(OpKind kind, bool into, StableIValue* stack) {
+  const char* name = to_string(kind).data();
+  Communicator& comm = communicator();
+  const bool routed = routes_rows(kind);
+  size_t arg = 0;
+  Tensor a(stack[arg++]);
+  Tensor b(stack[arg++]);
+  std::optional<Tensor> routing, out;
+  if (routed) routing.emplace(stack[arg++]);
+  if (into) out.emplace(stack[arg++]);
+  int64_t strategy = 0;
+  std::memcpy(&strategy, &stack[arg], sizeof strategy);
+
+  check_operand(name, "A", a, comm);
+  check_operand(name, "B", b, comm);
+  const int64_t rows = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[0];
+  if (b.sizes()[1] != k)
+    throw std::invalid_argument(std::string("weft.") + name + ": A is [rows, k] and B is [n, k]; A has k=" + std::to_string(k) +
+                                ", B has k=" + std::to_string(b.sizes()[1]));
+  if (rows < 1 || n < 1 || k < 1) throw std::invalid_argument(std::string("weft.") + name + ": empty operand");
+  if (k % 8 || n % 8)
+    throw std::invalid_argument(std::string("weft.") + name + ": n=" + std::to_string(n) + " and k=" + std::to_string(k) +
+                                " must be multiples of 8 (16-byte rows for the GEMMs)");
+  const int world = comm.world_size();
+  if (kind == OpKind::gemm_rs && rows % world)
+    throw std::invalid_argument("weft.gemm_rs: rows=" + std::to_string(rows) + " must be a multiple of the world size " + std::to_string(world));
+  RunArgs args;
+  args.rows = rows;
+  if (routed) args.routing = routing_table(name, *routing, world, rows);
+  int64_t out_rows = 0;
+  switch (kind) {
+    case OpKind::ag_gemm: out_rows = world * rows; break;
+    case OpKind::gemm_rs: out_rows = rows / world; break;
+    case OpKind::gemm_ar: out_rows = rows; break;
+    default:
+      for (const auto& r : args.routing)
+        for (int d : r) out_rows += d == comm.rank();
+  }
+
+  const OpKey key{kind, n, k, strategy, max_rows_bucket(kind, rows, world)};
+  auto& ops = state().ops;
+  auto it = ops.find(key);
+  if (it == ops.end()) {
+    OpSpec spec;
+    spec.op = kind;
+    spec.n = n;
+    spec.k = k;
+    spec.max_rows = key.max_rows;
+    spec.strategy = strategy_name(name, strategy);
+    it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
+  }
+
+  const TorchShim& shim = torch_shim();
+  TensorHandle result = nullptr;
+  void* c = nullptr;
+  if (into) {
+    check_operand(name, "out", *out, comm);
+    if (out->sizes()[0] != out_rows || out->sizes()[1] != n)
+      throw std::invalid_argument(std::string("weft.") + name + ": out must be [" + std::to_string(out_rows) + ", " + std::to_string(n) +
+                                  "], got [" + std::to_string(out->sizes()[0]) + ", " + std::to_string(out->sizes()[1]) + "]");
+    c = out->data();
+  } else {
+    const int64_t sizes[2] = {out_rows, n};
+    const int64_t strides[2] = {n, 1};
+    shim_check(shim.empty_strided(2, sizes, strides, shim.dtype_bfloat16(), shim.device_type_cuda(), comm.device(), &result),
+               "aoti_torch_empty_strided");
+    shim_check(shim.get_data_ptr(result, &c), "aoti_torch_get_data_ptr");
+  }
+  std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned(result, shim.delete_tensor_object);
+  void* stream = nullptr;
+  shim_check(shim.get_current_cuda_stream(comm.device(), &stream), "aoti_torch_get_current_cuda_stream");
+  args.a = a.data();
+  args.b = b.data();
+  args.c = c;
+  it->second->run(args, static_cast<cudaStream_t>(stream));
+  if (!into) {
+    const TensorHandle handed = owned.release();  // the dispatcher owns the result from here
+    std::memcpy(&stack[0], &handed, sizeof handed);
+  }
+}
+
+template <OpKind kind, bool into>
+void boxed(StableIValue* stack, uint64_t, uint64_t) {
+  call(kind, into, stack);
+}
+
+void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_cuda) {
+  State& s = state();
+  if (s.library) return;
+  const TorchShim& shim = load_torch_shim(libtorch_cpu, libtorch_cuda);
+  shim_check(shim.library_init_impl("weft", "CUDA", __FILE__, __LINE__, &s.library), "aoti_torch_library_init_impl");
+  const struct {
+    const char* name;
+    BoxedKernel kernel;
+  } kernels[] = {
+      {"ag_gemm", boxed<OpKind::ag_gemm, false>},        {"gemm_rs", boxed<OpKind::gemm_rs, false>},
+      {"gemm_ar", boxed<OpKind::gemm_ar, false>},        {"gemm_a2a", boxed<OpKind::gemm_a2a, false>},
+      {"a2a_gemm", boxed<OpKind::a2a_gemm, false>},      {"ag_gemm_into", boxed<OpKind::ag_gemm, true>},
+      {"gemm_rs_into", boxed<OpKind::gemm_rs, true>},    {"gemm_ar_into", boxed<OpKind::gemm_ar, true>},
+  };
+  for (const auto& k : kernels) shim_check(shim.library_impl(s.library, k.name, k.kernel), "aoti_torch_library_impl");
+}
+
+}  // namespace
+
+void bind_torch_ops(nb::module_& m) {
+  m.def("register_torch_ops", &register_ops, "libtorch_cpu"_a, "libtorch_cuda"_a,
+        "Registers the CUDA kernels of torch.ops.weft.* (schemas defined first, by weft.torch) through PyTorch's stable C ABI.");
+  m.def("set_torch_communicator", [](nb::object owner) {
+    Communicator& comm = nb::cast<Communicator&>(owner);
+    State& s = state();
+    if (s.comm == &comm) return;
+    s.ops.clear();  // made for the previous communicator
+    s.comm = &comm;
+    s.comm_owner = std::move(owner);
+  }, "communicator"_a, "The communicator torch.ops.weft.* run on (weft.torch.init).");
+  m.def("strategy_id", [](const std::string& name) -> int64_t {
+    if (name == "default") return 0;
+    const auto& all = strategies();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (all[i].name == name) return static_cast<int64_t>(i + 1);
+    (void)find_strategy(name);  // throws listing the known names
+    return -1;
+  }, "name"_a, "The int torch.ops.weft.* take for a strategy's name (0: \"default\").");
+  m.def("max_rows_bucket", [](const std::string& op, int64_t rows, int world) { return max_rows_bucket(parse_op(op), rows, world); },
+        "op"_a, "rows"_a, "world_size"_a,
+        "The max_rows torch.ops.weft.* make an op with for a call of `rows` rows: the next power of two (gemm_rs: of the rows per rank, times W).");
+  m.def("torch_ops_finish", [](uintptr_t stream) {
+    for (auto& [key, op] : state().ops) op->finish(reinterpret_cast<cudaStream_t>(stream));
+  }, "stream"_a, nb::call_guard<nb::gil_scoped_release>(), "Waits (bounded) for the stream, then raises what went wrong in any torch op's calls.");
+  m.def("torch_ops_check", [] {
+    for (auto& [key, op] : state().ops) op->check();
+  }, "Raises a device-side wait timeout recorded by any torch op's earlier call; never waits.");
+  m.def("torch_ops_count", [] { return state().ops.size(); }, "How many ops torch.ops.weft.* have made (one per shape family).");
+}
+
+}  // namespace weft::python
