@@ -55,6 +55,9 @@ struct CallerBuffers {
 struct Case {
   OpKind op;
   std::string strategy;
+  // At world 1 an op runs its GEMM alone; kept, the strategy's own plan runs (its copies, signals
+  // and waits exercised on one GPU). No effect at world > 1.
+  bool keep_strategy_at_world_one = true;
 };
 
 std::vector<Case> op_cases() {
@@ -63,6 +66,10 @@ std::vector<Case> op_cases() {
     for (const Strategy& s : strategies())
       if (s.supports(op)) cases.push_back({op, s.name});
   for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}) cases.push_back({op, "default"});
+  // What a caller gets at world 1: the GEMM alone, whatever the strategy (an overlap GEMM strategy here).
+  cases.push_back({OpKind::ag_gemm, "fused", false});
+  cases.push_back({OpKind::gemm_rs, "fused", false});
+  cases.push_back({OpKind::gemm_ar, "signal", false});
   return cases;
 }
 
@@ -77,6 +84,7 @@ OpSpec spec_for(const Case& c, int64_t max_rows) {
   spec.k = 136;
   spec.max_rows = max_rows;
   spec.strategy = c.strategy;
+  spec.plan.keep_strategy_at_world_one = c.keep_strategy_at_world_one;
   return spec;
 }
 
@@ -111,7 +119,8 @@ TEST_P(OpOnCallerBuffers, MatchesTheReferenceAsRowsChange) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, OpOnCallerBuffers, testing::ValuesIn(op_cases()),
                          [](const testing::TestParamInfo<Case>& param) {
-                           return std::string(to_string(param.param.op)) + "_" + param.param.strategy;
+                           return std::string(to_string(param.param.op)) + "_" + param.param.strategy +
+                                  (param.param.keep_strategy_at_world_one ? "" : "_gemm_alone_at_world_1");
                          });
 
 // One call captured, 1,000 replays; before each, new inputs are written into the captured buffers
@@ -124,6 +133,7 @@ void thousand_graph_replays(OpKind kind, const std::string& strategy) {
   spec.k = 128;
   spec.max_rows = 128 * world;
   spec.strategy = strategy;
+  spec.plan.keep_strategy_at_world_one = true;  // the strategy's machinery under replay, at world 1 too
   const int64_t rows = 96 * world;
   std::vector<double> worst(static_cast<size_t>(world), 0.0);
   std::vector<int> checked(static_cast<size_t>(world), 0);
@@ -211,6 +221,7 @@ TEST(Op, AProducerWritesAInPlace) {
   // ag_gemm gathers A from symmetric memory: the producer writes the shard there and no copy is made.
   const int world = static_cast<int>(group().size());
   OpSpec spec{OpKind::ag_gemm, 256, 128, 128 * world, DType::bf16, DType::bf16, "decomposed", {}, 0, 0};
+  spec.plan.keep_strategy_at_world_one = true;  // at world 1 the GEMM alone reads the caller's A: nothing symmetric
   std::vector<double> errors(static_cast<size_t>(world), 1.0);
   std::vector<int> in_workspace(static_cast<size_t>(world), 0);
   for_each_rank(group(), [&](Communicator& comm) {

@@ -20,7 +20,7 @@ the ops' names take the name instead: ag_gemm(a, b, strategy="fused", out=None).
 The kernels are C++ (python/src/torch_ops.cpp): a call goes from PyTorch's dispatcher to weft's
 checks and weft::Op::run without Python. Every call is checked before anything is launched: dtype
 (bfloat16), device (the communicator's GPU), layout (row-major contiguous, 16-byte aligned) and
-shapes raise RuntimeError naming what is wrong (the dispatcher turns C++ errors into RuntimeError);
+shapes raise ValueError naming what is wrong (the dispatcher turns C++'s std::invalid_argument into it);
 ranks whose ops disagree fail in the collective check when the op is first made. Ops are cached per
 (op, n, k, strategy, row bucket): symmetric memory is allocated once per shape family.
 """
