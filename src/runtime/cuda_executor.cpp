@@ -129,6 +129,13 @@ struct CudaExecutor::Impl {
     cudaGraphExec_t exec = nullptr;
   };
   bool replay = false;
+  // A call of one plan stream runs on the caller's stream itself: no fork and join (four API calls
+  // and two cross-stream hops less, which a small GEMM's time shows). A call that cannot wait on
+  // anything (no signals, no peers, no collective between ranks: a world of one's GEMM alone) can
+  // neither hang nor hold a peer, so its calls in flight are not bounded; and where it is one
+  // operation, it is not captured for replay (a graph launch is no cheaper, and adds its latency).
+  bool on_caller_stream = false;
+  bool cannot_wait = false;
   std::vector<Replay> replays;
   std::vector<const void*> last_bindings;  // of the last call enqueued op by op
   bool enqueued_once = false;
@@ -212,6 +219,12 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   WEFT_CUDA_CHECK(cudaMalloc(&im.gemm_workspace, kGemmWorkspaceBytes));
   lower_steps();
   load_gemm_kernels();
+  im.on_caller_stream = mine.stream_count == 1;
+  im.cannot_wait = mine.signals.empty() && !im.plan_touches_peers && (comm_.world_size() == 1 || !call_has_nccl(mine));
+  const bool copies_in = std::any_of(options_.caller_buffers.begin(), options_.caller_buffers.end(), [&](const std::string& name) {
+    return mine.buffers.at(static_cast<size_t>(find_buffer(mine, name))).symmetric;
+  });
+  if (im.cannot_wait && mine.steps.size() == 1 && !copies_in && !(options_.caller_output && im.output_buffer < 0)) im.replay = false;
 }
 
 void CudaExecutor::place_buffers() {
@@ -535,10 +548,11 @@ void CudaExecutor::run(cudaStream_t stream) {
   const size_t slot = im.calls % in_flight;
   // Bounded like every wait for peers, so that a stuck call ends in this diagnosis. Not while
   // capturing: nothing may wait on the host then, and a replay is timed by its caller.
-  if (!capturing && im.call_recorded[slot] && !wait_for_event_with_timeout(im.call_done[slot], im.call_timeout_ms))
+  const bool bounded = !capturing && !im.cannot_wait;
+  if (bounded && im.call_recorded[slot] && !wait_for_event_with_timeout(im.call_done[slot], im.call_timeout_ms))
     fail_stuck_call("call " + std::to_string(im.calls - in_flight));
   if (capturing || !im.replay || !replay_call(stream)) enqueue_call(stream);
-  if (!capturing) {
+  if (bounded) {
     WEFT_CUDA_CHECK(cudaEventRecord(im.call_done[slot], stream));
     im.call_recorded[slot] = true;
   }
@@ -610,7 +624,8 @@ uint64_t CudaExecutor::replayed_calls() const { return impl_->replayed; }
 
 void CudaExecutor::enqueue_call(cudaStream_t stream) {
   Impl& im = *impl_;
-  im.signals->reset(stream);
+  // Counters this plan waits on start at zero (a plan without signals has none to reset).
+  if (!rank_plan().signals.empty()) im.signals->reset(stream);
   // A peer may still be reading buffers we are about to overwrite in its previous call, and no peer
   // may raise our counters before they are reset.
   if (im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
@@ -621,10 +636,12 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
   // rank's copy has landed.
   if (!im.copied_in.empty() && im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
-  WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
-  for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
+  if (!im.on_caller_stream) {
+    WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
+    for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
+  }
   for (const Impl::Step& low : im.steps) {
-    cudaStream_t s = im.streams[static_cast<size_t>(low.step->stream)];
+    cudaStream_t s = im.on_caller_stream ? stream : im.streams[static_cast<size_t>(low.step->stream)];
     if (low.synced_in_kernel) {
       if (low.lowered.enqueue) low.lowered.enqueue(s);
       continue;
@@ -637,7 +654,7 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
       else im.signals->notify(s, notify.signal.rank, notify.signal.id, notify.increment);
     }
   }
-  for (size_t i = 0; i < im.streams.size(); ++i) {
+  for (size_t i = 0; i < im.streams.size() && !im.on_caller_stream; ++i) {
     WEFT_CUDA_CHECK(cudaEventRecord(im.joins[i], im.streams[i]));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream, im.joins[i], 0));
   }
