@@ -1,5 +1,6 @@
 #include "torch_ops.hpp"
 
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -179,6 +180,24 @@ std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routin
   return table;
 }
 
+// The op of this shape family (made the first time: collective).
+Op& op_for(OpKind kind, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
+  Communicator& comm = communicator();
+  const OpKey key{kind, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size())};
+  auto& ops = state().ops;
+  auto it = ops.find(key);
+  if (it == ops.end()) {
+    OpSpec spec;
+    spec.op = kind;
+    spec.n = n;
+    spec.k = k;
+    spec.max_rows = key.max_rows;
+    spec.strategy = strategy_name(to_string(kind).data(), strategy);
+    it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
+  }
+  return *it->second;
+}
+
 // One call: stack = [a, b, (routing), (out), strategy]; leaves the result (or nothing, for the
 // _into ops, which write `out`) on the stack.
 void call(OpKind kind, bool into, StableIValue* stack) {
@@ -220,18 +239,7 @@ void call(OpKind kind, bool into, StableIValue* stack) {
         for (int d : r) out_rows += d == comm.rank();
   }
 
-  const OpKey key{kind, n, k, strategy, max_rows_bucket(kind, rows, world)};
-  auto& ops = state().ops;
-  auto it = ops.find(key);
-  if (it == ops.end()) {
-    OpSpec spec;
-    spec.op = kind;
-    spec.n = n;
-    spec.k = k;
-    spec.max_rows = key.max_rows;
-    spec.strategy = strategy_name(name, strategy);
-    it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
-  }
+  Op& op = op_for(kind, n, k, strategy, rows);
 
   const TorchShim& shim = torch_shim();
   TensorHandle result = nullptr;
@@ -255,7 +263,7 @@ void call(OpKind kind, bool into, StableIValue* stack) {
   args.a = a.data();
   args.b = b.data();
   args.c = c;
-  it->second->run(args, static_cast<cudaStream_t>(stream));
+  op.run(args, static_cast<cudaStream_t>(stream));
   if (!into) {
     const TensorHandle handed = owned.release();  // the dispatcher owns the result from here
     std::memcpy(&stack[0], &handed, sizeof handed);
@@ -315,6 +323,26 @@ void bind_torch_ops(nb::module_& m) {
     for (auto& [key, op] : state().ops) op->check();
   }, "Raises a device-side wait timeout recorded by any torch op's earlier call; never waits.");
   m.def("torch_ops_count", [] { return state().ops.size(); }, "How many ops torch.ops.weft.* have made (one per shape family).");
+  m.def(
+      "torch_symmetric_a",
+      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy) -> nb::object {
+        const OpKind kind = parse_op(op);
+        void* a = op_for(kind, n, k, strategy, rows).a_in_workspace(rows);
+        if (!a) return nb::none();
+        const size_t shape[2] = {static_cast<size_t>(rows), static_cast<size_t>(k)};
+        const nb::dlpack::dtype bf16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+        // The op (never destroyed) owns the memory: the tensor needs no owner of its own.
+        return nb::cast(nb::ndarray<nb::pytorch>(a, 2, shape, nb::handle(), nullptr, bf16, nb::device::cuda::value, communicator().device()));
+      },
+      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, nb::call_guard<nb::gil_scoped_release>(),
+      "This rank's A for a call of `rows` rows, in the op's symmetric memory, as a torch tensor (DLPack), or None where the "
+      "strategy reads A from the caller's memory; collective the first time.");
+  m.def(
+      "torch_copies_in_last_call",
+      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy) {
+        return op_for(parse_op(op), n, k, strategy, rows).copies_in_last_call();
+      },
+      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, "Copies of A into symmetric memory the op's last call made.");
 }
 
 }  // namespace weft::python

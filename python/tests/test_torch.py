@@ -138,6 +138,31 @@ def test_ops_at_world_one_are_the_gemm_alone():
                 assert word not in plan.lower(), (op, strategy, word, plan)
 
 
+def test_a_producer_writes_a_in_place_and_nothing_is_copied_in(monkeypatch):
+    world, rank = wt.world_size(), wt.communicator().rank
+    n, k, rows = 200, 96, 64  # a shape family no other test makes
+    if world == 1:
+        assert wt.ops.symmetric_input("ag_gemm", (n, k), rows, "decomposed") is None, "world 1: the GEMM alone reads the caller's A"
+        # The strategy's own plan on one GPU, to see its copy-in and the in-place path.
+        monkeypatch.setenv("WEFT_KEEP_STRATEGY_AT_WORLD_ONE", "1")
+        n = 208
+    x = wt.ops.symmetric_input("ag_gemm", (n, k), rows, "decomposed")
+    assert x is not None and tuple(x.shape) == (rows, k) and x.dtype == torch.bfloat16 and x.is_cuda
+    b = bf16(n, k, seed=case_seed("in place b", rank))
+    produced_from, weight = bf16(rows, 48, seed=case_seed("in place x", rank)), bf16(k, 48, seed=case_seed("in place w", rank))
+    for call in range(2):
+        torch.mm(produced_from, weight.t(), out=x)  # the producer writes A where the op reads it
+        a = x.clone()
+        got = wt.ops.ag_gemm(x, b, "decomposed", out=checking.poisoned((world * rows, n), x))
+        assert wt.ops.copies_in_last_call("ag_gemm", (n, k), rows, "decomposed") == 0, "in place: nothing copied in"
+        checking.assert_close(got, *expected("ag_gemm", a, b), what=f"in place, call {call}")
+        produced_from = produced_from.roll(1, 0)
+    # The same op from an ordinary tensor copies A in once.
+    got = wt.ops.ag_gemm(a, b, "decomposed")
+    assert wt.ops.copies_in_last_call("ag_gemm", (n, k), rows, "decomposed") == 1
+    checking.assert_close(got, *expected("ag_gemm", a, b), what="copied in")
+
+
 def test_wrong_inputs_are_rejected_before_any_launch():
     a, b = bf16(128, 128, seed=1), bf16(256, 128, seed=2)
     torch.cuda.synchronize()

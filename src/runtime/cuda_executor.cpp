@@ -622,6 +622,8 @@ bool CudaExecutor::replay_call(cudaStream_t stream) {
 
 uint64_t CudaExecutor::replayed_calls() const { return impl_->replayed; }
 
+size_t CudaExecutor::copies_in_per_call() const { return impl_->copied_in.size(); }
+
 void CudaExecutor::enqueue_call(cudaStream_t stream) {
   Impl& im = *impl_;
   // Counters this plan waits on start at zero (a plan without signals has none to reset).

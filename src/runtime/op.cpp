@@ -71,6 +71,8 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     spec_.plan.machine = load_machine_profile(path);
   if (const char* path = std::getenv("WEFT_TUNING_TABLE"); path && *path && !spec_.plan.tuning)
     spec_.plan.tuning = std::make_shared<const TuningTable>(load_tuning_table(path));
+  if (const char* keep = std::getenv("WEFT_KEEP_STRATEGY_AT_WORLD_ONE"); keep && std::string(keep) == "1")
+    spec_.plan.keep_strategy_at_world_one = true;
   // Plans that reach a peer this machine cannot reach are refused (auto passes over them).
   if (!spec_.plan.topology) spec_.plan.topology = comm_.topology();
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
@@ -193,5 +195,7 @@ void Op::check() {
 }
 
 std::string Op::diagnose() const { return last_ ? last_->executor->diagnose() : "no call yet\n"; }
+
+size_t Op::copies_in_last_call() const { return last_ ? last_->executor->copies_in_per_call() : 0; }
 
 }  // namespace weft

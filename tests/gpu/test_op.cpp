@@ -223,7 +223,8 @@ TEST(Op, AProducerWritesAInPlace) {
   OpSpec spec{OpKind::ag_gemm, 256, 128, 128 * world, DType::bf16, DType::bf16, "decomposed", {}, 0, 0};
   spec.plan.keep_strategy_at_world_one = true;  // at world 1 the GEMM alone reads the caller's A: nothing symmetric
   std::vector<double> errors(static_cast<size_t>(world), 1.0);
-  std::vector<int> in_workspace(static_cast<size_t>(world), 0);
+  std::vector<int> in_workspace(static_cast<size_t>(world), 0), copies_in(static_cast<size_t>(world), 0),
+      copies_from_caller(static_cast<size_t>(world), 0);
   for_each_rank(group(), [&](Communicator& comm) {
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -239,13 +240,21 @@ TEST(Op, AProducerWritesAInPlace) {
           op.run({shard, buffers.b.data, buffers.c.data, rows, {}}, stream);
           op.finish(stream);
           errors[static_cast<size_t>(comm.rank())] = buffers.error(op, comm.rank(), rows, seed, stream);
+          copies_in[static_cast<size_t>(comm.rank())] += static_cast<int>(op.copies_in_last_call());
         }
+        // The same op given the shard in the caller's memory copies it in.
+        buffers.fill(spec, comm.rank(), rows, 11, buffers.a.data, stream);
+        op.run({buffers.a.data, buffers.b.data, buffers.c.data, rows, {}}, stream);
+        op.finish(stream);
+        copies_from_caller[static_cast<size_t>(comm.rank())] = static_cast<int>(op.copies_in_last_call());
       }
     }
     cudaStreamDestroy(stream);
   });
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(in_workspace[static_cast<size_t>(r)], 1) << "decomposed ag_gemm pulls A from symmetric memory";
+    EXPECT_EQ(copies_in[static_cast<size_t>(r)], 0) << "rank " << r << ": written in place, nothing copied in";
+    EXPECT_EQ(copies_from_caller[static_cast<size_t>(r)], 1) << "rank " << r << ": from the caller's memory, copied in once";
     EXPECT_LT(errors[static_cast<size_t>(r)], kTolerance) << "rank " << r;
   }
 }

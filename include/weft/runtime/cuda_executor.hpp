@@ -120,6 +120,9 @@ class CudaExecutor {
   std::string diagnose() const;
   // Calls launched as a captured graph so far (ExecutorOptions::replay_calls).
   uint64_t replayed_calls() const;
+  // Copies of caller buffers into symmetric memory a call makes with the current bindings (0 where
+  // the plan reads the caller's memory itself or the producer wrote the symmetric buffer in place).
+  size_t copies_in_per_call() const;
 
  private:
   struct Impl;

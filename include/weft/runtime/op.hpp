@@ -67,7 +67,9 @@ struct OpSpec {
   // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
   std::string strategy = "default";
   // Knobs of the strategies (machine profile, signal's wave groups, ...); the tile and K split are
-  // the model's (model/tiling.hpp).
+  // the model's (model/tiling.hpp). At world 1 an op is its GEMM alone unless
+  // plan.keep_strategy_at_world_one (or WEFT_KEEP_STRATEGY_AT_WORLD_ONE=1): studies of a strategy's
+  // machinery on one GPU.
   PlanOptions plan;
   // Device-side waits give up after this (0: WEFT_DEVICE_WAIT_TIMEOUT_MS, else 10 s); a call that has
   // not finished after call_timeout_ms fails (0: WEFT_COLLECTIVE_TIMEOUT_S, else 120 s).
@@ -123,6 +125,9 @@ class Op {
   const Plan& plan(int64_t rows, const std::vector<std::vector<int>>& routing = {});
   // Which waits of the last call are unmet (for a stuck call's report).
   std::string diagnose() const;
+  // Copies of the caller's A into symmetric memory the last call made (0: none was needed, or the
+  // producer wrote it in place through a_in_workspace).
+  size_t copies_in_last_call() const;
 
  private:
   struct Lowered;

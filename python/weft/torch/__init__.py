@@ -9,7 +9,7 @@
 
 from .comm import communicator, init, is_initialized, process_group, world_size
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
-from .ops import check_errors, synchronize
+from .ops import check_errors, strategy_id, symmetric_input, synchronize
 
 __all__ = [
     "ColumnParallelLinear",
@@ -20,6 +20,8 @@ __all__ = [
     "init",
     "is_initialized",
     "process_group",
+    "strategy_id",
+    "symmetric_input",
     "synchronize",
     "world_size",
 ]

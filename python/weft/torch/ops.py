@@ -102,6 +102,24 @@ def a2a_gemm(a, b, routing, strategy="default"):
     return torch.ops.weft.a2a_gemm(a, b, routing, strategy_id(strategy))
 
 
+def symmetric_input(op, b_shape, rows, strategy="default"):
+    """The tensor a producer writes this rank's A into (torch.mm(..., out=x), x.copy_(...)) so that
+    the op's next call of `rows` rows reads it where its peers pull it from, copying nothing in:
+    [rows, k] bfloat16 in the op's symmetric memory (DLPack, no copy). Pass it as the op's A. None
+    where the op reads A from the caller's memory anyway (a world of one: the GEMM alone; a strategy
+    that does not gather A from symmetric memory). The buffer is the op's: its next call with these
+    rows reads whatever is in it, and each such call ends with a barrier so that no rank overwrites it
+    while a peer still reads. Collective the first time for a shape."""
+    n, k = b_shape
+    return _native.torch_symmetric_a(op, n, k, rows, strategy_id(strategy))
+
+
+def copies_in_last_call(op, b_shape, rows, strategy="default"):
+    """Copies of A into symmetric memory the last call of this op's shape family made (0 or 1)."""
+    n, k = b_shape
+    return _native.torch_copies_in_last_call(op, n, k, rows, strategy_id(strategy))
+
+
 def _fake_rows(kind, a):
     world = communicator().world_size
     return {"ag_gemm": world * a.shape[0], "gemm_rs": a.shape[0] // world, "gemm_ar": a.shape[0]}[kind]
