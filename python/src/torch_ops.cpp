@@ -334,7 +334,7 @@ void bind_torch_ops(nb::module_& m) {
         // The op (never destroyed) owns the memory: the tensor needs no owner of its own.
         return nb::cast(nb::ndarray<nb::pytorch>(a, 2, shape, nb::handle(), nullptr, bf16, nb::device::cuda::value, communicator().device()));
       },
-      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, nb::call_guard<nb::gil_scoped_release>(),
+      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a,  // holds the GIL: it makes Python objects
       "This rank's A for a call of `rows` rows, in the op's symmetric memory, as a torch tensor (DLPack), or None where the "
       "strategy reads A from the caller's memory; collective the first time.");
   m.def(
