@@ -331,8 +331,10 @@ void bind_torch_ops(nb::module_& m) {
         if (!a) return nb::none();
         const size_t shape[2] = {static_cast<size_t>(rows), static_cast<size_t>(k)};
         const nb::dlpack::dtype bf16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
-        // The op (never destroyed) owns the memory: the tensor needs no owner of its own.
-        return nb::cast(nb::ndarray<nb::pytorch>(a, 2, shape, nb::handle(), nullptr, bf16, nb::device::cuda::value, communicator().device()));
+        // The op (never destroyed) owns the memory: the tensor refers to it (rv_policy::reference; the
+        // default would hand out a copy of an ndarray without an owner).
+        return nb::cast(nb::ndarray<nb::pytorch>(a, 2, shape, nb::handle(), nullptr, bf16, nb::device::cuda::value, communicator().device()),
+                        nb::rv_policy::reference);
       },
       "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a,  // holds the GIL: it makes Python objects
       "This rank's A for a call of `rows` rows, in the op's symmetric memory, as a torch tensor (DLPack), or None where the "
