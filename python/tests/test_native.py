@@ -1,7 +1,10 @@
 """The native module without a GPU: it loads (no libtorch), knows the strategies, builds and checks
 plans, and maps C++ errors to Python exceptions."""
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -43,19 +46,36 @@ def test_bad_arguments_are_value_errors():
         weft.default_strategy("matmul", 2)
 
 
-def test_device_errors_form_one_family():
-    for kind in (weft.CudaError, weft.DeviceWaitTimeout, weft.CallTimeout, weft.CommunicatorAborted):
-        assert issubclass(kind, weft.Error)
-    assert issubclass(weft.Error, Exception)
+def run_without_gpus(code):
+    """Runs Python code in a process that sees no GPU (CUDA_VISIBLE_DEVICES empty)."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
 
 
-def test_no_gpu_is_an_error_not_a_crash():
-    # Without a GPU (CI) making a communicator fails with weft.CudaError; with one it works.
-    try:
-        comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, 0)
-    except weft.CudaError as e:
-        assert "cuda" in str(e).lower()
-    else:
-        assert comm.world_size == 1 and comm.rank == 0
+def test_without_a_gpu_a_communicator_is_a_cuda_error_caught_as_weft_error():
+    # Every device failure is a weft.Error: the CudaError of a process with no GPU is caught by it.
+    done = run_without_gpus(
+        "import weft\n"
+        "try:\n"
+        "    weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, 0)\n"
+        "except weft.Error as e:\n"
+        "    print(type(e).__name__, '|', e)\n"
+        "else:\n"
+        "    print('no error')\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    kind, _, message = done.stdout.strip().partition(" | ")
+    assert kind == "CudaError", done.stdout
+    assert "cuda" in message.lower(), message
+    for family in (weft.CudaError, weft.DeviceWaitTimeout, weft.CallTimeout, weft.CommunicatorAborted):
+        assert issubclass(family, weft.Error)
+
+
+def test_a_malformed_unique_id_is_a_value_error():
     with pytest.raises(ValueError, match="128 bytes"):
         weft.Communicator.from_unique_id(b"short", 0, 1, 0)
+
+
+@pytest.mark.gpu
+def test_with_a_gpu_a_world_of_one_is_made():
+    comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, 0)
+    assert comm.world_size == 1 and comm.rank == 0 and comm.device == 0 and not comm.aborted
