@@ -37,7 +37,9 @@ if(WEFT_GPU_TESTS AND WEFT_HAVE_CUDA)
   weft_cli_on_gpu(weft_cli_gpu_bench_rmsnorm "restore\\+plain" "|DIFFERS|differed" bench rmsnorm --suite flashoverlap_ar --world 1 --warmup 1 --iterations 3)
   # Every kernel's output checked.
   weft_cli_on_gpu(weft_cli_gpu_bench_kernels "fraction of the copy roofline" "|FAILED|differed" bench kernels --suite default --warmup 1 --iterations 3)
-  weft_cli_on_gpu(weft_cli_gpu_characterize "gemm ms" "" characterize --suite default --world 1 --warmup 1 --iterations 2)
+  # At least one measured row under the header (world 1: the GEMM's decomposition losses).
+  weft_cli_on_gpu(weft_cli_gpu_characterize "CIL NCCL.* 1 +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+\\.[0-9][0-9][0-9] " "" characterize --suite default --world 1
+                  --warmup 1 --iterations 2)
   weft_cli_on_gpu(weft_cli_gpu_tune_partitions "predictor: mean absolute error ratio" "|did not match" tune --partitions --suite flashoverlap_ar --world 1
                   --max-partitions 2 --iterations 2)
   # The profile --calibrate writes, read back by the machine-profile loader and used: `weft simulate`
