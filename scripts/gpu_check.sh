@@ -16,7 +16,9 @@
 #   racecheck and synccheck on the executor's plans against the reference.
 #   tune: `weft tune --strategy chunked` on one suite row at world 1 (the knob search end to end).
 #   quick-tests: the GPU test binary once, in one process (NCCL initialised once instead of per test:
-#   minutes less at world 4), the 1,000-call tests apart, then the torchrun tests through ctest.
+#   minutes less at world 4), the 1,000-call tests apart, then through ctest the torchrun tests and
+#   the GPU commands' short real runs (weft_cli_gpu_*: bench gemm/rmsnorm/kernels, characterize, tune
+#   --partitions, tune --calibrate and `weft simulate` on the profile it wrote).
 #   back-to-back: brackets a hang of the 1,000 back-to-back calls (one process, a thread per GPU):
 #   queue depth 1 and 8 (WEFT_MAX_CALLS_IN_FLIGHT), NCCL_LAUNCH_MODE=GROUP, each bounded by
 #   WEFT_COLLECTIVE_TIMEOUT_S (the executor then prints its unmet waits); then host stacks of a hung run.
@@ -46,7 +48,7 @@ if wants quick-tests; then
   binary=build-device/tests/gpu/weft_gpu_tests
   timeout -s KILL ${TESTS_TIMEOUT:-240} $binary --gtest_filter='-*Thousand*' > "$out/gpu_tests.log" 2>&1 || status=1
   timeout -s KILL ${CTEST_TIMEOUT:-90} $binary --gtest_filter='*Thousand*' >> "$out/gpu_tests.log" 2>&1 || status=1
-  ctest --test-dir build-device -L gpu -R torchrun --timeout 300 --output-on-failure >> "$out/gpu_tests.log" 2>&1 || status=1
+  ctest --test-dir build-device -L gpu -R 'torchrun|weft_cli_gpu' --timeout 300 --output-on-failure >> "$out/gpu_tests.log" 2>&1 || status=1
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests passed|tests failed|Failed|Timeout" "$out/gpu_tests.log" | tail -20
 fi
 if wants example; then

@@ -78,42 +78,72 @@ std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mi
   return all;
 }
 
-double run_against_host_reference(Communicator& comm, const Plan& plan, uint64_t seed, int calls) {
+ElementCheck run_against_host_reference(Communicator& comm, const Plan& plan, uint64_t seed, int calls) {
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CudaExecutor exec(comm, plan);
   RankTensors mine = fill_inputs(exec, comm.rank(), seed, stream);
   const std::vector<RankTensors> all = gather_inputs(comm, mine);
-  const auto expected = expected_outputs(plan.problem, all);
-  double worst = 0;
+  const size_t rank = static_cast<size_t>(comm.rank());
+  const HostMatrix want = expected_outputs(plan.problem, all)[rank], scale = expected_magnitudes(plan.problem, all)[rank];
+  ElementCheck check;
   for (int call = 0; call < calls; ++call) {
     const DeviceRegion out = exec.output();
     if (call > 0) fill_u16(out.data, out.rows * out.stride, kBf16Nan, stream);
     exec.run(stream);
     if (!synchronize_with_timeout(stream, 30000))
       throw std::runtime_error("plan did not finish (call " + std::to_string(call) + "):\n" + exec.diagnose());
-    worst = std::max(worst, relative_error(download(out, stream), expected[static_cast<size_t>(comm.rank())]));
+    check.add(check_elements(download(out, stream), want, scale, bf16_error_factor(plan.problem)));
   }
   cudaStreamDestroy(stream);
-  return worst;
+  return check;
 }
 
-bool back_to_back_calls_keep_result(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options) {
+BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options) {
+  constexpr int kInputSets = 4, kSampleEvery = 50;
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  CudaExecutor exec(comm, plan, options);
-  fill_inputs(exec, comm.rank(), 3, stream);
-  exec.run(stream);
-  if (!synchronize_with_timeout(stream, 30000)) throw std::runtime_error("the first call did not finish:\n" + exec.diagnose());
-  const HostMatrix first = download(exec.output(), stream);
-  // No rank starts the loop's collectives while another is still in a driver call of its own.
-  comm.host_barrier();
-  for (int i = 0; i < calls; ++i) exec.run(stream);
-  if (!synchronize_with_timeout(stream, Communicator::timeout_ms()))
-    throw std::runtime_error(std::to_string(calls) + " back-to-back calls did not finish:\n" + exec.diagnose());
-  const HostMatrix last = download(exec.output(), stream);
+  BackToBackCalls result;
+  {
+    CudaExecutor exec(comm, plan, options);
+    const DeviceRegion out = exec.output();
+    const size_t rank = static_cast<size_t>(comm.rank()), sample_bytes = static_cast<size_t>(out.rows * out.cols) * 2;
+    for (int set = 0; set < kInputSets; ++set) {
+      const int first = calls * set / kInputSets, end = calls * (set + 1) / kInputSets;
+      std::vector<int> sampled;
+      for (int i = first; i < end; ++i)
+        if (i == first || i % kSampleEvery == 0 || i == calls - 1) sampled.push_back(i);
+      // Every rank's calls of the last set are done before any rank overwrites inputs a peer reads.
+      comm.host_barrier();
+      const std::vector<RankTensors> all = gather_inputs(comm, fill_inputs(exec, comm.rank(), 3 + static_cast<uint64_t>(set), stream));
+      const HostMatrix want = expected_outputs(plan.problem, all)[rank], scale = expected_magnitudes(plan.problem, all)[rank];
+      DeviceBuffer samples(std::max<size_t>(sample_bytes * sampled.size(), 16));
+      // No rank starts the calls' collectives while another is still in a driver call of its own.
+      comm.host_barrier();
+      size_t next = 0;
+      for (int i = first; i < end; ++i) {
+        const bool sample = next < sampled.size() && sampled[next] == i;
+        if (sample) fill_u16(out.data, out.rows * out.stride, kBf16Nan, stream);
+        exec.run(stream);
+        if (sample && sample_bytes > 0)
+          WEFT_CUDA_CHECK(cudaMemcpy2DAsync(samples.as<uint16_t>() + next * static_cast<size_t>(out.rows * out.cols), static_cast<size_t>(out.cols) * 2,
+                                            out.data, static_cast<size_t>(out.stride) * 2, static_cast<size_t>(out.cols) * 2,
+                                            static_cast<size_t>(out.rows), cudaMemcpyDeviceToDevice, stream));
+        next += sample;
+      }
+      if (!synchronize_with_timeout(stream, Communicator::timeout_ms()))
+        throw std::runtime_error("calls " + std::to_string(first) + ".." + std::to_string(end - 1) + " of " + std::to_string(calls) +
+                                 " back to back did not finish:\n" + exec.diagnose());
+      for (size_t s = 0; s < sampled.size(); ++s) {
+        const DeviceRegion copy{samples.as<uint16_t>() + s * static_cast<size_t>(out.rows * out.cols), out.rows, out.cols, out.cols};
+        result.check.add(check_elements(download(copy, stream), want, scale, bf16_error_factor(plan.problem)));
+        ++result.sampled;
+      }
+    }
+    comm.host_barrier();
+  }
   cudaStreamDestroy(stream);
-  return first.data == last.data;
+  return result;
 }
 
 }  // namespace weft::bench

@@ -1,7 +1,9 @@
 // What the GPU tests check plans with: run one plan on this rank's GPU with random inputs and
-// compare the result with the op computed on the host in double precision (small shapes).
+// compare the result with the op computed on the host in double precision (small shapes), element
+// by element (element_check.hpp).
 #pragma once
 
+#include "element_check.hpp"
 #include "weft/reference/host_matrix.hpp"
 #include "weft/ir/plan.hpp"
 #include "weft/runtime/communicator.hpp"
@@ -20,15 +22,23 @@ HostMatrix download(const DeviceRegion& region, cudaStream_t stream);
 // Every rank's A and B (same shapes on every rank), gathered through the communicator; collective.
 std::vector<RankTensors> gather_inputs(Communicator& comm, const RankTensors& mine);
 
-// Runs `plan` once on every rank's thread of `comm` (collective) and returns this rank's relative
-// error against the host reference; the host reference needs every rank's inputs, so they are
-// gathered through the communicator. With calls > 1 the plan runs that many times, the output
-// poisoned before each, and the worst error is returned (a moving error is a race).
-double run_against_host_reference(Communicator& comm, const Plan& plan, uint64_t seed, int calls = 1);
+// Runs `plan` once on every rank's thread of `comm` (collective) and checks this rank's result
+// against the host reference; the host reference needs every rank's inputs, so they are gathered
+// through the communicator. With calls > 1 the plan runs that many times, the output poisoned
+// before each, and every call's result is checked (a moving error is a race).
+ElementCheck run_against_host_reference(Communicator& comm, const Plan& plan, uint64_t seed, int calls = 1);
 
-// Runs `plan` once, then `calls` times back to back on one stream without waiting on the host, and
-// says whether this rank's last result equals its first bit for bit. A stuck call ends in the
-// executor's bounded wait, which throws naming the unmet signals.
-bool back_to_back_calls_keep_result(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options);
+struct BackToBackCalls {
+  ElementCheck check;  // every sampled call's result against the reference of its inputs
+  int sampled = 0;     // calls whose result was checked
+};
+
+// Runs `plan` `calls` times back to back on one stream, the host waiting only at the 4 points where
+// the inputs change (new random values: a call that reads stale inputs shows). Every 50th call, the
+// first after each change and the last are sampled: the output poisoned (NaN) just before the call
+// and copied aside just after, both on the stream, so a sampled call that did nothing shows as NaN;
+// each sample is checked against the host reference. A stuck call ends in the executor's bounded
+// wait, which throws naming the unmet signals.
+BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options);
 
 }  // namespace weft::bench

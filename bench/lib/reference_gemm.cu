@@ -2,7 +2,9 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
@@ -14,6 +16,8 @@ namespace {
 
 constexpr int kTile = 16;
 
+// Absolute: the product of the inputs' absolute values (the scale of each element's error bound).
+template <bool Absolute>
 __global__ void reference_gemm_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int64_t m, int64_t n, int64_t k,
                                       bool accumulate) {
   __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
@@ -21,8 +25,10 @@ __global__ void reference_gemm_kernel(const __nv_bfloat16* a, const __nv_bfloat1
   float sum = 0.0f;
   for (int64_t p0 = 0; p0 < k; p0 += kTile) {
     const int64_t ar = blockIdx.y * kTile + threadIdx.y, br = blockIdx.x * kTile + threadIdx.y, p = p0 + threadIdx.x;
-    as[threadIdx.y][threadIdx.x] = ar < m && p < k ? __bfloat162float(a[ar * k + p]) : 0.0f;
-    bs[threadIdx.y][threadIdx.x] = br < n && p < k ? __bfloat162float(b[br * k + p]) : 0.0f;
+    const float av = ar < m && p < k ? __bfloat162float(a[ar * k + p]) : 0.0f;
+    const float bv = br < n && p < k ? __bfloat162float(b[br * k + p]) : 0.0f;
+    as[threadIdx.y][threadIdx.x] = Absolute ? fabsf(av) : av;
+    bs[threadIdx.y][threadIdx.x] = Absolute ? fabsf(bv) : bv;
     __syncthreads();
     for (int q = 0; q < kTile; ++q) sum += as[threadIdx.y][q] * bs[threadIdx.x][q];
     __syncthreads();
@@ -30,30 +36,45 @@ __global__ void reference_gemm_kernel(const __nv_bfloat16* a, const __nv_bfloat1
   if (row < m && col < n) c[row * n + col] = accumulate ? c[row * n + col] + sum : sum;
 }
 
-__global__ void difference_kernel(const __nv_bfloat16* got, const float* want, int64_t count, double* sums) {
-  double diff = 0, norm = 0, nans = 0;
+struct CheckCounters {
+  unsigned long long outside, nans, nonzero_wanted, first_outside;
+  unsigned int worst_ratio_bits;  // a non-negative float: its bits order as the values do
+};
+static_assert(sizeof(CheckCounters) <= kCheckCounterBytes);
+
+__global__ void check_kernel(const __nv_bfloat16* got, const float* want, const float* scale, int64_t count, double factor,
+                             CheckCounters* counters) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = __bfloat162float(got[i]);
-    if (isnan(g)) nans += 1;
-    const double d = static_cast<double>(g) - want[i];
-    diff += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
+    const double g = __bfloat162float(got[i]), w = want[i], bound = factor * scale[i], d = fabs(g - w);
+    if (w != 0.0) atomicAdd(&counters->nonzero_wanted, 1ull);
+    const bool nan = isnan(g);
+    if (nan) atomicAdd(&counters->nans, 1ull);
+    const float ratio = nan || (bound == 0.0 && d > 0.0) ? INFINITY : bound > 0.0 ? static_cast<float>(d / bound) : 0.0f;
+    atomicMax(&counters->worst_ratio_bits, __float_as_uint(ratio));
+    if (nan || d > bound) {
+      atomicAdd(&counters->outside, 1ull);
+      atomicMin(&counters->first_outside, static_cast<unsigned long long>(i));
+    }
   }
-  atomicAdd(&sums[0], diff);
-  atomicAdd(&sums[1], norm);
-  atomicAdd(&sums[2], nans);
 }
 
 }  // namespace
 
 void reference_gemm_f32(const void* a, const void* b, float* c, int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
   const dim3 block(kTile, kTile), grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
-  reference_gemm_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c, m, n,
-                                                    k, accumulate);
+  reference_gemm_kernel<false><<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c,
+                                                           m, n, k, accumulate);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
-void expected_op_result(const Problem& p, int rank, uint64_t seed, float* want, void* scratch, cudaStream_t stream) {
+void reference_gemm_abs_f32(const void* a, const void* b, float* c, int64_t m, int64_t n, int64_t k, bool accumulate, cudaStream_t stream) {
+  const dim3 block(kTile, kTile), grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
+  reference_gemm_kernel<true><<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), c,
+                                                          m, n, k, accumulate);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
+void expected_op_result(const Problem& p, int rank, uint64_t seed, float* want, float* scale, void* scratch, cudaStream_t stream) {
   const int world = p.world_size;
   auto* a = static_cast<uint16_t*>(scratch);
   uint16_t* b = a + static_cast<size_t>(world) * static_cast<size_t>(p.m * p.k);
@@ -63,6 +84,7 @@ void expected_op_result(const Problem& p, int rank, uint64_t seed, float* want, 
       for (int r = 0; r < world; ++r) fill_random_bf16(a + static_cast<size_t>(r) * static_cast<size_t>(p.m * p.k), p.m * p.k, seed_a(seed, r), stream);
       fill_random_bf16(b, p.n * p.k, seed_b(seed, rank), stream);
       reference_gemm_f32(a, b, want, world * p.m, p.n, p.k, false, stream);
+      reference_gemm_abs_f32(a, b, scale, world * p.m, p.n, p.k, false, stream);
       return;
     case OpKind::gemm_rs:
     case OpKind::gemm_ar: {
@@ -73,6 +95,7 @@ void expected_op_result(const Problem& p, int rank, uint64_t seed, float* want, 
         fill_random_bf16(a, p.m * p.k, seed_a(seed, r), stream);
         fill_random_bf16(b, p.n * p.k, seed_b(seed, r), stream);
         reference_gemm_f32(a + first * p.k, b, want, rows, p.n, p.k, r > 0, stream);
+        reference_gemm_abs_f32(a + first * p.k, b, scale, rows, p.n, p.k, r > 0, stream);
       }
       return;
     }
@@ -81,15 +104,43 @@ void expected_op_result(const Problem& p, int rank, uint64_t seed, float* want, 
   }
 }
 
-double relative_difference_to_f32(const void* got, const float* want, int64_t count, double* sums, cudaStream_t stream) {
-  WEFT_CUDA_CHECK(cudaMemsetAsync(sums, 0, 3 * sizeof(double), stream));
-  difference_kernel<<<132, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(got), want, count, sums);
-  WEFT_CUDA_CHECK(cudaGetLastError());
-  double host[3];
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(host, sums, sizeof host, cudaMemcpyDeviceToHost, stream));
+ElementCheck check_elements_on_device(const void* got, const float* want, const float* scale, int64_t rows, int64_t cols, double factor,
+                                      void* counters, cudaStream_t stream) {
+  const int64_t count = rows * cols;
+  CheckCounters host{0, 0, 0, ~0ull, 0};
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(counters, &host, sizeof host, cudaMemcpyHostToDevice, stream));
+  if (count > 0) {
+    check_kernel<<<132, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(got), want, scale, count, factor, static_cast<CheckCounters*>(counters));
+    WEFT_CUDA_CHECK(cudaGetLastError());
+  }
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(&host, counters, sizeof host, cudaMemcpyDeviceToHost, stream));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (host[2] > 0) return INFINITY;
-  return host[1] > 0 ? std::sqrt(host[0] / host[1]) : std::sqrt(host[0]);
+  ElementCheck c;
+  c.elements = count;
+  c.cols = std::max<int64_t>(cols, 1);
+  c.outside = static_cast<int64_t>(host.outside);
+  c.nans = static_cast<int64_t>(host.nans);
+  c.zero_reference = count > 0 && host.nonzero_wanted == 0;
+  float worst;
+  std::memcpy(&worst, &host.worst_ratio_bits, sizeof worst);
+  c.worst_ratio = worst;
+  if (host.outside > 0) {
+    // The first offending element's values, for the report.
+    const int64_t i = static_cast<int64_t>(host.first_outside);
+    uint16_t g;
+    float w, s;
+    WEFT_CUDA_CHECK(cudaMemcpy(&g, static_cast<const uint16_t*>(got) + i, sizeof g, cudaMemcpyDeviceToHost));
+    WEFT_CUDA_CHECK(cudaMemcpy(&w, want + i, sizeof w, cudaMemcpyDeviceToHost));
+    WEFT_CUDA_CHECK(cudaMemcpy(&s, scale + i, sizeof s, cudaMemcpyDeviceToHost));
+    const uint32_t wide = static_cast<uint32_t>(g) << 16;
+    float gf;
+    std::memcpy(&gf, &wide, sizeof gf);
+    c.first_outside = i;
+    c.got = gf;
+    c.want = w;
+    c.bound = factor * s;
+  }
+  return c;
 }
 
 }  // namespace weft::bench

@@ -24,14 +24,9 @@ CpuProof prove_on_cpu(const Plan& plan, uint64_t seed, const ReferenceOptions& o
     const auto results = outputs_of(plan, run_reference(plan, inputs, options));
     proof.executed = true;
     const auto expected = expected_outputs(plan.problem, inputs);
-    // The scale of each result: the op on the inputs' absolute values. Against it a reordered float
-    // sum differs by a few roundings even where the terms cancel (relative to a near-cancelling result
-    // itself it can differ by far more), while a race or a missing step is off by the size of the terms.
-    auto magnitudes = inputs;
-    for (RankTensors& rank : magnitudes)
-      for (auto& [name, matrix] : rank)
-        for (float& v : matrix.data) v = std::fabs(v);
-    const auto scale = expected_outputs(plan.problem, magnitudes);
+    // Errors relative to the size of the terms (expected_magnitudes): relative to a near-cancelling
+    // result itself a reordered float sum can differ by far more than a few roundings.
+    const auto scale = expected_magnitudes(plan.problem, inputs);
     for (size_t r = 0; r < results.size(); ++r) {
       const double error = relative_error(results[r], expected[r], scale[r]);
       if (proof.worst_rank < 0 || error > proof.worst_relative_error) {

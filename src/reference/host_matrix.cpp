@@ -1,5 +1,7 @@
 #include "weft/reference/host_matrix.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -49,6 +51,22 @@ std::vector<double> product(const HostMatrix& a, const HostMatrix& b) {
       out[static_cast<size_t>(i * b.rows + j)] = sum;
     }
   return out;
+}
+
+// The MoE ops' row of every (token t, choice j), at t * topk + j, worked out from problem.hpp's
+// definition (rows by source rank, then expert, then token, then choice) by sorting those keys, not
+// through moe_rows(): the builders lay their rows out with moe_rows, and a reference sharing it
+// would agree with a wrong layout.
+std::vector<int64_t> moe_row_of(const Problem& p) {
+  std::vector<std::pair<std::array<int64_t, 4>, int64_t>> keys;  // (source, expert, token, choice) -> t * topk + j
+  for (int s = 0; s < p.world_size; ++s)
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int j = 0; j < p.topk; ++j)
+        keys.push_back({{s, p.choices[static_cast<size_t>(s)][static_cast<size_t>(i * p.topk + j)], i, j}, (s * p.m + i) * p.topk + j});
+  std::sort(keys.begin(), keys.end());
+  std::vector<int64_t> row_of(keys.size());
+  for (size_t row = 0; row < keys.size(); ++row) row_of[static_cast<size_t>(keys[row].second)] = static_cast<int64_t>(row);
+  return row_of;
 }
 
 }  // namespace
@@ -116,25 +134,24 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
       break;
     case OpKind::ag_moe: {
       // Row of (token t, choice j) = A_s[i] * B_e^T with rank r's own B (its shard of every expert).
-      const MoeRows rows = moe_rows(p);
+      const std::vector<int64_t> row_of = moe_row_of(p);
       for (int r = 0; r < world; ++r)
-        for (int64_t row = 0; row < rows.rows(); ++row) {
-          const int64_t t = rows.token[static_cast<size_t>(row)];
-          const int s = static_cast<int>(t / p.m);
-          int e = -1;
-          for (int j = 0; j < p.topk; ++j)
-            if (rows.row_of[static_cast<size_t>(t * p.topk + j)] == row) e = p.choices[static_cast<size_t>(s)][static_cast<size_t>((t % p.m) * p.topk + j)];
-          for (int64_t c = 0; c < p.n; ++c) {
-            double sum = 0.0;
-            for (int64_t k = 0; k < p.k; ++k) sum += static_cast<double>(a_of(s).at(t % p.m, k)) * b_of(r).at(e * p.n + c, k);
-            out[static_cast<size_t>(r)].at(row, c) = static_cast<float>(sum);
+        for (int64_t t = 0; t < p.m * world; ++t)
+          for (int j = 0; j < p.topk; ++j) {
+            const int s = static_cast<int>(t / p.m);
+            const int e = p.choices[static_cast<size_t>(s)][static_cast<size_t>((t % p.m) * p.topk + j)];
+            const int64_t row = row_of[static_cast<size_t>(t * p.topk + j)];
+            for (int64_t c = 0; c < p.n; ++c) {
+              double sum = 0.0;
+              for (int64_t k = 0; k < p.k; ++k) sum += static_cast<double>(a_of(s).at(t % p.m, k)) * b_of(r).at(e * p.n + c, k);
+              out[static_cast<size_t>(r)].at(row, c) = static_cast<float>(sum);
+            }
           }
-        }
       break;
     }
     case OpKind::moe_rs: {
       // Z_q[t] = sum_j w_q[t][j] * (A_q[row(t, j)] * B_q,e^T); C_r = rows of rank r's tokens of sum_q Z_q.
-      const MoeRows rows = moe_rows(p);
+      const std::vector<int64_t> row_of = moe_row_of(p);
       const int64_t tokens = p.m * world;
       std::vector<double> z(static_cast<size_t>(tokens * p.n), 0.0);
       for (int q = 0; q < world; ++q) {
@@ -142,7 +159,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
         for (int64_t t = 0; t < tokens; ++t)
           for (int j = 0; j < p.topk; ++j) {
             const int e = p.choices[static_cast<size_t>(t / p.m)][static_cast<size_t>((t % p.m) * p.topk + j)];
-            const int64_t row = rows.row_of[static_cast<size_t>(t * p.topk + j)];
+            const int64_t row = row_of[static_cast<size_t>(t * p.topk + j)];
             for (int64_t c = 0; c < p.n; ++c) {
               double sum = 0.0;
               for (int64_t k = 0; k < p.k; ++k) sum += static_cast<double>(a_of(q).at(row, k)) * b_of(q).at(e * p.n + c, k);
@@ -160,6 +177,13 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
   return out;
 }
 
+std::vector<HostMatrix> expected_magnitudes(const Problem& p, std::vector<RankTensors> inputs) {
+  for (RankTensors& rank : inputs)
+    for (auto& [name, matrix] : rank)
+      for (float& v : matrix.data) v = std::fabs(v);
+  return expected_outputs(p, inputs);
+}
+
 double relative_error(const HostMatrix& got, const HostMatrix& want, const HostMatrix& scale) {
   if (got.rows != want.rows || got.cols != want.cols || scale.data.size() != want.data.size()) return std::numeric_limits<double>::infinity();
   double diff = 0.0, norm = 0.0;
@@ -169,7 +193,8 @@ double relative_error(const HostMatrix& got, const HostMatrix& want, const HostM
     diff += d * d;
     norm += static_cast<double>(scale.data[i]) * scale.data[i];
   }
-  if (norm == 0.0) return diff == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  if (want.data.empty()) return 0.0;
+  if (norm == 0.0) return std::numeric_limits<double>::infinity();  // nothing to tell results apart by
   return std::sqrt(diff / norm);
 }
 
@@ -182,7 +207,8 @@ double relative_error(const HostMatrix& got, const HostMatrix& want) {
     diff += d * d;
     norm += static_cast<double>(want.data[i]) * want.data[i];
   }
-  if (norm == 0.0) return diff == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
+  if (want.data.empty()) return 0.0;
+  if (norm == 0.0) return std::numeric_limits<double>::infinity();  // nothing to tell results apart by
   return std::sqrt(diff / norm);
 }
 

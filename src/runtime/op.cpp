@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "weft/model/tuning_table.hpp"
+#include "weft/plan/op_arguments.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/workspace.hpp"
@@ -28,13 +29,7 @@ uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, b
   return key;
 }
 
-void require_pointer(const void* p, const char* name) {
-  if (!p) throw std::invalid_argument(std::string("weft::Op::run: ") + name + " is null");
-  if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
-    throw std::invalid_argument(std::string("weft::Op::run: ") + name + " at " + std::to_string(reinterpret_cast<uintptr_t>(p)) +
-                                " is not 16-byte aligned (the GEMMs' loads and stores need it; a tensor view that starts at an odd "
-                                "row or column can cause this)");
-}
+OpShape shape_of(const OpSpec& spec) { return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype}; }
 
 }  // namespace
 
@@ -48,22 +43,8 @@ struct Op::Lowered {
 };
 
 Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
-  if (is_moe(spec_.op))
-    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) +
-                                " runs as a plan so far (weft plan, check and bench; CudaExecutor): the op API does not take "
-                                "MoE routing per call yet");
-  if (spec_.n <= 0 || spec_.k <= 0 || spec_.max_rows <= 0)
-    throw std::invalid_argument("weft::Op: n, k and max_rows must be positive (n=" + std::to_string(spec_.n) + " k=" +
-                                std::to_string(spec_.k) + " max_rows=" + std::to_string(spec_.max_rows) + ")");
-  if (spec_.input_dtype != DType::bf16 || spec_.output_dtype != DType::bf16)
-    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.input_dtype)) + " -> " + std::string(to_string(spec_.output_dtype)) +
-                                " is not supported yet; weft's ops take and give bf16");
-  if (spec_.k % 8 != 0 || spec_.n % 8 != 0)
-    throw std::invalid_argument("weft::Op: n=" + std::to_string(spec_.n) + " and k=" + std::to_string(spec_.k) +
-                                " must be multiples of 8 (16-byte rows for the GEMMs' loads and stores)");
-  if (spec_.op == OpKind::gemm_rs && spec_.max_rows % comm_.world_size() != 0)
-    throw std::invalid_argument("weft::Op: gemm_rs needs max_rows a multiple of the world size " + std::to_string(comm_.world_size()) +
-                                " (got " + std::to_string(spec_.max_rows) + ")");
+  // Shape, dtypes, MoE and divisibility (plan/op_arguments.hpp, tested on the CPU).
+  check_op_shape(shape_of(spec_), comm_.world_size());
   strategy_ = spec_.strategy == "default" ? default_strategy(spec_.op, comm_.world_size()) : spec_.strategy;
   // What auto chooses by, where the spec does not say: the environment's machine profile and tuning
   // table (read on every rank alike; the plans' agreement check catches ranks that read others).
@@ -98,24 +79,7 @@ Op::~Op() {
 }
 
 Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const {
-  if (rows <= 0 || rows > spec_.max_rows)
-    throw std::invalid_argument("weft::Op: rows=" + std::to_string(rows) + " is outside 1..max_rows=" + std::to_string(spec_.max_rows));
-  Problem p;
-  p.op = spec_.op;
-  p.m = rows;
-  p.n = spec_.n;
-  p.k = spec_.k;
-  p.world_size = comm_.world_size();
-  p.input_dtype = spec_.input_dtype;
-  p.output_dtype = spec_.output_dtype;
-  if (routes_rows(spec_.op)) {
-    if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) + " needs the routing of every rank");
-    p.routing = routing;
-  } else if (!routing.empty()) {
-    throw std::invalid_argument("weft::Op: " + std::string(to_string(spec_.op)) + " takes no routing");
-  }
-  check_problem(p);  // shapes, divisibility, routing: std::invalid_argument naming the field
-  return p;
+  return op_call_problem(shape_of(spec_), comm_.world_size(), rows, routing);  // plan/op_arguments.hpp
 }
 
 Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, const char* caller) {
@@ -170,9 +134,9 @@ int64_t Op::output_rows(const RunArgs& args) const {
 }
 
 void Op::run(const RunArgs& args, cudaStream_t stream) {
-  require_pointer(args.a, "a");
-  require_pointer(args.b, "b");
-  require_pointer(args.c, "c");
+  check_op_pointer(args.a, "a");
+  check_op_pointer(args.b, "b");
+  check_op_pointer(args.c, "c");
   // The producer wrote the shard in place when a is the in-place plan's own buffer.
   bool in_place = false;
   if (const auto it = cache_.find(cache_key(args.rows, args.routing, true)); it != cache_.end() && it->second->in_place)

@@ -79,11 +79,25 @@ TEST(Simulator, APlanThatWouldHangIsReported) {
 }
 
 TEST(Simulator, PredictsWorldsNoMachineHereHas) {
+  // Every rank of the world laid out and predicted: sequential is its GEMM then its AllGather (the
+  // profile's curve at this world size); decomposed, every rank too, computes no less than the GEMM.
+  const MachineProfile m = profile();
   for (int world : {8, 16, 64}) {
     const Problem p{OpKind::ag_gemm, 8192 / world, 12288 / world * 4, 4096, world, DType::bf16, DType::bf16, {}};
-    const double seq = predict("sequential", p), dec = predict("decomposed", p);
-    EXPECT_GT(seq, 0) << world;
-    EXPECT_GT(dec, 0) << world;
+    PlanOptions o;
+    o.machine = m;
+    const Plan plan = plan_sequential(p, o);
+    const Simulation whole = simulate(plan, m);
+    EXPECT_TRUE(whole.stuck.empty()) << world << ": " << whole.stuck;
+    EXPECT_EQ(whole.rank_seconds.size(), static_cast<size_t>(world));
+    const double gemm = simulate(steps_of_kind(plan, StepKind::gemm), m).seconds;
+    const double gather = m.collective_seconds(CollectiveKind::all_gather, world, static_cast<double>(p.m * p.k * 2));
+    EXPECT_GT(gather, 0) << world;
+    EXPECT_NEAR(whole.seconds, gemm + gather, 0.2 * whole.seconds) << world << ": the GEMM waits for the AllGather";
+    const Simulation decomposed = simulate(make_plan(find_strategy("decomposed"), p, o), m);
+    EXPECT_TRUE(decomposed.stuck.empty()) << world << ": " << decomposed.stuck;
+    EXPECT_EQ(decomposed.rank_seconds.size(), static_cast<size_t>(world));
+    EXPECT_GT(decomposed.seconds, 0.9 * gemm) << world;
   }
 }
 

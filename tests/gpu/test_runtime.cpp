@@ -144,16 +144,20 @@ TEST(Runtime, UnmetWaitTimesOutAndIsDiagnosable) {
 
 TEST(Runtime, DisagreementIsAnErrorNotAHang) {
   auto group = make_group();
-  std::vector<int> threw(group.size(), 0);
+  if (group.size() < 2) GTEST_SKIP() << "needs 2 GPUs: one rank cannot disagree with itself";
+  std::vector<int> agreed(group.size(), 0), threw(group.size(), 0);
   for_each_rank(group, [&](Communicator& comm) {
+    comm.require_agreement(7, "a value every rank has");  // throws only where ranks differ
+    agreed[static_cast<size_t>(comm.rank())] = 1;
     try {
-      comm.require_agreement(group.size() > 1 ? static_cast<uint64_t>(comm.rank()) : 1, "a test value");
+      comm.require_agreement(static_cast<uint64_t>(comm.rank()), "a test value");
     } catch (const std::invalid_argument& e) {  // an argument error: the ranks were given different things
       threw[static_cast<size_t>(comm.rank())] = std::string(e.what()).find("ranks disagree on a test value") != std::string::npos;
     }
   });
-  if (group.size() > 1) {
-    for (int t : threw) EXPECT_EQ(t, 1);
+  for (size_t r = 0; r < group.size(); ++r) {
+    EXPECT_EQ(agreed[r], 1) << "rank " << r;
+    EXPECT_EQ(threw[r], 1) << "rank " << r << " must throw naming what the ranks disagree on";
   }
 }
 

@@ -1,6 +1,6 @@
 // `weft bench`: on GPUs, times strategies against the sequential baseline over a suite. Where no GPU
 // is visible it says so, runs the plan checks on the CPU (all it can do) and exits 0 when they pass.
-// Also `weft bench gemm`, which says so and exits 0 without a GPU.
+// Also `weft bench gemm`, which says so and exits kExitNoGpu (3) without a GPU.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>

@@ -1,6 +1,6 @@
 // Commands that measure the machine rather than a strategy: `weft characterize` (FiCCO's
 // decomposition and contention losses) and `weft tune --calibrate` (the machine profile). Without a
-// GPU each says so and exits 0.
+// GPU each says so and exits kExitNoGpu (on_gpus.hpp).
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>

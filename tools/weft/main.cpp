@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "on_gpus.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "weft/runtime/signal_set.hpp"
 #endif
@@ -25,6 +26,10 @@ void print_help() {
       "strategies:\n");
   for (const auto& s : weft::strategies())
     std::printf("  %-11s (%s) %s\n", s.name.c_str(), s.paper.c_str(), s.description.c_str());
+  std::printf(
+      "\nexit codes: 0 done; 1 a result did not check (a mismatch, a choice slower than sequential);\n"
+      "            2 bad input or an error; %d a command that needs a GPU found none (nothing ran)\n",
+      weft::cli::kExitNoGpu);
 }
 
 }  // namespace

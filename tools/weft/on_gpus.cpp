@@ -9,7 +9,7 @@ int no_gpu(const std::string& command, const std::string& verb, const std::strin
   if (!csv_path.empty())
     throw std::invalid_argument("--csv: weft " + command + " found no GPU (" + why + "); nothing would be written");
   std::printf("weft %s: no GPU found (%s); nothing to %s.\n", command.c_str(), why.c_str(), verb.c_str());
-  return 0;
+  return kExitNoGpu;
 }
 
 }  // namespace weft::cli

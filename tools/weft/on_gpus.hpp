@@ -1,5 +1,7 @@
 // The GPU commands' common start: run on the GPUs this process sees, or say plainly that there are
-// none and why (no device, no driver, a build without CUDA) and do nothing.
+// none and why (no device, no driver, a build without CUDA), do nothing and exit kExitNoGpu: a
+// command the user asked for that could not run must not look like one that ran (scripts and ctest
+// read the exit code).
 #pragma once
 
 #include <string>
@@ -8,8 +10,12 @@
 
 namespace weft::cli {
 
-// Prints "weft <command>: no GPU found (<why>); nothing to <verb>." and returns 0, or throws
-// std::invalid_argument where `csv_path` asked for a file that would never be written.
+// The exit code of a GPU command run where no GPU is visible (0: ran, 1: a result did not check,
+// 2: bad input; `weft --help` lists them).
+constexpr int kExitNoGpu = 3;
+
+// Prints "weft <command>: no GPU found (<why>); nothing to <verb>." and returns kExitNoGpu, or
+// throws std::invalid_argument where `csv_path` asked for a file that would never be written.
 int no_gpu(const std::string& command, const std::string& verb, const std::string& why, const std::string& csv_path);
 
 // Returns run(scan) where a GPU is visible, else no_gpu(...). A template, so that a build without

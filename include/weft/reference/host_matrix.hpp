@@ -32,11 +32,19 @@ std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
 // The op's result on every rank, computed directly from its definition (problem.hpp) in double.
 std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vector<RankTensors>& inputs);
 
-// ||got - want|| / ||want|| in the Frobenius norm; infinity when shapes differ or got holds NaN.
+// The size of the terms summed into each element of every rank's result: the op on the inputs'
+// absolute values. Against it a reordered float sum differs by a few roundings even where the terms
+// cancel, while a race or a missing step is off by the size of the terms.
+std::vector<HostMatrix> expected_magnitudes(const Problem& problem, std::vector<RankTensors> inputs);
+
+// ||got - want|| / ||want|| in the Frobenius norm; infinity when shapes differ, got holds NaN, or
+// want is all zero but not empty (random inputs never give that: the inputs or the reference are
+// broken, and any result would match).
 double relative_error(const HostMatrix& got, const HostMatrix& want);
 // ||got - want|| / ||scale||: the error relative to the size of the terms that were summed (`scale`:
 // the op on the inputs' absolute values), which a different summation order can only change by a
-// few float roundings of it, however much the terms cancel.
+// few float roundings of it, however much the terms cancel. Infinity where scale is all zero but
+// not empty, as above.
 double relative_error(const HostMatrix& got, const HostMatrix& want, const HostMatrix& scale);
 
 float round_to_bf16(float value);

@@ -1,0 +1,82 @@
+// The op API's argument checks (plan/op_arguments.hpp), on the CPU: every bad spec and call that
+// weft::Op refuses before launching anything, at world sizes no machine here has, each refused with
+// a message naming what was wrong; and what it accepts (the routed ops, MoE excepted).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "weft/plan/op_arguments.hpp"
+
+namespace weft {
+namespace {
+
+// Runs `call`, which must throw std::invalid_argument whose message holds `expected`.
+template <class Call>
+void expect_refused(Call call, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "accepted; expected a refusal naming '" << expected << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+OpShape shape(OpKind op, int64_t max_rows = 256) { return OpShape{op, 128, 64, max_rows, DType::bf16, DType::bf16}; }
+
+TEST(OpArguments, TheShapesTheApiTakes) {
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+    EXPECT_NO_THROW(check_op_shape(shape(op), 4)) << to_string(op);
+  expect_refused([] { check_op_shape(shape(OpKind::ag_moe), 2); }, "ag_moe runs as a plan so far");
+  expect_refused([] { check_op_shape(shape(OpKind::moe_rs), 2); }, "moe_rs runs as a plan so far");
+}
+
+TEST(OpArguments, BadShapesAreRefusedNamingTheValues) {
+  OpShape s = shape(OpKind::gemm_ar);
+  s.n = 0;
+  expect_refused([&] { check_op_shape(s, 1); }, "n, k and max_rows must be positive (n=0 k=64 max_rows=256)");
+  s = shape(OpKind::gemm_ar, -1);
+  expect_refused([&] { check_op_shape(s, 1); }, "max_rows=-1");
+  s = shape(OpKind::gemm_ar);
+  s.input_dtype = s.output_dtype = DType::f16;
+  expect_refused([&] { check_op_shape(s, 1); }, "f16 -> f16 is not supported yet");
+  s = shape(OpKind::gemm_ar);
+  s.output_dtype = DType::f32;
+  expect_refused([&] { check_op_shape(s, 1); }, "bf16 -> f32 is not supported yet");
+  s = shape(OpKind::gemm_ar);
+  s.k = 100;
+  expect_refused([&] { check_op_shape(s, 1); }, "n=128 and k=100 must be multiples of 8");
+  s = shape(OpKind::gemm_ar);
+  s.n = 12;
+  expect_refused([&] { check_op_shape(s, 1); }, "n=12 and k=64 must be multiples of 8");
+}
+
+TEST(OpArguments, GemmRsNeedsMaxRowsAMultipleOfTheWorld) {
+  EXPECT_NO_THROW(check_op_shape(shape(OpKind::gemm_rs, 8 * 6), 8));
+  expect_refused([] { check_op_shape(shape(OpKind::gemm_rs, 8 * 6 + 4), 8); }, "gemm_rs needs max_rows a multiple of the world size 8 (got 52)");
+  EXPECT_NO_THROW(check_op_shape(shape(OpKind::gemm_ar, 52), 8)) << "only gemm_rs splits its rows over the ranks";
+}
+
+TEST(OpArguments, ACallsRowsAndRouting) {
+  const Problem p = op_call_problem(shape(OpKind::ag_gemm), 4, 200, {});
+  EXPECT_EQ(p, (Problem{OpKind::ag_gemm, 200, 128, 64, 4, DType::bf16, DType::bf16, {}}));
+  expect_refused([] { op_call_problem(shape(OpKind::ag_gemm), 4, 257, {}); }, "rows=257 is outside 1..max_rows=256");
+  expect_refused([] { op_call_problem(shape(OpKind::ag_gemm), 4, 0, {}); }, "rows=0 is outside 1..max_rows=256");
+  expect_refused([] { op_call_problem(shape(OpKind::gemm_ar), 2, 64, {{0}, {1}}); }, "gemm_ar takes no routing");
+  expect_refused([] { op_call_problem(shape(OpKind::gemm_rs), 4, 66, {}); }, "gemm_rs needs m (66) divisible by world_size (4)");
+  expect_refused([] { op_call_problem(shape(OpKind::gemm_a2a), 2, 3, {}); }, "gemm_a2a needs the routing of every rank");
+  // A routing that does not fit: a destination outside the world, a rank's routing of the wrong length.
+  expect_refused([] { op_call_problem(shape(OpKind::a2a_gemm), 2, 3, {{0, 1, 2}, {0, 0, 0}}); }, "routing[0] names rank 2");
+  expect_refused([] { op_call_problem(shape(OpKind::a2a_gemm), 2, 3, {{0, 1}, {0, 0, 0}}); }, "routing[0] has 2");
+  const std::vector<std::vector<int>> routing = {{1, 1, 0}, {0, 1, 1}};
+  EXPECT_EQ(op_call_problem(shape(OpKind::gemm_a2a), 2, 3, routing).routing, routing);
+}
+
+TEST(OpArguments, CallersPointersAreSetAndAligned) {
+  alignas(16) static char buffer[64];
+  EXPECT_NO_THROW(check_op_pointer(buffer, "a"));
+  expect_refused([] { check_op_pointer(nullptr, "b"); }, "weft::Op::run: b is null");
+  expect_refused([] { check_op_pointer(buffer + 8, "c"); }, "is not 16-byte aligned");
+}
+
+}  // namespace
+}  // namespace weft
