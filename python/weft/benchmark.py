@@ -115,20 +115,22 @@ def time_interleaved(variants, warmup, iterations, queue_ahead_us=0, host_us=Non
 def host_back_to_back_us(variants, bursts=7, calls=20):
     """Each variant's host time per call with calls back to back (the GPU still busy with the ones
     before, as in a training step), in microseconds: the median over bursts of (burst time / calls),
-    slowest rank; a device-side sleep first keeps the queue from draining."""
-    out = {}
-    for name, fn in variants.items():
-        per_call = []
-        for _ in range(bursts):
+    slowest rank; a device-side sleep first keeps the queue from draining. Bursts of the variants are
+    interleaved, each round starting from the next variant, so that drift of the host reaches all alike."""
+    per_call = {name: [] for name in variants}
+    names = list(variants)
+    for burst in range(bursts):
+        for turn in range(len(names)):
+            name = names[(burst + turn) % len(names)]
+            fn = variants[name]
             _barrier()
             _queue_ahead(2000)
             began = time.perf_counter()
             for _ in range(calls):
                 fn()
-            per_call.append((time.perf_counter() - began) * 1e6 / calls)
+            per_call[name].append((time.perf_counter() - began) * 1e6 / calls)
             torch.cuda.synchronize()
-        out[name] = _slowest(statistics.median(per_call))
-    return out
+    return {name: _slowest(statistics.median(t)) for name, t in per_call.items()}
 
 
 def relative_error(got, want):
