@@ -439,7 +439,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, RoutedOp, testing::ValuesIn(routed_cases())
 });
 
 TEST(Op, TheLastCallsRoutedPlanDroppedFromTheCache) {
-  // A call, then 8 more routings prepared: the op keeps 8 routed plans, so the plan the last call
+  // A call, then 8 more routed plans prepared: the op keeps 8 routed plans, so the plan the last call
   // ran is dropped. The op then knows no last call, and the first routing is planned anew and right.
   const int world = static_cast<int>(group().size());
   const OpSpec spec = spec_for(Case{OpKind::gemm_a2a, "default"}, 128);
@@ -453,7 +453,8 @@ TEST(Op, TheLastCallsRoutedPlanDroppedFromTheCache) {
       CallerBuffers buffers(spec, world);
       const auto routing = random_routing(world, 128, 7);
       first[static_cast<size_t>(comm.rank())] = routed_call(op, comm, buffers, 128, routing, 1, stream);
-      for (uint64_t seed = 100; seed < 108; ++seed) op.prepare(128, random_routing(world, 128, seed));
+      // Row counts of their own as well, so that the 8 plans differ at world 1 too (one rank: one routing).
+      for (int64_t rows = 100; rows < 108; ++rows) op.prepare(rows, random_routing(world, rows, static_cast<uint64_t>(rows)));
       diagnosis[static_cast<size_t>(comm.rank())] = op.diagnose();
       op.finish(stream);  // nothing left to finish: must not touch the dropped plan
       again[static_cast<size_t>(comm.rank())] = routed_call(op, comm, buffers, 128, routing, 2, stream);
