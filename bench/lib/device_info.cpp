@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cublasLt.h>
+#include <nccl.h>
+
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
@@ -31,6 +34,18 @@ DeviceScan scan_devices() {
   }
   if (scan.devices.empty()) scan.why_none = "the CUDA runtime reports 0 devices";
   return scan;
+}
+
+std::string software_versions() {
+  int runtime = 0, driver = 0, nccl = 0;
+  WEFT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  WEFT_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  WEFT_NCCL_CHECK(ncclGetVersion(&nccl));
+  const size_t lt = cublasLtGetVersion();
+  auto cuda = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return "CUDA runtime " + cuda(runtime) + ", driver " + cuda(driver) + ", NCCL " + std::to_string(nccl / 10000) + "." +
+         std::to_string(nccl / 100 % 100) + "." + std::to_string(nccl % 100) + ", cuBLASLt " + std::to_string(lt / 10000) + "." +
+         std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100);
 }
 
 }  // namespace weft

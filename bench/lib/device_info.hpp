@@ -25,4 +25,7 @@ struct DeviceScan {
 // Never throws for "no GPU" (no device, no driver): that is an answer, reported in why_none.
 DeviceScan scan_devices();
 
+// "CUDA runtime 13.0, driver 13.0, NCCL 2.28.9, cuBLASLt 13.0.0": what a figure was measured with.
+std::string software_versions();
+
 }  // namespace weft

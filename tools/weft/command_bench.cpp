@@ -42,6 +42,7 @@ int command_bench_gemm(const Arguments& args) {
   if (const std::string machine = args.text("machine", ""); !machine.empty()) o.tile_rates = load_machine_profile(machine).tile_rates;
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
+    std::printf("%s\n", software_versions().c_str());
     std::printf("GPU 0: %s, sm_%d%d, %d SMs; GEMM shapes of one rank at world size %d; tiles %s, swizzle %d\n\n", d.name.c_str(),
                 d.compute_major, d.compute_minor, d.sm_count, o.world, std::string(to_string(o.raster)).c_str(), o.swizzle);
     const int failed = run_gemm_bench(suites, o);
@@ -175,6 +176,7 @@ int command_bench(const Arguments& args) {
     for (const auto& d : scan.devices)
       std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.compute_major, d.compute_minor,
                   d.sm_count, static_cast<double>(d.memory_bytes) / (1u << 30));
+    std::printf("%s\n", software_versions().c_str());
     GpuBenchOptions o;
     o.ops = ops;
     o.strategies = names;
