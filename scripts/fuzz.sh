@@ -2,7 +2,8 @@
 # Builds weft's libFuzzer targets (clang, AddressSanitizer + UndefinedBehaviorSanitizer, no CUDA)
 # and runs each for FUZZ_SECONDS (60) over a copy of its seed corpus in tests/fuzz/corpus. A crash
 # leaves its input in build-asan/crashes/<target>/ and fails the script; turn it into a regression
-# test by adding it to the corpus. Usage: scripts/fuzz.sh [target ...] (readers arguments plans).
+# test by adding it to tests/fuzz/corpus/<target>/regressions/ (valid/ holds inputs that must be
+# accepted). Usage: scripts/fuzz.sh [target ...] (readers arguments plans).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-asan}
@@ -18,7 +19,8 @@ status=0
 for t in "${targets[@]}"; do
   work="$build/corpus/$t"; crashes="$build/crashes/$t"
   rm -rf "$work" && mkdir -p "$work" "$crashes"
-  cp "$root/tests/fuzz/corpus/$t/"* "$work/" 2>/dev/null || true
+  # Valid seeds and past findings alike (valid/, regressions/), flattened into one working corpus.
+  find "$root/tests/fuzz/corpus/$t" -type f -exec cp {} "$work/" \;
   echo "fuzz_$t: ${seconds}s"
   if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -seed="$seed" -max_len=8192 -rss_limit_mb=2048 -timeout=20 \
        -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$build/fuzz_$t.log" 2>&1; then

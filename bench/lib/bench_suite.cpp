@@ -1,46 +1,47 @@
 #include "bench_suite.hpp"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
+
+#include "common/text_file.hpp"
 
 namespace weft {
 
-BenchSuite parse_suite(const Json& json) {
-  BenchSuite suite;
-  suite.name = json["name"].text();
-  if (json.has("description")) suite.description = json["description"].text();
-  for (const Json& r : json["rows"].items()) {
-    SuiteRow row;
-    row.op = parse_op(r["op"].text());
-    row.m = r["m"].integer();
-    row.n = r["n"].integer();
-    row.k = r["k"].integer();
-    if (r.has("name")) row.name = r["name"].text();
-    if (r.has("source")) row.source = r["source"].text();
-    if (r.has("experts")) row.experts = static_cast<int>(r["experts"].integer());
-    if (r.has("topk")) row.topk = static_cast<int>(r["topk"].integer());
-    if (r.has("split")) {
-      const std::string split = r["split"].text();
-      if (split != "tensor" && split != "none") throw std::invalid_argument("suite row split must be 'tensor' or 'none', got '" + split + "'");
-      row.tensor_split = split == "tensor";
+BenchSuite parse_suite(std::string_view text, const std::string& name) {
+  return read_json_text(text, name, [](const Json& json) {
+    json.only_members({"name", "description", "rows"});
+    BenchSuite suite;
+    suite.name = json["name"].text();
+    if (const Json* d = json.find("description")) suite.description = d->text();
+    const Json& rows = json["rows"];
+    if (rows.items().size() > kMaxSuiteRows)
+      rows.reject(std::to_string(rows.items().size()) + " rows, more than the " + std::to_string(kMaxSuiteRows) +
+                  " a suite may have (checking one row's plans takes about 0.1 s on the CPU, timing it seconds on GPUs): split the suite");
+    for (const Json& r : rows.items()) {
+      r.only_members({"name", "op", "m", "n", "k", "split", "experts", "topk", "source"});
+      SuiteRow row;
+      row.op = r["op"].text_as(parse_op);
+      row.m = r["m"].integer(1, kMaxFileDimension);
+      row.n = r["n"].integer(1, kMaxFileDimension);
+      row.k = r["k"].integer(1, kMaxFileDimension);
+      if (const Json* v = r.find("name")) row.name = v->text();
+      if (const Json* v = r.find("source")) row.source = v->text();
+      if (const Json* v = r.find("experts")) row.experts = v->to_int(1, kMaxFileExperts);
+      if (const Json* v = r.find("topk")) row.topk = v->to_int(1, row.experts ? row.experts : kMaxFileExperts);
+      if (const Json* v = r.find("split")) {
+        const std::string split = v->text();
+        if (split != "tensor" && split != "none") v->reject("split must be 'tensor' or 'none', got '" + split + "'");
+        row.tensor_split = split == "tensor";
+      }
+      if (is_moe(row.op) != (row.experts > 0) || (row.experts > 0) != (row.topk > 0))
+        r.reject(is_moe(row.op) ? "an " + std::string(to_string(row.op)) + " row needs experts and topk"
+                                : "experts and topk are for the MoE ops (ag_moe, moe_rs), not " + std::string(to_string(row.op)));
+      suite.rows.push_back(row);
     }
-    suite.rows.push_back(row);
-  }
-  return suite;
+    return suite;
+  });
 }
 
-BenchSuite load_suite(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read suite file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return parse_suite(Json::parse(text.str()));
-  } catch (const std::exception& e) {
-    throw std::invalid_argument("suite file '" + path + "': " + e.what());
-  }
-}
+BenchSuite load_suite(const std::string& path) { return parse_suite(read_text_file(path, "suite file"), path); }
 
 Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
   auto split = [&](int64_t value, const char* what) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/json.hpp"
@@ -34,8 +35,14 @@ struct BenchSuite {
   std::vector<SuiteRow> rows;
 };
 
-BenchSuite parse_suite(const Json& json);
-BenchSuite load_suite(const std::string& path);  // throws naming the file on any error
+// A suite holds at most this many rows: enough for every paper's table many times over, few enough
+// that `weft bench` without GPUs checks them in minutes.
+constexpr size_t kMaxSuiteRows = 4096;
+
+// Throws std::invalid_argument "NAME: byte N: rows[3].m: ..." for anything json.hpp or the suite's
+// rules refuse (unknown members, shapes out of range, MoE fields on other ops).
+BenchSuite parse_suite(std::string_view text, const std::string& name = "suite");
+BenchSuite load_suite(const std::string& path);  // a regular file of bounded size (common/text_file.hpp)
 
 // The per-rank problem of `row` at world size `world` (routing drawn from `seed` for gemm_a2a).
 // Throws std::invalid_argument when a split dimension is not divisible by `world`.

@@ -1,12 +1,13 @@
 #include "recorded_results.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "common/json.hpp"
+#include "common/text_file.hpp"
 
 namespace weft::bench {
 
@@ -32,12 +33,12 @@ std::vector<std::string> split_csv(const std::string& line) {
   return fields;
 }
 
-RecordedRow make_row(const std::string& file, const std::string& name, const std::string& op, const std::string& strategy, int world,
-                     int64_t m, int64_t n, int64_t k, double t, double t_gemm, double t_comm, double t_seq) {
+RecordedRow make_row(const std::string& file, const std::string& name, OpKind op, const std::string& strategy, int world, int64_t m, int64_t n,
+                     int64_t k, double t, double t_gemm, double t_comm, double t_seq) {
   RecordedRow r;
   r.file = file;
   r.row = name;
-  r.problem = Problem{parse_op(op), m, n, k, world, DType::bf16, DType::bf16, {}};
+  r.problem = Problem{op, m, n, k, world, DType::bf16, DType::bf16, {}};
   draw_routing(r.problem, 1);
   r.strategy = canonical_strategy(strategy);
   r.t_ms = t;
@@ -46,6 +47,19 @@ RecordedRow make_row(const std::string& file, const std::string& name, const std
   r.t_seq_ms = t_seq;
   return r;
 }
+
+// A CSV field read whole (std::stoi reads "2x" as 2 and 4294967298 as an exception without a name).
+template <class T>
+T csv_number(const std::string& field, const char* column, T lo, T hi) {
+  T value{};
+  const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
+  if (error != std::errc() || end != field.data() + field.size() || !(value >= lo && value <= hi))
+    throw std::invalid_argument(std::string(column) + ": '" + field + "' is not a number in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return value;
+}
+
+// Recorded times in milliseconds: finite, and a row of a day's run at most.
+constexpr double kMaxRecordedMs = 1e8;
 
 }  // namespace
 
@@ -66,42 +80,50 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     latest[key.str()] = std::move(r);
   };
   for (const std::string& path : files) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
     const std::string name = std::filesystem::path(path).filename().string();
-    try {
-      if (path.ends_with(".json")) {
-        const Json doc = Json::parse(text.str());
-        if (!doc.has("rows")) continue;
-        for (const Json& r : doc["rows"].items()) {
-          if (!r.has("t_ms") || !r.has("strategy") || !r.has("world")) continue;
-          keep(make_row(name, r["row"].text(), r["op"].text(), r["strategy"].text(), static_cast<int>(r["world"].integer()), r["m"].integer(),
-                        r["n"].integer(), r["k"].integer(), r["t_ms"].number(), r["t_gemm_ms"].number(), r["t_comm_ms"].number(),
-                        r["t_seq_ms"].number()));
+    // These are weft bench's own files: one it cannot read is an error naming the file and the
+    // place, not a file silently left out of the judgement.
+    const std::string text = read_text_file(path, "results file");
+    if (path.ends_with(".json")) {
+      read_json_text(text, path, [&](const Json& doc) {
+        const Json* rows = doc.is_object() ? doc.find("rows") : nullptr;
+        if (!rows) return 0;  // another table
+        for (const Json& r : rows->items()) {
+          if (!r.has("t_ms") || !r.has("strategy") || !r.has("world")) continue;  // a row of another kind (no timing)
+          keep(make_row(name, r["row"].text(), r["op"].text_as(parse_op), r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
+                        r["m"].integer(1, kMaxFileDimension), r["n"].integer(1, kMaxFileDimension), r["k"].integer(1, kMaxFileDimension),
+                        r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
+                        r["t_seq_ms"].number(0, kMaxRecordedMs)));
         }
-      } else {
-        std::string line;
-        std::getline(text, line);
-        const std::vector<std::string> header = split_csv(line);
-        auto column = [&](const char* want) {
-          const auto it = std::find(header.begin(), header.end(), want);
-          return it == header.end() ? -1 : static_cast<int>(it - header.begin());
-        };
-        const int c_row = column("row"), c_op = column("op"), c_strategy = column("strategy"), c_world = column("world"), c_m = column("m"),
-                  c_n = column("n"), c_k = column("k"), c_t = column("t_ms"), c_gemm = column("t_gemm_ms"), c_comm = column("t_comm_ms"),
-                  c_seq = column("t_seq_ms");
-        if (std::min({c_row, c_op, c_strategy, c_world, c_m, c_n, c_k, c_t, c_gemm, c_comm, c_seq}) < 0) continue;  // another table
-        while (std::getline(text, line)) {
-          const auto f = split_csv(line);
-          if (f.size() < header.size()) continue;
-          auto at = [&](int c) { return f[static_cast<size_t>(c)]; };
-          keep(make_row(name, at(c_row), at(c_op), at(c_strategy), std::stoi(at(c_world)), std::stoll(at(c_m)), std::stoll(at(c_n)),
-                        std::stoll(at(c_k)), std::stod(at(c_t)), std::stod(at(c_gemm)), std::stod(at(c_comm)), std::stod(at(c_seq))));
-        }
+        return 0;
+      });
+      continue;
+    }
+    std::istringstream lines(text);
+    std::string line;
+    std::getline(lines, line);
+    const std::vector<std::string> header = split_csv(line);
+    auto column = [&](const char* want) {
+      const auto it = std::find(header.begin(), header.end(), want);
+      return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+    };
+    const int c_row = column("row"), c_op = column("op"), c_strategy = column("strategy"), c_world = column("world"), c_m = column("m"),
+              c_n = column("n"), c_k = column("k"), c_t = column("t_ms"), c_gemm = column("t_gemm_ms"), c_comm = column("t_comm_ms"),
+              c_seq = column("t_seq_ms");
+    if (std::min({c_row, c_op, c_strategy, c_world, c_m, c_n, c_k, c_t, c_gemm, c_comm, c_seq}) < 0) continue;  // another table
+    for (int number = 2; std::getline(lines, line); ++number) {
+      const auto f = split_csv(line);
+      if (f.size() < header.size()) continue;
+      auto at = [&](int c) { return f[static_cast<size_t>(c)]; };
+      try {
+        keep(make_row(name, at(c_row), parse_op(at(c_op)), at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
+                      csv_number(at(c_m), "m", int64_t{1}, kMaxFileDimension), csv_number(at(c_n), "n", int64_t{1}, kMaxFileDimension),
+                      csv_number(at(c_k), "k", int64_t{1}, kMaxFileDimension), csv_number(at(c_t), "t_ms", 0.0, kMaxRecordedMs),
+                      csv_number(at(c_gemm), "t_gemm_ms", 0.0, kMaxRecordedMs), csv_number(at(c_comm), "t_comm_ms", 0.0, kMaxRecordedMs),
+                      csv_number(at(c_seq), "t_seq_ms", 0.0, kMaxRecordedMs)));
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(path + ": line " + std::to_string(number) + ": " + e.what());
       }
-    } catch (const std::exception&) {
-      continue;  // not a weft bench table
     }
   }
   std::vector<RecordedRow> rows;

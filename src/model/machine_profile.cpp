@@ -1,11 +1,10 @@
 #include "weft/model/machine_profile.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include "common/json.hpp"
+#include "common/text_file.hpp"
 
 namespace weft {
 
@@ -95,69 +94,82 @@ std::string machine_profile_json(const MachineProfile& p) {
   return Json(o).dump() + "\n";
 }
 
-MachineProfile parse_machine_profile(std::string_view text) {
-  const Json j = Json::parse(text);
-  MachineProfile p;
-  p.device = j["device"].text();
-  p.peak_flops = j["peak_flops"].number();
-  p.memory_bytes_per_s = j["memory_bytes_per_s"].number();
-  if (j.has("source")) p.source = j["source"].text();
-  if (!(p.peak_flops > 0) || !(p.memory_bytes_per_s > 0))
-    throw std::invalid_argument("machine profile: peak_flops and memory_bytes_per_s must be positive");
-  if (j.has("sm_count")) p.sm_count = static_cast<int>(j["sm_count"].integer());
-  if (j.has("collective_sms")) p.collective_sms = static_cast<int>(j["collective_sms"].integer());
-  if (j.has("overlapped_call_seconds")) p.overlapped_call_seconds = j["overlapped_call_seconds"].number();
-  if (p.overlapped_call_seconds < 0) throw std::invalid_argument("machine profile: overlapped_call_seconds must not be negative");
-  if (j.has("ficco_threshold_seconds")) p.ficco_threshold_seconds = j["ficco_threshold_seconds"].number();
-  for (auto [name, field] : {std::pair{"gemm_efficiency", &p.gemm_efficiency}, {"overlap_gemm_efficiency", &p.overlap_gemm_efficiency},
-                             {"gemm_fixed_seconds", &p.gemm_fixed_seconds}, {"link_bytes_per_s", &p.link_bytes_per_s},
-                             {"nvlink_bytes_per_s", &p.nvlink_bytes_per_s}, {"copy_latency_seconds", &p.copy_latency_seconds},
-                             {"launch_seconds", &p.launch_seconds}, {"sm_copy_bytes_per_s_per_sm", &p.sm_copy_bytes_per_s_per_sm},
-                             {"barrier_seconds", &p.barrier_seconds}, {"gemm_slowdown_beside_copies", &p.gemm_slowdown_beside_copies}}) {
-    if (j.has(name)) *field = j[name].number();
-    if (!(*field >= 0)) throw std::invalid_argument(std::string("machine profile: ") + name + " must not be negative");
-  }
-  if (j.has("tile_rates"))
-    for (const auto& [tile, rate] : j["tile_rates"].members()) {
-      p.tile_rates[tile] = rate.number();
-      if (!(p.tile_rates[tile] > 0)) throw std::invalid_argument("machine profile: tile rate of " + tile + " must be positive");
-    }
-  if (j.has("prediction_accuracy"))
-    for (const auto& [name, a] : j["prediction_accuracy"].members())
-      p.prediction_accuracy[name] = MachineProfile::PredictionAccuracy{a["bias"].number(), a["error"].number()};
-  if (!(p.ficco_threshold_seconds > 0)) throw std::invalid_argument("machine profile: ficco_threshold_seconds must be positive");
-  if (p.sm_count < 1 || p.collective_sms < 0 || p.collective_sms >= p.sm_count)
-    throw std::invalid_argument("machine profile: need sm_count >= 1 and 0 <= collective_sms < sm_count (got " +
-                                std::to_string(p.sm_count) + ", " + std::to_string(p.collective_sms) + ")");
-  if (j.has("collectives"))
-    for (const Json& item : j["collectives"].items()) {
-      CollectiveCurve c;
-      c.kind = parse_collective_kind(item["kind"].text());
-      c.world_size = static_cast<int>(item["world_size"].integer());
-      for (const Json& b : item["bytes"].items()) c.bytes.push_back(b.number());
-      for (const Json& s : item["seconds"].items()) c.seconds.push_back(s.number());
-      if (item.has("overlapped_slowdown")) c.overlapped_slowdown = item["overlapped_slowdown"].number();
-      const std::string which = "machine profile: curve " + std::string(to_string(c.kind)) + " at world " + std::to_string(c.world_size);
-      if (c.bytes.size() != c.seconds.size() || c.bytes.empty())
-        throw std::invalid_argument(which + " needs as many seconds as bytes, at least one");
-      for (size_t i = 1; i < c.bytes.size(); ++i)
-        if (!(c.bytes[i] > c.bytes[i - 1])) throw std::invalid_argument(which + ": bytes must increase");
-      if (!(c.overlapped_slowdown >= 1.0)) throw std::invalid_argument(which + ": overlapped_slowdown must be at least 1");
-      p.collectives.push_back(std::move(c));
-    }
-  return p;
+namespace {
+
+// The plausible range of each number a profile gives: wide enough for any GPU weft may meet (and
+// for what weft tune --fit-simulator writes), narrow enough that a typo or a unit slip (1e-300
+// FLOP/s, negative seconds) is refused instead of turning predictions into NaN or infinity.
+struct Field {
+  const char* name;
+  double MachineProfile::*field;
+  double lo, hi;
+};
+constexpr Field kFields[] = {
+    {"peak_flops", &MachineProfile::peak_flops, 1e11, 1e17},
+    {"memory_bytes_per_s", &MachineProfile::memory_bytes_per_s, 1e10, 1e14},
+    {"overlapped_call_seconds", &MachineProfile::overlapped_call_seconds, 0, 1e-2},
+    {"ficco_threshold_seconds", &MachineProfile::ficco_threshold_seconds, 1e-12, 10},
+    {"gemm_efficiency", &MachineProfile::gemm_efficiency, 0.01, 1.0},
+    {"overlap_gemm_efficiency", &MachineProfile::overlap_gemm_efficiency, 0.01, 2.0},
+    {"gemm_fixed_seconds", &MachineProfile::gemm_fixed_seconds, 0, 1e-2},
+    {"link_bytes_per_s", &MachineProfile::link_bytes_per_s, 1e8, 1e14},
+    {"nvlink_bytes_per_s", &MachineProfile::nvlink_bytes_per_s, 1e8, 1e14},
+    {"copy_latency_seconds", &MachineProfile::copy_latency_seconds, 0, 1e-2},
+    {"launch_seconds", &MachineProfile::launch_seconds, 0, 1e-2},
+    {"sm_copy_bytes_per_s_per_sm", &MachineProfile::sm_copy_bytes_per_s_per_sm, 1e7, 1e13},
+    {"barrier_seconds", &MachineProfile::barrier_seconds, 0, 1e-2},
+    {"gemm_slowdown_beside_copies", &MachineProfile::gemm_slowdown_beside_copies, 1.0, 10.0},
+};
+constexpr int kMaxSmCount = 1024;
+
+}  // namespace
+
+MachineProfile parse_machine_profile(std::string_view text, const std::string& name) {
+  return read_json_text(text, name, [](const Json& j) {
+    j.only_members({"device", "peak_flops", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
+                    "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
+                    "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "barrier_seconds",
+                    "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "collectives", "source"});
+    MachineProfile p;
+    p.device = j["device"].text();
+    j["peak_flops"];  // required, as memory_bytes_per_s: the rest has defaults
+    j["memory_bytes_per_s"];
+    if (const Json* v = j.find("source")) p.source = v->text();
+    for (const Field& f : kFields)
+      if (const Json* v = j.find(f.name)) p.*f.field = v->number(f.lo, f.hi);
+    if (const Json* v = j.find("sm_count")) p.sm_count = v->to_int(1, kMaxSmCount);
+    if (const Json* v = j.find("collective_sms")) p.collective_sms = v->to_int(0, p.sm_count - 1);
+    if (p.collective_sms >= p.sm_count)
+      j.reject("collective_sms " + std::to_string(p.collective_sms) + " must be below sm_count " + std::to_string(p.sm_count));
+    if (const Json* rates = j.find("tile_rates"))
+      for (const auto& [tile, rate] : rates->members()) p.tile_rates[tile] = rate.number(1e-3, 10);
+    if (const Json* accuracy = j.find("prediction_accuracy"))
+      for (const auto& [strategy, a] : accuracy->members()) {
+        a.only_members({"bias", "error"});
+        // bias is the mean of predicted / measured - 1 (at least -1); error its mean magnitude.
+        p.prediction_accuracy[strategy] = MachineProfile::PredictionAccuracy{a["bias"].number(-1, 100), a["error"].number(0, 100)};
+      }
+    if (const Json* curves = j.find("collectives"))
+      for (const Json& item : curves->items()) {
+        item.only_members({"kind", "world_size", "bytes", "seconds", "overlapped_slowdown"});
+        CollectiveCurve c;
+        c.kind = item["kind"].text_as(parse_collective_kind);
+        c.world_size = item["world_size"].to_int(2, kMaxFileWorld);
+        for (const Json& b : item["bytes"].items()) c.bytes.push_back(b.number(1, 1e15));
+        for (const Json& s : item["seconds"].items()) c.seconds.push_back(s.number(1e-9, 1e3));
+        if (const Json* v = item.find("overlapped_slowdown")) c.overlapped_slowdown = v->number(1, 100);
+        if (c.bytes.size() != c.seconds.size() || c.bytes.empty()) item.reject("a curve needs as many seconds as bytes, at least one");
+        for (size_t i = 1; i < c.bytes.size(); ++i)
+          if (!(c.bytes[i] > c.bytes[i - 1])) item["bytes"].items()[i].reject("bytes must increase");
+        if (p.curve(c.kind, c.world_size)) item.reject("a second " + std::string(to_string(c.kind)) + " curve at world " + std::to_string(c.world_size));
+        p.collectives.push_back(std::move(c));
+      }
+    return p;
+  });
 }
 
 MachineProfile load_machine_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read machine profile '" + path + "' (write one with weft tune --calibrate)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return parse_machine_profile(text.str());
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("machine profile '" + path + "': " + e.what());
-  }
+  return parse_machine_profile(read_text_file(path, "machine profile"), path);
 }
 
 }  // namespace weft

@@ -1,12 +1,12 @@
 #include "weft/model/tuning_table.hpp"
 
+#include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 
 #include "common/json.hpp"
+#include "common/text_file.hpp"
 #include "weft/model/wave_partition.hpp"
 
 namespace weft {
@@ -72,59 +72,67 @@ std::string tuning_table_json(const TuningTable& t) {
   return Json(std::move(doc)).dump();
 }
 
-TuningTable parse_tuning_table(std::string_view text) {
-  const Json doc = Json::parse(text);
-  TuningTable t;
-  t.machine = doc.has("machine") ? doc["machine"].text() : "";
-  size_t i = 0;
-  for (const Json& e : doc["entries"].items()) {
-    try {
+TuningTable parse_tuning_table(std::string_view text, const std::string& name) {
+  return read_json_text(text, name, [](const Json& doc) {
+    doc.only_members({"machine", "entries"});
+    TuningTable t;
+    t.machine = doc.has("machine") ? doc["machine"].text() : "";
+    for (const Json& e : doc["entries"].items()) {
+      e.only_members({"op", "world", "m", "n", "k", "source", "candidates"});
       TuningEntry entry;
-      entry.op = parse_op(e["op"].text());
-      entry.world = static_cast<int>(e["world"].integer());
-      entry.m = e["m"].integer();
-      entry.n = e["n"].integer();
-      entry.k = e["k"].integer();
-      if (e.has("source")) entry.source = e["source"].text();
+      entry.op = e["op"].text_as(parse_op);
+      entry.world = e["world"].to_int(1, kMaxFileWorld);
+      entry.m = e["m"].integer(1, kMaxFileDimension);
+      entry.n = e["n"].integer(1, kMaxFileDimension);
+      entry.k = e["k"].integer(1, kMaxFileDimension);
+      if (const Json* v = e.find("source")) entry.source = v->text();
       for (const Json& c : e["candidates"].items()) {
+        c.only_members({"strategy", "ms", "options"});
         TunedCandidate candidate;
         candidate.strategy = c["strategy"].text();
-        candidate.ms = c["ms"].number();
-        if (c.has("options"))
-          for (const auto& [k, v] : c["options"].members()) candidate.options[k] = v.text();
+        candidate.ms = c["ms"].number(0, 1e9);  // 0: not measured (best() skips it)
+        if (const Json* options = c.find("options")) {
+          for (const auto& [k, v] : options->members()) candidate.options[k] = v.text();
+          // Knobs are applied when auto picks the candidate: an unknown one or a bad value is
+          // refused now, at its place in the file.
+          try {
+            apply_candidate(PlanOptions{}, candidate);
+          } catch (const std::invalid_argument& error) {
+            options->reject(error.what());
+          }
+        }
         entry.candidates.push_back(std::move(candidate));
       }
-      if (entry.world < 1 || entry.m < 1 || entry.n < 1 || entry.k < 1) throw std::invalid_argument("world and shapes must be positive");
       t.entries.push_back(std::move(entry));
-    } catch (const std::invalid_argument& error) {
-      throw std::invalid_argument("tuning table entry " + std::to_string(i) + ": " + error.what());
     }
-    ++i;
-  }
-  return t;
+    return t;
+  });
 }
 
-TuningTable load_tuning_table(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read tuning table '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return parse_tuning_table(text.str());
-  } catch (const std::exception& e) {
-    throw std::invalid_argument("tuning table '" + path + "': " + e.what());
-  }
+TuningTable load_tuning_table(const std::string& path) { return parse_tuning_table(read_text_file(path, "tuning table"), path); }
+
+namespace {
+
+// A knob's integer, all of the text (std::stoi reads "4abc" as 4).
+int knob_integer(const std::string& knob, const std::string& value) {
+  int parsed = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (error != std::errc() || end != value.data() + value.size() || parsed < 0)
+    throw std::invalid_argument("option " + knob + " must be a non-negative int, got '" + value + "'");
+  return parsed;
 }
+
+}  // namespace
 
 PlanOptions apply_candidate(const PlanOptions& base, const TunedCandidate& c) {
   PlanOptions o = base;
   for (const auto& [knob, value] : c.options) {
     if (knob == "template") o.chunked.shape = parse_schedule_shape(value);
-    else if (knob == "chunks") o.chunked.chunks = std::stoi(value);
+    else if (knob == "chunks") o.chunked.chunks = knob_integer(knob, value);
     else if (knob == "backend") o.chunked.backend = parse_chunk_backend(value);
-    else if (knob == "comm_sms") o.chunked.comm_sms = std::stoi(value);
-    else if (knob == "comm_chunks") o.comm_chunks = std::stoi(value);
-    else if (knob == "gemm_sms") o.gemm_sms = std::stoi(value);
+    else if (knob == "comm_sms") o.chunked.comm_sms = knob_integer(knob, value);
+    else if (knob == "comm_chunks") o.comm_chunks = knob_integer(knob, value);
+    else if (knob == "gemm_sms") o.gemm_sms = knob_integer(knob, value);
     else if (knob == "partition") o.wave_partition = parse_wave_partition(value);
     else if (knob == "restore") o.signal_restore = parse_signal_restore(value);
     else throw std::invalid_argument("tuning table: unknown option '" + knob + "' of strategy '" + c.strategy + "'");

@@ -1,7 +1,8 @@
 // Fuzz target: the command line. The input is split at NUL bytes into argv words; the first byte
 // picks a command. Every command's option table parses them, then the problem, plan options and
 // the plan-size bound are read as `weft plan` and `weft check` read them. Rejection is
-// std::invalid_argument (what the tool prints with exit 2); anything else is a finding.
+// std::invalid_argument (what the tool prints with exit 2); anything else is a finding. Seeds under
+// corpus/arguments/valid/ must be accepted (fuzz_rejection.hpp).
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "arguments.hpp"
+#include "fuzz_rejection.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -39,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       weft::cli::strategies_from(args);
       args.integers("world", {1});
     }
-  } catch (const std::invalid_argument&) {
+  } catch (const std::invalid_argument& e) {
+    weft::fuzz::rejected(e);
   }
   return 0;
 }

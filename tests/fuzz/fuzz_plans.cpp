@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "fuzz_rejection.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/reference/cpu_proof.hpp"
 
@@ -45,7 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (is_moe(p.op) && in.next(0, 1)) p.choices = random_choices(p.world_size, p.m, p.experts, p.topk, seed, 0.9);
   const auto& all = strategies();
   const Strategy& s = all[static_cast<size_t>(in.next(0, static_cast<int>(all.size()) - 1))];
-  if (!s.supports(p.op) || s.name == "auto") return 0;  // auto reads the tuning table; its picks are the others
+  if (!s.supports(p.op) || s.name == "auto") {  // auto reads the tuning table; its picks are the others
+    if (weft::fuzz::must_accept) throw weft::fuzz::ValidInputRefused("the seed picks " + s.name + ", which builds no plan here");
+    return 0;
+  }
   PlanOptions o;
   const int tiles[] = {4, 8, 16, 32};
   o.tile_m = tiles[in.next(0, 3)];
@@ -61,7 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Plan plan;
   try {
     plan = s.build(p, o);
-  } catch (const std::invalid_argument&) {
+  } catch (const std::invalid_argument& e) {
+    weft::fuzz::rejected(e);  // a valid seed is a problem its strategy must build
     return 0;  // declined, with a reason
   }
   const CpuProof proof = prove_on_cpu(plan, seed);

@@ -45,6 +45,13 @@ DType parse_dtype(std::string_view text);   // throws std::invalid_argument nami
 OpKind parse_op(std::string_view text);     // throws std::invalid_argument naming the text
 int dtype_bytes(DType dtype);
 
+// The largest values weft's files (suites, schedules, tuning tables, recorded results) may give, so
+// that a reader range-checks each into its field: far beyond any real layer (2^32 rows), world
+// sizes and experts as the command line bounds them.
+constexpr int64_t kMaxFileDimension = int64_t{1} << 32;
+constexpr int kMaxFileWorld = 1024;
+constexpr int kMaxFileExperts = 1024;
+
 struct Problem {
   OpKind op = OpKind::gemm_ar;
   int64_t m = 0;

@@ -91,8 +91,9 @@ struct MachineProfile {
 };
 
 std::string machine_profile_json(const MachineProfile& profile);
-// Throws std::invalid_argument naming the field when one is missing or not positive.
-MachineProfile parse_machine_profile(std::string_view json);
+// Strict JSON (src/common/json.hpp). Every field is checked against a plausible range (positive,
+// finite, within what a GPU can be); errors read "NAME: byte N: FIELD: ...".
+MachineProfile parse_machine_profile(std::string_view json, const std::string& name = "machine profile");
 MachineProfile load_machine_profile(const std::string& path);
 
 CollectiveKind parse_collective_kind(std::string_view text);  // throws std::invalid_argument

@@ -49,7 +49,8 @@ struct TuningTable {
 };
 
 std::string tuning_table_json(const TuningTable& table);
-TuningTable parse_tuning_table(std::string_view json);   // throws std::invalid_argument naming the field
+// Strict JSON (src/common/json.hpp); errors read "NAME: byte N: entries[2].world: ...".
+TuningTable parse_tuning_table(std::string_view json, const std::string& name = "tuning table");
 TuningTable load_tuning_table(const std::string& path);
 
 // PlanOptions for a candidate: `base` with the candidate's knobs applied (throws std::invalid_argument

@@ -43,7 +43,8 @@ Plan lower_schedule(const Problem& problem, const Schedule& schedule, const Plan
 // "rows" is [first, end) of the op's logical tensor; "after" lists [rank, index] pairs; a
 // collective names "collective": "all_reduce". Parsing throws std::invalid_argument with the field.
 std::string schedule_json(const Schedule& schedule);
-Schedule parse_schedule_json(std::string_view text);
+// Strict JSON (src/common/json.hpp); errors read "NAME: byte N: ranks[0][2].peer: ...".
+Schedule parse_schedule_json(std::string_view text, const std::string& name = "schedule");
 Schedule load_schedule(const std::string& path);
 
 }  // namespace weft

@@ -1,9 +1,9 @@
 // Chunk schedules as JSON (plan/chunked.hpp gives the format).
-#include <fstream>
-#include <sstream>
+#include <cstdint>
 #include <stdexcept>
 
 #include "common/json.hpp"
+#include "common/text_file.hpp"
 #include "weft/plan/chunked.hpp"
 
 namespace weft {
@@ -35,60 +35,51 @@ std::string schedule_json(const Schedule& s) {
   return Json(std::move(doc)).dump();
 }
 
-Schedule parse_schedule_json(std::string_view text) {
-  const Json doc = Json::parse(text);
-  Schedule s;
-  s.name = doc.has("name") ? doc["name"].text() : "user schedule";
-  s.op = parse_op(doc["op"].text());
-  int r = 0;
-  for (const Json& rank : doc["ranks"].items()) {
-    auto& ops = s.ranks.emplace_back();
-    int i = 0;
-    for (const Json& o : rank.items()) {
-      const std::string where = "ranks[" + std::to_string(r) + "][" + std::to_string(i) + "]";
-      try {
+Schedule parse_schedule_json(std::string_view text, const std::string& name) {
+  return read_json_text(text, name, [](const Json& doc) {
+    doc.only_members({"name", "op", "ranks"});
+    Schedule s;
+    s.name = doc.has("name") ? doc["name"].text() : "user schedule";
+    s.op = doc["op"].text_as(parse_op);
+    const Json& ranks = doc["ranks"];
+    if (ranks.items().size() > static_cast<size_t>(kMaxFileWorld))
+      ranks.reject(std::to_string(ranks.items().size()) + " ranks, more than the " + std::to_string(kMaxFileWorld) + " a schedule may have");
+    for (const Json& rank : ranks.items()) {
+      auto& ops = s.ranks.emplace_back();
+      for (const Json& o : rank.items()) {
+        o.only_members({"kind", "collective", "peer", "rows", "backend", "after"});
         ChunkOp op;
-        op.kind = parse_chunk_op_kind(o["kind"].text());
+        op.kind = o["kind"].text_as(parse_chunk_op_kind);
         if (op.kind == ChunkOpKind::collective) {
-          const std::string kind = o["collective"].text();
-          if (kind != "all_reduce") throw std::invalid_argument("collective '" + kind + "': chunk collectives are all_reduce");
+          const Json& collective = o["collective"];
+          if (collective.text() != "all_reduce") collective.reject("collective '" + collective.text() + "': chunk collectives are all_reduce");
+          if (o.has("peer")) o["peer"].reject("a collective has no peer");
           op.collective = CollectiveKind::all_reduce;
           op.backend = ChunkBackend::nccl;
         } else {
-          op.peer = static_cast<int>(o["peer"].integer());
+          // The plan's validation checks the peer against the world size; here, that it is a rank.
+          op.peer = o["peer"].to_int(0, kMaxFileWorld - 1);
         }
-        const auto& rows = o["rows"].items();
-        if (rows.size() != 2) throw std::invalid_argument("rows must be [first, end)");
-        op.row = rows[0].integer();
-        op.rows = rows[1].integer() - op.row;
-        if (o.has("backend")) op.backend = parse_chunk_backend(o["backend"].text());
-        if (o.has("after"))
-          for (const Json& d : o["after"].items()) {
+        const Json& rows = o["rows"];
+        if (rows.items().size() != 2) rows.reject("rows must be [first, end), two integers");
+        op.row = rows.items()[0].integer(0, kMaxFileDimension);
+        const int64_t end = rows.items()[1].integer(0, kMaxFileDimension);
+        if (end <= op.row) rows.reject("rows [" + std::to_string(op.row) + ", " + std::to_string(end) + ") is empty or reversed");
+        op.rows = end - op.row;
+        if (const Json* b = o.find("backend")) op.backend = b->text_as(parse_chunk_backend);
+        if (const Json* after = o.find("after"))
+          for (const Json& d : after->items()) {
             const auto& pair = d.items();
-            if (pair.size() != 2) throw std::invalid_argument("after lists [rank, index] pairs");
-            op.after.push_back({static_cast<int>(pair[0].integer()), static_cast<int>(pair[1].integer())});
+            if (pair.size() != 2) d.reject("after lists [rank, index] pairs");
+            op.after.push_back({pair[0].to_int(0, kMaxFileWorld - 1), pair[1].to_int(0, INT32_MAX)});
           }
         ops.push_back(std::move(op));
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(where + ": " + e.what());
       }
-      ++i;
     }
-    ++r;
-  }
-  return s;
+    return s;
+  });
 }
 
-Schedule load_schedule(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read schedule file '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return parse_schedule_json(text.str());
-  } catch (const std::exception& e) {
-    throw std::invalid_argument("schedule file '" + path + "': " + e.what());
-  }
-}
+Schedule load_schedule(const std::string& path) { return parse_schedule_json(read_text_file(path, "schedule file"), path); }
 
 }  // namespace weft
