@@ -9,13 +9,14 @@
 
 namespace weft::bench {
 
-std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine) {
+std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine, const std::function<void()>& each_row) {
   PlanOptions o;
   o.tile_m = 128;
   o.tile_n = 256;
   o.machine = machine;
   std::vector<SimulatedRow> out;
   for (const RecordedRow& r : rows) {
+    if (each_row) each_row();
     try {
       out.push_back({r, make_plan(find_strategy(r.strategy), r.problem, o)});
     } catch (const std::invalid_argument&) {

@@ -5,6 +5,7 @@
 // repeated.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,7 +22,9 @@ struct SimulatedRow {
 };
 
 // The plans weft bench ran for the rows (its options: 128x256 base tile, the model's tiling).
-std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine);
+// `each_row` (when given) is called once per row, for progress.
+std::vector<SimulatedRow> plans_for(const std::vector<RecordedRow>& rows, const MachineProfile& machine,
+                                    const std::function<void()>& each_row = {});
 
 struct SimulatorError {
   std::map<std::string, std::pair<double, int>> per_strategy;  // mean |error|, rows

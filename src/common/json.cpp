@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace weft {
 
@@ -18,9 +19,13 @@ std::string show_byte(char c) {
   return buf;
 }
 
+// The shortest of %.6g, %.15g and %.17g that reads back as `d` (1e+11, 1e-300, 0.95).
 std::string show_number(double d) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", d);
+  for (const char* format : {"%.6g", "%.15g", "%.17g"}) {
+    std::snprintf(buf, sizeof buf, format, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
   return buf;
 }
 

@@ -29,6 +29,15 @@ std::string read_text_file(const std::string& path, const std::string& what, siz
   return text;
 }
 
+void require_writable(const std::string& path, const std::string& what) {
+  std::error_code error;
+  const bool existed = std::filesystem::exists(path, error);
+  std::FILE* file = std::fopen(path.c_str(), "a");  // "a": creates if absent, never truncates
+  if (!file) throw std::invalid_argument("cannot write " + what + " '" + path + "': " + std::strerror(errno));
+  std::fclose(file);
+  if (!existed) std::filesystem::remove(path, error);
+}
+
 OutputFile::OutputFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
   file_ = std::fopen(path.c_str(), "w");
   if (!file_) throw std::invalid_argument("cannot write " + what + " '" + path + "': " + std::strerror(errno));

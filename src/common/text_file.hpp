@@ -18,6 +18,11 @@ inline constexpr size_t kMaxInputFileBytes = size_t{64} << 20;
 // is not a regular file, is larger than max_bytes, or a read fails.
 std::string read_text_file(const std::string& path, const std::string& what, size_t max_bytes = kMaxInputFileBytes);
 
+// Checks, before long work, that `path` can be written, without truncating an existing file or
+// leaving a new one behind (for writers that open the file themselves at the end). Throws
+// std::invalid_argument naming `what`, the path and the system's reason.
+void require_writable(const std::string& path, const std::string& what);
+
 // A file opened for writing, before the work: the constructor throws std::invalid_argument naming
 // `what`, the path and the system's reason when it cannot be created. close() flushes and throws
 // std::runtime_error when any write or the flush failed (a full disk, a closed pipe); a file never

@@ -175,7 +175,7 @@ std::vector<std::vector<int>> random_routing(int world_size, int64_t rows, uint6
 
 std::vector<std::vector<int>> random_choices(int world_size, int64_t tokens, int experts, int topk, uint64_t seed, double skew) {
   if (experts < 1 || topk < 1 || topk > experts)
-    throw std::invalid_argument("random_choices: need 1 <= topk <= experts, got topk " + std::to_string(topk) + " of " + std::to_string(experts));
+    throw std::invalid_argument("topk must be between 1 and experts (" + std::to_string(experts) + "), got " + std::to_string(topk));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   // With skew, the upper half of the experts is never picked (empty); it must leave topk to pick from.

@@ -99,7 +99,9 @@ std::vector<int> Arguments::integers(const std::string& name, const std::vector<
     if (item.empty()) throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + value + "'");
     out.push_back(static_cast<int>(strict_integer(spec_of(name), item)));
   }
-  if (out.empty()) throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + value + "'");
+  // getline drops a trailing empty item: "2," would read as "2".
+  if (out.empty() || value.back() == ',')
+    throw std::invalid_argument("--" + name + " expects a comma-separated list of integers, got '" + value + "'");
   return out;
 }
 
@@ -263,6 +265,37 @@ void chunked_options_from(const Arguments& args, ChunkedOptions& o) {
   o.group_size = static_cast<int>(args.integer("group-size", o.group_size));
   const std::string schedule = args.text("schedule", "");
   if (!schedule.empty()) o.schedule = load_schedule(schedule);
+}
+
+void require_knobs_apply(const Arguments& args, const std::vector<std::string>& names) {
+  struct Knob {
+    const char* option;
+    std::vector<std::string> readers;
+  };
+  // auto passes the options on to the strategy it picks, which may be any of them.
+  static const Knob knobs[] = {{"schedule", {"chunked", "auto"}},    {"template", {"chunked", "auto"}}, {"chunks", {"chunked", "auto"}},
+                               {"backend", {"chunked", "auto"}},     {"group-size", {"chunked", "auto"}},
+                               {"comm-sms", {"chunked", "tilelink", "auto"}}, {"comm-tile-rows", {"tilelink", "auto"}},
+                               {"order", {"tilelink", "auto"}}};
+  for (const Knob& knob : knobs) {
+    if (args.text(knob.option, "").empty()) continue;
+    bool read = false;
+    for (const std::string& name : names) read = read || std::find(knob.readers.begin(), knob.readers.end(), name) != knob.readers.end();
+    if (read) continue;
+    std::string chosen, readers;
+    for (const std::string& name : names) chosen += (chosen.empty() ? "" : ", ") + name;
+    for (size_t i = 0; i + 1 < knob.readers.size(); ++i) readers += (readers.empty() ? "" : " and ") + knob.readers[i];
+    throw std::invalid_argument("--" + std::string(knob.option) + " is read by " + readers + " only, and the strategies chosen (" + chosen +
+                                ") would ignore it; give --strategy " + knob.readers.front() + " or leave the option out");
+  }
+}
+
+void require_supports(const Strategy& strategy, OpKind op) {
+  if (strategy.supports(op)) return;
+  std::string ops;
+  for (OpKind o : all_ops())
+    if (strategy.supports(o)) ops += (ops.empty() ? "" : ", ") + std::string(to_string(o));
+  throw std::invalid_argument("strategy " + strategy.name + " has no plan for " + std::string(to_string(op)) + " (it takes " + ops + ")");
 }
 
 void tilelink_options_from(const Arguments& args, TileLinkOptions& o) {

@@ -61,6 +61,12 @@ void chunked_options_from(const Arguments& args, ChunkedOptions& options);
 void signal_options_from(const Arguments& args, PlanOptions& options);
 // tilelink: --comm-sms N (the companion's SMs) --comm-tile-rows N --order ring|all_to_all.
 void tilelink_options_from(const Arguments& args, TileLinkOptions& options);
+// The strategy knobs above (--schedule, --template, --chunks, --backend, --group-size, --comm-sms,
+// --comm-tile-rows, --order) given where none of the chosen strategies reads them: refused with
+// the reason, instead of silently ignored.
+void require_knobs_apply(const Arguments& args, const std::vector<std::string>& strategy_names);
+// A strategy named for an op it has no plan for: refused, naming the ops it takes.
+void require_supports(const Strategy& strategy, OpKind op);
 // "MxNxK" as {M, N, K}; throws std::invalid_argument naming the text.
 std::vector<int64_t> parse_shape(const std::string& text);
 

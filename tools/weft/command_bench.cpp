@@ -12,7 +12,9 @@
 #include "tilelink_bench.hpp"
 #include "kernels_bench.hpp"
 #include "bench_suite.hpp"
+#include "common/text_file.hpp"
 #include "on_gpus.hpp"
+#include "progress.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
@@ -32,11 +34,12 @@ int command_bench_gemm(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   o.raster = parse_raster(args.text("raster", std::string(to_string(o.raster))));
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   for (const std::string& g : args.list("gemm", {})) {
     const std::vector<int64_t> mnk = parse_shape(g);
-    if (mnk.size() != 3) throw std::invalid_argument("weft bench gemm: --gemm takes MxNxK shapes, got '" + g + "'");
+    if (mnk.size() != 3) throw std::invalid_argument("--gemm takes MxNxK shapes, got '" + g + "'");
     o.shapes.push_back(GemmShape{mnk[0], mnk[1], mnk[2]});
   }
   if (const std::string machine = args.text("machine", ""); !machine.empty()) o.tile_rates = load_machine_profile(machine).tile_rates;
@@ -48,7 +51,7 @@ int command_bench_gemm(const Arguments& args) {
     const int failed = run_gemm_bench(suites, o);
     if (failed) std::printf("\n%d shape(s) did not match cuBLASLt\n", failed);
     return failed ? 1 : 0;
-  });
+  }, o.csv_path);
 }
 
 int command_bench_rmsnorm(const Arguments& args) {
@@ -60,6 +63,7 @@ int command_bench_rmsnorm(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 50));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
   return on_gpus("bench rmsnorm", "time", [&](const DeviceScan& scan) {
@@ -68,7 +72,7 @@ int command_bench_rmsnorm(const Arguments& args) {
     const int failed = run_rmsnorm_bench(suites, o);
     if (failed) std::printf("\n%d row(s): the fused RMSNorm differed from the plain one\n", failed);
     return failed ? 1 : 0;
-  });
+  }, o.csv_path);
 }
 
 int command_bench_kernels(const Arguments& args) {
@@ -80,6 +84,7 @@ int command_bench_kernels(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   return on_gpus(
       "bench kernels", "time",
       [&](const DeviceScan& scan) {
@@ -106,6 +111,7 @@ int command_bench_tilelink(const Arguments& args) {
   o.warmup = static_cast<int>(args.integer("warmup", 5));
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
   return on_gpus("bench tilelink", "time", [&](const DeviceScan& scan) {
@@ -114,7 +120,7 @@ int command_bench_tilelink(const Arguments& args) {
     const int failed = run_tilelink_bench(o);
     if (failed) std::printf("\n%d copy result(s) differed from their source\n", failed);
     return failed ? 1 : 0;
-  });
+  }, o.csv_path);
 }
 
 namespace {
@@ -125,10 +131,15 @@ namespace {
 int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, const std::vector<std::string>& names,
                       const std::vector<int>& worlds, const PlanOptions& options, uint64_t seed) {
   int failed = 0, validated = 0;
+  Progress progress("weft bench", "suite rows x world sizes", suite.rows.size() * worlds.size());
   std::printf("%-22s %-9s %5s %-26s %s\n", "row", "op", "world", "strategy", "real-sized plan");
   for (const SuiteRow& row : suite.rows) {
-    if (std::find(ops.begin(), ops.end(), row.op) == ops.end()) continue;
+    if (std::find(ops.begin(), ops.end(), row.op) == ops.end()) {
+      progress.step(worlds.size());
+      continue;
+    }
     for (int world : worlds) {
+      progress.step();
       Problem p;
       try {
         p = problem_for(row, world, seed);
@@ -156,8 +167,14 @@ int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, c
       }
     }
   }
+  progress.finish();
   std::printf("suite '%s': %d real-sized plan(s) validated, %d invalid\n\n", suite.name.c_str(), validated, failed);
-  return failed + run_plan_checks(ops, names, worlds, seed);
+  if (validated == 0) {
+    // Every row declined (or none has the ops asked for): nothing was checked, and that is no pass.
+    std::printf("suite '%s': no real-sized plan was validated (every row was declined or has none of the ops asked for)\n\n", suite.name.c_str());
+    ++failed;
+  }
+  return failed + run_plan_checks(ops, names, worlds, seed, 0, false, "weft bench");
 }
 
 }  // namespace
@@ -185,6 +202,9 @@ int command_bench(const Arguments& args) {
     o.iterations = static_cast<int>(args.integer("iterations", 20));
     o.json_path = args.text("json", "");
     o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
+    if (!o.json_path.empty()) require_writable(o.json_path, "JSON file");  // before the timing, not after it
+    if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
     o.machine = knobs.machine;
     o.gemm_sms = knobs.gemm_sms;
     o.gemm_cta_per_tile = knobs.gemm_cta_per_tile;

@@ -2,11 +2,13 @@
 // decomposition and contention losses) and `weft tune --calibrate` (the machine profile). Without a
 // GPU each says so and exits kExitNoGpu (on_gpus.hpp).
 #include <cstdio>
-#include <fstream>
+#include <optional>
 #include <stdexcept>
 
 #include "characterize.hpp"
 #include "commands.hpp"
+#include "common/text_file.hpp"
+#include "progress.hpp"
 #include "simulator_fit.hpp"
 #include "tune_strategy.hpp"
 #include "auto_check.hpp"
@@ -26,13 +28,14 @@ int command_characterize(const Arguments& args) {
   o.iterations = static_cast<int>(args.integer("iterations", 20));
   o.seed = static_cast<uint64_t>(args.integer("seed", 1));
   o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   args.text("world", "");  // read below where there are GPUs; without them it has nothing to say
   return on_gpus("characterize", "measure", [&](const DeviceScan& scan) {
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
     std::printf("suite '%s', AllGather+GEMM rows; %s\n\n", suite.name.c_str(), scan.devices.front().name.c_str());
     run_characterize(suite, o);
     return 0;
-  });
+  }, o.csv_path);
 }
 
 namespace {
@@ -49,7 +52,16 @@ int fit_simulator_command(const Arguments& args) {
   const std::string machine_path = args.text("machine", "");
   const MachineProfile start = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
   const std::string out = args.text("out", "");
-  const auto rows = bench::plans_for(bench::read_recorded_rows(folder), start);
+  // Opened before the fit (tens of seconds): an unwritable path fails now.
+  std::optional<OutputFile> file;
+  if (!out.empty()) file.emplace(out, "machine profile");
+  const auto recorded = bench::read_recorded_rows(folder);
+  std::vector<bench::SimulatedRow> rows;
+  {
+    Progress progress("weft tune --fit-simulator", "plans", recorded.size());
+    rows = bench::plans_for(recorded, start, [&] { progress.step(); });
+  }
+  if (rows.empty()) throw std::invalid_argument("nothing to fit: " + folder + " holds no weft bench row at world >= 2 that a strategy plans");
   std::vector<bench::SimulatedRow> world2, other;
   for (const auto& r : rows) (r.recorded.problem.world_size == 2 ? world2 : other).push_back(r);
   print_error("before the fit, every row", bench::simulator_error(rows, start));
@@ -69,9 +81,8 @@ int fit_simulator_command(const Arguments& args) {
     saved.source += note + " on " + std::to_string(rows.size()) + " rows of " + folder + " (in sample " +
                     std::to_string(static_cast<int>(bench::simulator_error(rows, fitted).mean_over_strategies * 1000 + 0.5) / 10.0).substr(0, 4) +
                     "% mean per-strategy error)";
-    std::ofstream file(out);
-    file << machine_profile_json(saved);
-    if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
+    file->write(machine_profile_json(saved));
+    file->close();
     std::printf("\nfitted profile -> %s\n", out.c_str());
   }
   return 0;
@@ -83,11 +94,12 @@ int table_from_results_command(const Arguments& args) {
   const std::string machine_path = args.text("machine", "");
   const MachineProfile machine = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
   const std::string out = args.text("out", "tuning.json");
+  OutputFile file(out, "tuning table");
   const TuningTable table = bench::tuning_table_from(bench::read_recorded_rows(folder), machine.device);
-  std::ofstream file(out);
-  file << tuning_table_json(table);
-  if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
-  std::printf("%zu measured shapes -> %s (use with auto: PlanOptions::tuning, WEFT_TUNING_TABLE, --tuning)\n", table.entries.size(), out.c_str());
+  if (table.entries.empty()) throw std::invalid_argument("no tuning table written: " + folder + " holds no weft bench row at world >= 2");
+  file.write(tuning_table_json(table));
+  file.close();
+  std::printf("%zu measured shapes -> %s (use with auto: PlanOptions::tuning or WEFT_TUNING_TABLE)\n", table.entries.size(), out.c_str());
   return 0;
 }
 
@@ -123,6 +135,12 @@ int check_auto_command(const Arguments& args) {
 }  // namespace
 
 int command_tune(const Arguments& args) {
+  // Exactly one mode: a second one would be silently ignored.
+  const int modes = args.flag("calibrate") + args.flag("partitions") + args.flag("from-results") + args.flag("check-auto") +
+                    args.flag("fit-simulator") + !args.text("strategy", "").empty();
+  if (modes != 1)
+    throw std::invalid_argument(std::string(modes == 0 ? "give" : "give only") +
+                                " one of --calibrate, --partitions, --strategy S, --from-results, --check-auto or --fit-simulator (weft tune --help)");
   if (args.flag("fit-simulator")) return fit_simulator_command(args);
   if (args.flag("from-results")) return table_from_results_command(args);
   if (args.flag("check-auto")) return check_auto_command(args);
@@ -139,7 +157,7 @@ int command_tune(const Arguments& args) {
     if (!machine.empty()) o.machine = load_machine_profile(machine);
     const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
     args.text("world", "");  // read below where there are GPUs
-    args.text("out", "");
+    if (const std::string out = args.text("out", ""); !out.empty()) require_writable(out, "tuning table");
     return on_gpus("tune --strategy", "measure", [&](const DeviceScan& scan) {
       o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
       o.out = args.text("out", std::string(WEFT_BENCH_DIR) + "/tuning/" + (scan.devices.front().name.find("H100") != std::string::npos ? "h100" : "h200") + ".json");
@@ -149,10 +167,10 @@ int command_tune(const Arguments& args) {
     });
   }
   const bool calibrate = args.flag("calibrate"), partitions = args.flag("partitions");
-  if (calibrate == partitions) throw std::invalid_argument("weft tune: give exactly one of --calibrate, --partitions or --fit-simulator");
   const int warmup = static_cast<int>(args.integer("warmup", partitions ? 3 : 5));
   const int iterations = static_cast<int>(args.integer("iterations", 20));
   const std::string out = calibrate ? args.text("out", "machine_profile.json") : "";
+  if (!out.empty()) require_writable(out, "machine profile");
   PartitionStudyOptions study;
   BenchSuite suite;
   if (partitions) {
@@ -163,6 +181,7 @@ int command_tune(const Arguments& args) {
     study.max_partitions = static_cast<int>(args.integer("max-partitions", 12));
     study.seed = static_cast<uint64_t>(args.integer("seed", 1));
     study.csv_path = args.text("csv", "");
+    if (!study.csv_path.empty()) require_writable(study.csv_path, "CSV file");
     study.gemm_sms = static_cast<int>(args.integer("gemm-sms", 0));
     const std::string restore = args.text("restore", "");
     if (!restore.empty()) study.signal_restore = parse_signal_restore(restore);
@@ -179,13 +198,13 @@ int command_tune(const Arguments& args) {
       return failed ? 1 : 0;
     }
     const MachineProfile p = calibrate_machine(warmup, iterations);
-    std::ofstream file(out);
-    file << machine_profile_json(p);
-    if (!file) throw std::runtime_error("weft tune: cannot write '" + out + "'");
+    OutputFile file(out, "machine profile");
+    file.write(machine_profile_json(p));
+    file.close();
     std::printf("peak %.0f TFLOP/s, memory %.2f TB/s, %zu collective curves -> %s (use with --machine %s)\n", p.peak_flops * 1e-12,
                 p.memory_bytes_per_s * 1e-12, p.collectives.size(), out.c_str(), out.c_str());
     return 0;
-  });
+  }, study.csv_path);
 }
 
 }  // namespace weft::cli

@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "commands.hpp"
+#include "plan_summary.hpp"
+#include "progress.hpp"
 #include "weft/plan/chunked.hpp"
 #include "weft/reference/cpu_proof.hpp"
 
@@ -15,11 +17,14 @@ int command_plan(const Arguments& args) {
   if (options.topology) std::cout << "topology: " << describe(*options.topology) << "\n";
   // A schedule file means the chunked strategy; its JSON is printed with the plan.
   const std::string strategy = args.text("strategy", options.chunked.schedule ? "chunked" : "sequential");
+  require_knobs_apply(args, {strategy});
   const Plan plan = find_strategy(strategy).build(problem, options);
   if (options.topology) require_reachable(plan, *options.topology);  // a decline names the ranks
-  if (strategy == "chunked")
+  // --summary: counts per rank instead of every step (a large plan prints millions of lines).
+  const bool summary = args.flag("summary");
+  if (strategy == "chunked" && !summary)
     std::cout << "schedule: " << schedule_json(options.chunked.schedule ? *options.chunked.schedule : make_schedule(problem, options.chunked)) << "\n";
-  std::cout << to_string(plan);
+  std::cout << (summary ? plan_summary(plan) : to_string(plan));
   const auto report = validate_plan(plan);
   std::cout << report.summary() << "\n";
   return report.ok() ? 0 : 1;
@@ -34,7 +39,7 @@ int command_check(const Arguments& args) {
 }
 
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
-                    const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p) {
+                    const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p, const std::string& command) {
   // Small shapes keep the reference executor fast; the second is ragged against the 32x32 tiles.
   struct Shape {
     int64_t m, n, k;
@@ -44,6 +49,10 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
   options.tile_m = 32;
   options.tile_n = 32;
   int failed = 0, checked = 0;
+  size_t total = 0;
+  for (OpKind op : ops)
+    for (const auto& name : strategy_names) total += find_strategy(name).supports(op) ? world_sizes.size() * std::size(shapes) : 0;
+  Progress progress(command, "plans", total);
   std::printf("%-9s %-11s %5s %14s  %-6s %s\n", "op", "strategy", "world", "m,n,k", "result", "worst rel. error");
   for (OpKind op : ops)
     for (const auto& name : strategy_names) {
@@ -51,6 +60,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
       if (!strategy.supports(op)) continue;
       for (int world : world_sizes)
         for (const Shape& s : shapes) {
+          progress.step();
           if (nodes > 0 && world % nodes != 0) {
             std::printf("%-9s %-11s %5d %14s  %-6s --nodes %d does not divide the world size\n", std::string(to_string(op)).c_str(), name.c_str(),
                         world, "-", "FAILED", nodes);
@@ -93,6 +103,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           }
         }
     }
+  progress.finish();
   if (checked == 0 && failed == 0) {
     std::printf("plan checks: nothing was checked (every strategy declined or supports none of the ops)\n");
     return 1;

@@ -114,6 +114,7 @@ std::vector<CommandSpec> build() {
   all.push_back({"characterize", "FiCCO's decomposition and contention losses for a suite's AllGather+GEMM rows", "",
                  Options{suite, world_list, csv, seed} + timing(20)});
   all.push_back({"tune", "measure the machine, signal's partitions, strategies' knobs, or judge auto and the simulator",
+                 "One mode:\n"
                  "  --calibrate        GPU 0's GEMM rate, HBM bandwidth and NCCL curves into a machine profile (--out)\n"
                  "  --partitions       signal's predicted vs measured time per wave partition\n"
                  "  --strategy S       search S's knobs, time the best --keep N, write them into the tuning table (--out)\n"
@@ -130,18 +131,21 @@ std::vector<CommandSpec> build() {
                          text("restore", "P", "signal's restore placement"), csv, seed} +
                      timing(20)});
   all.push_back({"simulate", "predict a call's time per strategy from the machine profile (the plan's third executor)",
-                 "  --check-results DIR replays every row weft bench recorded there (world >= 2): error per strategy",
+                 "  --check-results DIR replays every row weft bench recorded there (world >= 2): error per strategy\n"
+                 "  (--csv FILE: the rows as CSV); otherwise one problem, every strategy that has its op (or --strategy)",
                  one_problem() + plan_knobs() +
                      Options{integer("world", "W", "ranks (any size the simulator can lay out)", 1, kMaxPlanWorld),
                              list("strategy", "LIST", "strategies (default: every one the op has)"),
                              text("trace", "FILE", "Chrome/Perfetto trace of the first strategy"),
-                             text("check-results", "DIR", "judge the simulator on recorded rows"), csv}});
+                             text("check-results", "DIR", "judge the simulator on recorded rows"),
+                             text("csv", "FILE", "with --check-results: write the rows as CSV")}});
   all.push_back({"check", "prove plans on the CPU: validate, run the reference executor, compare with the op's definition", "",
                  Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed} + topology_knobs()});
   all.push_back({"plan", "print one plan and its validation report", "",
                  one_problem() + plan_knobs() +
                      Options{integer("world", "W", "ranks (2)", 1, kMaxPlanWorld),
-                             text("strategy", "S", "the strategy (sequential; chunked with --schedule)")} +
+                             text("strategy", "S", "the strategy (sequential; chunked with --schedule)"),
+                             flag("summary", "per rank: steps by kind, tiles, waits, notifies, bytes moved (instead of every step)")} +
                      topology_knobs()});
   return all;
 }

@@ -18,8 +18,9 @@ int command_simulate(const Arguments& args);      // predict strategies' times; 
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
 // Returns the number of plans that failed. nodes (0: one) / no_p2p: the ranks' topology, as
-// topology_from reads it.
+// topology_from reads it. `command` names the progress line on stderr.
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
-                    const std::vector<int>& world_sizes, uint64_t seed, int nodes = 0, bool no_p2p = false);
+                    const std::vector<int>& world_sizes, uint64_t seed, int nodes = 0, bool no_p2p = false,
+                    const std::string& command = "weft check");
 
 }  // namespace weft::cli

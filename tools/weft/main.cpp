@@ -16,7 +16,8 @@ namespace {
 void print_help() {
   std::printf(
       "weft: GEMM overlapped with the communication that depends on it\n\n"
-      "usage: weft <command> [--option value ...]     weft <command> --help: the command's options\n\n"
+      "usage: weft <command> [--option value ...]     weft <command> --help: the command's options\n"
+      "       weft --version\n\n"
       "commands:\n");
   for (const auto& c : weft::cli::command_specs()) std::printf("  %-16s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf(
@@ -41,6 +42,14 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     print_help();
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    if (argc > 2) {
+      std::fprintf(stderr, "weft --version: takes no arguments (got '%s')\n", argv[2]);
+      return 2;
+    }
+    std::printf("weft %s\n", WEFT_VERSION);  // the CMake project version
+    return 0;
   }
   // "bench gemm", "bench rmsnorm", "bench tilelink", "bench kernels": two words.
   std::string command = argv[1];
@@ -70,6 +79,12 @@ int main(int argc, char** argv) {
     else if (command == "simulate") code = weft::cli::command_simulate(args);
     for (const auto& name : args.unread())
       std::fprintf(stderr, "weft %s: warning: %s was given but does not apply here\n", command.c_str(), name.c_str());
+    // Everything printed must have reached its destination (a full disk, a closed pipe): exit 0
+    // only when it did.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "weft %s: writing the output failed\n", command.c_str());
+      return code == 0 ? 1 : code;
+    }
     return code;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "weft %s: out of memory (the shapes or world size given are too large for this machine)\n", command.c_str());

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 
+#include "common/text_file.hpp"
 #include "measure.hpp"
 #include "weft/model/simulator.hpp"
 #include "weft/plan/chunked.hpp"
@@ -67,6 +67,8 @@ std::string describe(const TunedCandidate& c) {
 int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o) {
   TuningTable table;
   if (std::filesystem::exists(o.out)) table = load_tuning_table(o.out);
+  // Opened once the old table is read, before the timing: an unwritable path fails now.
+  OutputFile file(o.out, "tuning table");
   int device = 0;
   WEFT_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp properties{};
@@ -162,9 +164,8 @@ int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o)
       }
     }
   }
-  std::ofstream file(o.out);
-  file << tuning_table_json(table);
-  if (!file) throw std::runtime_error("weft tune: cannot write '" + o.out + "'");
+  file.write(tuning_table_json(table));
+  file.close();
   std::printf("\n%zu shapes in %s\n", table.entries.size(), o.out.c_str());
   return failures;
 }

@@ -1,0 +1,97 @@
+#include "plan_summary.hpp"
+
+#include <cstdio>
+#include <type_traits>
+
+namespace weft::cli {
+
+namespace {
+
+struct Counts {
+  int64_t gemms = 0, tiles = 0, copies = 0, reduces = 0, row_moves = 0, collectives = 0, joins = 0;
+  int64_t waits = 0, notifies = 0;
+  double bytes_to_peers = 0, bytes_local = 0, collective_bytes = 0;
+
+  void add(const Counts& o) {
+    gemms += o.gemms, tiles += o.tiles, copies += o.copies, reduces += o.reduces, row_moves += o.row_moves;
+    collectives += o.collectives, joins += o.joins, waits += o.waits, notifies += o.notifies;
+    bytes_to_peers += o.bytes_to_peers, bytes_local += o.bytes_local, collective_bytes += o.collective_bytes;
+  }
+};
+
+// The bytes of a region: its box in the element size of the buffer it lies in (on its own rank).
+double region_bytes(const Plan& plan, const Region& r) {
+  const RankPlan& owner = plan.ranks[static_cast<size_t>(r.rank)];
+  const DType dtype = owner.buffers[static_cast<size_t>(r.buffer)].dtype;
+  return static_cast<double>(r.box.rows) * static_cast<double>(r.box.cols) * dtype_bytes(dtype);
+}
+
+Counts count(const Plan& plan, const RankPlan& rank) {
+  Counts c;
+  for (const Step& step : rank.steps) {
+    c.waits += static_cast<int64_t>(step.waits.size());
+    c.notifies += static_cast<int64_t>(step.notifies.size());
+    std::visit(
+        [&](const auto& body) {
+          using T = std::decay_t<decltype(body)>;
+          // Moves that read or write another rank's memory are peer traffic; the rest stays local.
+          auto moved = [&](const Region& src, const Region& dst) {
+            (src.rank != dst.rank ? c.bytes_to_peers : c.bytes_local) += region_bytes(plan, dst);
+          };
+          if constexpr (std::is_same_v<T, GemmStep>) {
+            ++c.gemms;
+            c.tiles += static_cast<int64_t>(body.tiles.size());
+            for (const GemmTile& t : body.tiles) {
+              c.waits += t.wait.has_value();
+              c.notifies += t.notify.has_value();
+            }
+          } else if constexpr (std::is_same_v<T, CopyStep>) {
+            ++c.copies;
+            moved(body.src, body.dst);
+          } else if constexpr (std::is_same_v<T, ReduceStep>) {
+            ++c.reduces;
+            for (const Region& src : body.srcs) moved(src, body.dst);
+          } else if constexpr (std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, CombineRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
+            ++c.row_moves;
+            moved(body.src, body.dst);
+          } else if constexpr (std::is_same_v<T, CollectiveStep>) {
+            ++c.collectives;
+            c.collective_bytes += region_bytes(plan, body.src);
+          } else {
+            ++c.joins;
+          }
+        },
+        step.body);
+  }
+  return c;
+}
+
+std::string line(const char* who, size_t steps, const Counts& c) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%-8s %7zu steps: %lld gemm (%lld tiles), %lld copy, %lld reduce, %lld row move, %lld collective, %lld join; "
+                "%lld waits, %lld notifies; %.3g MB to/from peers, %.3g MB local, %.3g MB into collectives\n",
+                who, steps, static_cast<long long>(c.gemms), static_cast<long long>(c.tiles), static_cast<long long>(c.copies),
+                static_cast<long long>(c.reduces), static_cast<long long>(c.row_moves), static_cast<long long>(c.collectives),
+                static_cast<long long>(c.joins), static_cast<long long>(c.waits), static_cast<long long>(c.notifies), c.bytes_to_peers * 1e-6,
+                c.bytes_local * 1e-6, c.collective_bytes * 1e-6);
+  return buf;
+}
+
+}  // namespace
+
+std::string plan_summary(const Plan& plan) {
+  std::string out = "plan '" + plan.strategy + "', " + std::to_string(plan.world_size()) + " rank(s):\n";
+  Counts total;
+  size_t total_steps = 0;
+  for (const RankPlan& rank : plan.ranks) {
+    const Counts c = count(plan, rank);
+    total.add(c);
+    total_steps += rank.steps.size();
+    out += line(("rank " + std::to_string(rank.rank)).c_str(), rank.steps.size(), c);
+  }
+  out += line("all", total_steps, total);
+  return out;
+}
+
+}  // namespace weft::cli
