@@ -393,12 +393,12 @@ int64_t Json::checked_integer(int64_t lo, int64_t hi, const char* type) const {
   const auto* n = std::get_if<Number>(&value_);
   if (!n) reject(std::string("expected an integer, found ") + type_name());
   const std::string range = " (" + std::to_string(lo) + ".." + std::to_string(hi) + ")";
-  if (!n->exact) {
-    if (std::floor(n->value) != n->value) reject("expected an integer, found " + show_number(n->value));
-    reject(show_number(n->value) + " is out of range for " + type + range);
-  }
-  if (n->integer < lo || n->integer > hi) reject(std::to_string(n->integer) + " is out of range for " + type + range);
-  return n->integer;
+  if (std::floor(n->value) != n->value) reject("expected an integer, found " + show_number(n->value));
+  // 1e3 is 1000; an integral double beyond int64 (1e300) has no integer value.
+  const bool fits = n->exact || (n->value >= -9223372036854775808.0 && n->value < 9223372036854775808.0);
+  const int64_t value = n->exact ? n->integer : fits ? static_cast<int64_t>(n->value) : 0;
+  if (!fits || value < lo || value > hi) reject((n->exact ? std::to_string(value) : show_number(n->value)) + " is out of range for " + type + range);
+  return value;
 }
 
 int64_t Json::integer(int64_t lo, int64_t hi) const { return checked_integer(lo, hi, "a 64-bit integer"); }

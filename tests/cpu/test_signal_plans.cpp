@@ -366,7 +366,8 @@ TEST(MachineProfile, CurvesRoundTripAndInterpolate) {
   EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 1e3), 1e-5);   // below: first sample
   EXPECT_DOUBLE_EQ(back.collective_seconds(CollectiveKind::reduce_scatter, 2, 6e6), 4e-5);   // above: last slope
   EXPECT_GT(back.collective_seconds(CollectiveKind::all_reduce, 4, 1e6), 0.0);               // no curve: defaults
-  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 1, "memory_bytes_per_s": 1, "collectives": [{"kind": "all_reduce", "world_size": 2, "bytes": [2, 1], "seconds": [1, 2]}]})"),
+  // Plausible rates, so that the refusal is the curve's (its bytes must increase).
+  EXPECT_THROW(parse_machine_profile(R"({"device": "x", "peak_flops": 1e15, "memory_bytes_per_s": 1e12, "collectives": [{"kind": "all_reduce", "world_size": 2, "bytes": [2, 1], "seconds": [1, 2]}]})"),
                std::invalid_argument);
 }
 
