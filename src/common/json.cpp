@@ -463,7 +463,13 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
         } else if constexpr (std::is_same_v<T, bool>) {
           out += v ? "true" : "false";
         } else if constexpr (std::is_same_v<T, Number>) {
-          if (!std::isfinite(v.value)) throw std::invalid_argument("JSON: cannot write " + show_number(v.value) + " (JSON numbers are finite)");
+          // JSON has no NaN or infinity: null says "no value" and stays a file every reader parses
+          // (weft's readers then refuse it where a number is required). Throwing here would lose a
+          // long measurement over one derived figure (a ratio of equal times).
+          if (!std::isfinite(v.value)) {
+            out += "null";
+            return;
+          }
           char buf[32];
           if (v.exact && std::fabs(v.value) < 1e15) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v.integer));
           else std::snprintf(buf, sizeof buf, "%.6g", v.value);

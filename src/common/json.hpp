@@ -61,7 +61,7 @@ class Json {
   // The member path ("rows[3].m") of the value that starts at `offset` of `text` (a text parse
   // accepted); empty for the top level or an offset where no value starts.
   static std::string path_at(std::string_view text, size_t offset);
-  // Throws std::invalid_argument for a number that is not finite (JSON has no NaN or infinity).
+  // A number that is not finite is written as null (JSON has no NaN or infinity).
   std::string dump(int indent = 2) const;
 
   size_t offset() const { return offset_; }
