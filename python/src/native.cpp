@@ -13,6 +13,7 @@
 #include "weft/model/tiling.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/auto.hpp"
+#include "weft/plan/plan_bounds.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/runtime/communicator.hpp"
@@ -59,7 +60,13 @@ NB_MODULE(_native, m) {
     return nb::bytes(id.bytes.data(), id.bytes.size());
   }, "A fresh NCCL bootstrap id (made on one rank, sent to the others).");
 
-  nb::class_<weft::Communicator>(m, "Communicator")
+  nb::class_<weft::Communicator>(m, "Communicator",
+                                 "This process's rank of an NCCL communicator on one GPU, made collectively with "
+                                 "Communicator.from_unique_id (or, from PyTorch, weft.torch.init()).")
+      .def("__init__", [](weft::Communicator*) {
+        throw nb::type_error("weft.Communicator is made with weft.Communicator.from_unique_id(unique_id, rank, world_size, device) "
+                             "(rank 0 makes the id with weft.new_unique_id()), or from PyTorch with weft.torch.init()");
+      })
       .def_static(
           "from_unique_id",
           [](const nb::bytes& id, int rank, int world_size, int device) {
@@ -67,12 +74,14 @@ NB_MODULE(_native, m) {
           },
           "unique_id"_a, "rank"_a, "world_size"_a, "device"_a, nb::call_guard<nb::gil_scoped_release>(),
           "Collective: every rank calls it with the id rank 0 made.")
-      .def_prop_ro("rank", &weft::Communicator::rank)
-      .def_prop_ro("world_size", &weft::Communicator::world_size)
-      .def_prop_ro("device", &weft::Communicator::device)
-      .def_prop_ro("aborted", &weft::Communicator::aborted);
+      .def_prop_ro("rank", &weft::Communicator::rank, "This process's rank.")
+      .def_prop_ro("world_size", &weft::Communicator::world_size, "How many ranks.")
+      .def_prop_ro("device", &weft::Communicator::device, "The CUDA device this rank runs on.")
+      .def_prop_ro("aborted", &weft::Communicator::aborted, "Whether a stuck call aborted the communicator (it is unusable then).");
 
-  nb::class_<weft::Op>(m, "Op")
+  nb::class_<weft::Op>(m, "Op",
+                      "One GEMM and the communication that depends on it (ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm), made once per "
+                      "layer and run every step on pointers and a CUDA stream given as integers; weft/runtime/op.hpp is the reference.")
       .def(
           "__init__",
           [](weft::Op* self, weft::Communicator& comm, const std::string& op, int64_t n, int64_t k, int64_t max_rows,
@@ -90,8 +99,8 @@ NB_MODULE(_native, m) {
           },
           "communicator"_a, "op"_a, "n"_a, "k"_a, "max_rows"_a, "strategy"_a = "default", "device_wait_timeout_ms"_a = 0,
           "call_timeout_ms"_a = 0, nb::keep_alive<1, 2>(), "Collective: every rank makes its op with the same arguments.")
-      .def_prop_ro("strategy", &weft::Op::strategy)
-      .def_prop_ro("max_rows", [](const weft::Op& op) { return op.spec().max_rows; })
+      .def_prop_ro("strategy", &weft::Op::strategy, "The strategy asked for (\"default\" resolved to auto).")
+      .def_prop_ro("max_rows", [](const weft::Op& op) { return op.spec().max_rows; }, "The largest row count a call may pass.")
       .def(
           "run",
           [](weft::Op& op, uintptr_t a, uintptr_t b, uintptr_t c, int64_t rows, uintptr_t stream,
@@ -108,11 +117,14 @@ NB_MODULE(_native, m) {
           nb::call_guard<nb::gil_scoped_release>(), "Enqueues one call on the CUDA stream (an integer handle).")
       .def(
           "prepare", [](weft::Op& op, int64_t rows, const std::vector<std::vector<int>>& routing) { op.prepare(rows, routing); },
-          "rows"_a, "routing"_a = std::vector<std::vector<int>>{}, nb::call_guard<nb::gil_scoped_release>())
+          "rows"_a, "routing"_a = std::vector<std::vector<int>>{}, nb::call_guard<nb::gil_scoped_release>(),
+          "Plans and lowers a call of `rows` rows now, so that a later call can be captured in a CUDA graph; collective.")
       .def(
           "a_in_workspace",
           [](weft::Op& op, int64_t rows) { return reinterpret_cast<uintptr_t>(op.a_in_workspace(rows)); }, "rows"_a,
-          nb::call_guard<nb::gil_scoped_release>())
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Where a producer writes this rank's A for a call of `rows` rows so that nothing is copied in (an integer address; 0 "
+          "where the strategy reads A from the caller's memory); collective the first time.")
       .def(
           "output_rows",
           [](const weft::Op& op, int64_t rows, const std::vector<std::vector<int>>& routing) {
@@ -121,14 +133,14 @@ NB_MODULE(_native, m) {
             args.routing = routing;
             return op.output_rows(args);
           },
-          "rows"_a, "routing"_a = std::vector<std::vector<int>>{})
+          "rows"_a, "routing"_a = std::vector<std::vector<int>>{}, "Rows of the result of a call with these rows (and routing).")
       .def(
           "describe_plan", [](weft::Op& op, int64_t rows) { return weft::to_string(op.plan(rows)); }, "rows"_a,
           nb::call_guard<nb::gil_scoped_release>(), "The plan a call of `rows` rows runs, as text (collective the first time).")
       .def("finish", [](weft::Op& op, uintptr_t stream) { op.finish(stream_from(stream)); }, "stream"_a,
-           nb::call_guard<nb::gil_scoped_release>())
-      .def("check", &weft::Op::check)
-      .def("diagnose", &weft::Op::diagnose);
+           nb::call_guard<nb::gil_scoped_release>(), "Waits (bounded) until the stream is done, then raises what went wrong in the op's calls.")
+      .def("check", &weft::Op::check, "Raises weft.DeviceWaitTimeout if a device-side wait of an earlier call gave up; never waits.")
+      .def("diagnose", &weft::Op::diagnose, "Which waits of the last call are unmet, with the signals' values (for a stuck call).");
 
   weft::python::bind_torch_ops(m);
 
@@ -148,6 +160,7 @@ NB_MODULE(_native, m) {
       "choose_strategy",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& machine, const std::string& tuning) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
         weft::check_problem(p);
         weft::PlanOptions o;
@@ -162,8 +175,12 @@ NB_MODULE(_native, m) {
       "describe_plan",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
-        const weft::Plan plan = weft::make_plan(weft::find_strategy(strategy), p);
+        weft::check_problem(p);
+        const weft::Strategy& chosen = weft::find_strategy(strategy);
+        weft::require_plan_fits(p, weft::resolve_options(chosen, p, {}));
+        const weft::Plan plan = weft::make_plan(chosen, p);
         weft::require_valid(plan);
         return weft::to_string(plan);
       },

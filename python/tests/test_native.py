@@ -79,3 +79,31 @@ def test_a_malformed_unique_id_is_a_value_error():
 def test_with_a_gpu_a_world_of_one_is_made():
     comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, 0)
     assert comm.world_size == 1 and comm.rank == 0 and comm.device == 0 and not comm.aborted
+
+
+def test_plans_are_held_to_the_tools_bounds():
+    # The bounds weft's tool holds plans to (weft/plan/plan_bounds.hpp), named, before anything is laid out.
+    with pytest.raises(ValueError, match="1 to 64 ranks"):
+        weft.describe_plan("gemm_ar", 256, 128, 64, 5000, "sequential")
+    with pytest.raises(ValueError, match="1 to 64 ranks"):
+        weft.choose_strategy("ag_gemm", 1024, 4096, 4096, 100000)
+    with pytest.raises(ValueError, match="m=4611686018427387904 must be between 1 and"):
+        weft.describe_plan("gemm_ar", 2 ** 62, 128, 64, 2, "sequential")
+    with pytest.raises(ValueError, match="GEMM tile entries"):
+        weft.describe_plan("gemm_ar", 2 ** 24, 2 ** 24, 64, 2, "sequential")
+    with pytest.raises(ValueError, match="routed rows"):
+        weft.describe_plan("gemm_a2a", 2 ** 23, 128, 64, 2, "sequential")
+
+
+def test_the_native_classes_say_what_they_are():
+    for thing in (weft.Communicator, weft.Op, weft.Op.run, weft.Op.finish, weft.Communicator.from_unique_id, weft.describe_plan,
+                  weft.choose_strategy, weft.strategies):
+        assert thing.__doc__ and len(thing.__doc__) > 20, thing
+    with pytest.raises(TypeError, match="from_unique_id"):
+        weft.Communicator()
+
+
+def test_weft_torch_without_torch_names_the_extra():
+    code = "import sys; sys.modules['torch'] = None\ntry:\n    import weft.torch\nexcept ModuleNotFoundError as e:\n    print(e)\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "weft[torch]" in done.stdout, done.stdout + done.stderr

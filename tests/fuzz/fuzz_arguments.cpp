@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (spec.name == "plan" || spec.name == "simulate") {
       const weft::Problem problem = weft::cli::problem_from(args);
       const weft::PlanOptions options = weft::cli::plan_options_from(args);
-      weft::cli::require_plan_fits(problem, options);
+      weft::require_plan_fits(problem, options);
     } else if (spec.name == "check") {
       weft::cli::ops_from(args);
       weft::cli::strategies_from(args);

@@ -173,18 +173,6 @@ Problem problem_from(const Arguments& args) {
   return p;
 }
 
-void require_plan_fits(const Problem& p, const PlanOptions& o) {
-  // The GEMM tile entries of all ranks' plans (each rank's GEMMs cover at most its A rows, or the
-  // gathered rows, by N), with the smallest tile the options allow.
-  const int64_t rows = p.op == OpKind::ag_gemm ? p.m * p.world_size : std::max(a_rows(p), output_rows(p, 0));
-  const double tiles = static_cast<double>(p.world_size) * std::ceil(static_cast<double>(rows) / o.tile_m) *
-                       std::ceil(static_cast<double>(p.n) / o.tile_n);
-  if (tiles > static_cast<double>(kMaxPlanTileEntries))
-    throw std::invalid_argument("this plan would hold about " + std::to_string(static_cast<int64_t>(tiles)) + " GEMM tile entries over its " +
-                                std::to_string(p.world_size) + " ranks, more than the " + std::to_string(kMaxPlanTileEntries) +
-                                " weft lays out on the CPU: use a larger --tile or smaller --m/--n");
-}
-
 std::vector<OpKind> ops_from(const Arguments& args) {
   const std::vector<std::string> names = args.list("op", {});
   if (names.empty()) return all_ops();

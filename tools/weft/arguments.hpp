@@ -1,6 +1,8 @@
 // Command-line options of the `weft` tool: --name value pairs and --flags, parsed once, read by name.
 #pragma once
 
+#include "weft/plan/plan_bounds.hpp"
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -38,9 +40,6 @@ class Arguments {
 // --op, --m, --n, --k, --world, --seed (routing for gemm_a2a, choices for the MoE ops), --experts,
 // --topk (the MoE ops), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
-// Throws std::invalid_argument when the plans of `problem` would be too large to lay out on the CPU
-// (kMaxPlanTileEntries GEMM tile entries over all ranks, with the options' tile).
-void require_plan_fits(const Problem& problem, const PlanOptions& options);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 std::vector<OpKind> ops_from(const Arguments& args);
 std::vector<std::string> strategies_from(const Arguments& args);

@@ -3,6 +3,8 @@
 // prints the command's table.
 #pragma once
 
+#include "weft/plan/plan_bounds.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -37,13 +39,6 @@ const CommandSpec& find_command(const std::string& name);
 // The help of one command: summary, details, options with their values, ranges and help.
 std::string command_help(const CommandSpec& spec);
 
-// Bounds the CPU-side commands hold plans to: world sizes (a plan lays out every rank), and the
-// GEMM tile entries of a plan over all ranks (each is ~100 bytes; the reference run is far smaller).
-constexpr int64_t kMaxPlanWorld = 64;
-constexpr int64_t kMaxPlanTileEntries = int64_t{1} << 21;
-constexpr int64_t kMaxDimension = int64_t{1} << 24;
-// Routed rows (world x m x topk) a CPU plan draws a routing for: 4M, far beyond a real batch (8
-// ranks x 16k tokens x top-8 is 1M), and drawn in well under a second, sanitizers included.
-constexpr int64_t kMaxRoutedRows = int64_t{1} << 22;
+// The bounds the CPU-side commands hold plans to: weft/plan/plan_bounds.hpp (kMaxPlanWorld, ...).
 
 }  // namespace weft::cli

@@ -7,6 +7,12 @@
     mlp = weft.torch.TensorParallelMLP(4096, 14336)     # forward and backward through weft
 """
 
+try:
+    import torch as _torch  # noqa: F401
+except ModuleNotFoundError as e:
+    raise ModuleNotFoundError("weft.torch needs PyTorch (>= 2.7.1, built with CUDA): pip install 'weft[torch]', "
+                              "or install torch for your CUDA first; weft itself (import weft) works without it") from e
+
 from .comm import communicator, init, is_initialized, process_group, world_size
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
 from .ops import check_errors, strategy_id, symmetric_input, synchronize
