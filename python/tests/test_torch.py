@@ -198,6 +198,16 @@ def test_a_model_compiles_fullgraph_and_equals_eager():
         return torch.ops.weft.gemm_ar(y, w1) * 0.5
 
     eager = step(x, w1, w2)
+    # Eager against the float64 references, stage by stage (each from the previous stage's bf16 result),
+    # so that compiled-vs-eager compares with a checked result, not weft with weft alone.
+    h = torch.ops.weft.ag_gemm(x, w1)
+    checking.assert_close(h, *expected("ag_gemm", x, w1), what="eager ag_gemm")
+    g = torch.nn.functional.gelu(h)
+    y = torch.ops.weft.gemm_rs(g, w2)
+    checking.assert_close(y, *expected("gemm_rs", g, w2), what="eager gemm_rs")
+    z = torch.ops.weft.gemm_ar(y, w1)
+    checking.assert_close(z, *expected("gemm_ar", y, w1), what="eager gemm_ar")
+    assert torch.equal(eager, z * 0.5)
     compiled = torch.compile(step, fullgraph=True)(x, w1, w2)
     assert compiled.shape == eager.shape
     assert rel(compiled, eager) < TOLERANCE
