@@ -1,5 +1,7 @@
+#include "common/text_file.hpp"
 #include "characterize.hpp"
 
+#include <sstream>
 #include <algorithm>
 #include <barrier>
 #include <cstdio>
@@ -145,7 +147,7 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
     }
   }
   if (!o.csv_path.empty()) {
-    std::ofstream csv(o.csv_path);
+    std::ostringstream csv;
     csv << "row,world,m,n,k,t_gemm_ms,t_rows_w_ms,t_rows_w2_ms,t_k_w_ms,t_k_w2_ms,t_copies_ms,t_nccl_ms,t_gemm_with_copies_ms,"
            "t_gemm_with_nccl_ms,dil_rows_w,dil_rows_w2,dil_k_w,dil_k_w2,cil_copies,cil_nccl\n";
     for (const Row& r : rows) {
@@ -155,6 +157,9 @@ void run_characterize(const BenchSuite& suite, const CharacterizeOptions& o) {
       for (int i = 0; i < 4; ++i) csv << ',' << r.dil(i);
       csv << ',' << r.cil_copies() << ',' << r.cil_nccl() << '\n';
     }
+    OutputFile file(o.csv_path, "CSV file");
+    file.write(csv.str());
+    file.close();  // throws where a write failed
   }
 }
 

@@ -10,8 +10,10 @@
 //   peer     : the chosen tile storing every tile into a second, symmetric buffer with a
 //              system-scope notify each, as fused gemm_rs stores to a peer (on one GPU the buffer
 //              is this GPU's own: the kernel's path and the notify, not NVLink, are what is timed).
+#include "common/text_file.hpp"
 #include "gemm_bench.hpp"
 
+#include <optional>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -132,7 +134,10 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
 
   const std::vector<OverlapGemmConfig> configs = overlap_gemm_configs();
-  std::FILE* csv = o.csv_path.empty() ? nullptr : std::fopen(o.csv_path.c_str(), "w");
+  // Opened before the timing; every write is checked when it is closed (OutputFile).
+  std::optional<OutputFile> csv_file;
+  if (!o.csv_path.empty()) csv_file.emplace(o.csv_path, "CSV file");
+  std::FILE* csv = csv_file ? csv_file->stream() : nullptr;
   if (csv) {
     std::fprintf(csv, "row,m,n,k,library_ms");
     for (OverlapGemmConfig c : configs) std::fprintf(csv, ",empty_ms_%s", to_string(c).c_str());
@@ -273,7 +278,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
                    ratio, best_ratio, overhead, peer_overhead, error_empty, error_notify);
     }
   }
-  if (csv) std::fclose(csv);
+  if (csv_file) csv_file->close();
   if (!chosen_ratios.empty()) {
     auto min_of = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
     std::printf("\noverlap GEMM (empty table, chosen tile) / cuBLASLt throughput over %zu shapes: median %.3f, min %.3f\n",

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 
 #include "measure.hpp"
+#include "common/text_file.hpp"
 #include "heuristic_judgement.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
@@ -89,16 +91,21 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
     doc["iterations"] = o.iterations;
     doc["inputs"] = "the caller's: A, B in ordinary device memory, C into the caller's buffer, copies included (t_in_place_ms: A already in symmetric memory)";
     doc["rows"] = Json(std::move(list));
-    std::ofstream(o.json_path) << Json(std::move(doc)).dump() << "\n";
+    OutputFile file(o.json_path, "JSON results");
+    file.write(Json(std::move(doc)).dump() + "\n");
+    file.close();  // throws where a write failed
   }
   if (!o.csv_path.empty()) {
-    std::ofstream csv(o.csv_path);
+    std::ostringstream csv;
     csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
     for (const auto& r : rows)
       csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
           << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
           << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
           << (r.verified ? "yes" : "no") << ',' << r.host_us << ',' << r.host_back_to_back_us << '\n';
+    OutputFile file(o.csv_path, "CSV file");
+    file.write(csv.str());
+    file.close();  // throws where a write failed
   }
 }
 

@@ -1,5 +1,7 @@
+#include "common/text_file.hpp"
 #include "kernels_bench.hpp"
 
+#include <optional>
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -197,10 +199,12 @@ class Cases {
 }  // namespace
 
 int run_kernels_bench(const std::vector<BenchSuite>& suites, const KernelsBenchOptions& o) {
+  // Opened before the timing; every write is checked when it is closed (OutputFile).
+  std::optional<OutputFile> csv_file;
   std::FILE* csv = nullptr;
   if (!o.csv_path.empty()) {
-    csv = std::fopen(o.csv_path.c_str(), "w");
-    if (csv == nullptr) throw std::runtime_error("cannot write " + o.csv_path);
+    csv_file.emplace(o.csv_path, "CSV file");
+    csv = csv_file->stream();
     std::fprintf(csv, "suite,row,world,kernel,shape,mib,kernel_ms,kernel_gbps,memcpy_ms,memcpy_gbps,fraction,difference,check\n");
   }
   std::printf("the roofline of each kernel: cudaMemcpyAsync device to device moving the same bytes (read + written), timed interleaved;\n"
@@ -286,7 +290,7 @@ int run_kernels_bench(const std::vector<BenchSuite>& suites, const KernelsBenchO
                 100 * fractions[fractions.size() / 2], 100 * fractions.back());
   }
   cudaStreamDestroy(stream);
-  if (csv) std::fclose(csv);
+  if (csv_file) csv_file->close();
   return failed;
 }
 

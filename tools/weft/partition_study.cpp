@@ -1,5 +1,7 @@
+#include "common/text_file.hpp"
 #include "partition_study.hpp"
 
+#include <sstream>
 #include <algorithm>
 #include <barrier>
 #include <cmath>
@@ -240,11 +242,14 @@ int run_partition_study(const BenchSuite& suite, const PartitionStudyOptions& o)
     std::printf("searched partition: %.1f%% of the best measured partition's speed on average over %d rows\n",
                 100.0 * searched_over_best_sum / rows_compared, rows_compared);
   if (!o.csv_path.empty()) {
-    std::ofstream csv(o.csv_path);
+    std::ostringstream csv;
     csv << "row,world,partition,predicted_ms,measured_ms,searched\n";
     for (const Timed& t : all)
       csv << '"' << t.row << "\"," << t.world << ",\"" << to_string(t.partition) << "\"," << t.predicted_ms << ',' << t.measured_ms
           << ',' << (t.searched ? "yes" : "no") << '\n';
+    OutputFile file(o.csv_path, "CSV file");
+    file.write(csv.str());
+    file.close();  // throws where a write failed
   }
   return failures;
 }

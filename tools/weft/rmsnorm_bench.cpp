@@ -1,5 +1,7 @@
+#include "common/text_file.hpp"
 #include "rmsnorm_bench.hpp"
 
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -35,10 +37,12 @@ DeviceRegion region_in(void* base, const BufferDecl& decl, const Rect& box) {
 
 int run_rmsnorm_bench(const std::vector<BenchSuite>& suites, const RmsnormBenchOptions& o) {
   const Strategy& signal = find_strategy("signal");
+  // Opened before the timing; every write is checked when it is closed (OutputFile).
+  std::optional<OutputFile> csv_file;
   std::FILE* csv = nullptr;
   if (!o.csv_path.empty()) {
-    csv = std::fopen(o.csv_path.c_str(), "w");
-    if (csv == nullptr) throw std::runtime_error("cannot write " + o.csv_path);
+    csv_file.emplace(o.csv_path, "CSV file");
+    csv = csv_file->stream();
     std::fprintf(csv, "suite,row,op,world,map,rows,cols,plain_ms,fused_ms,overhead,restore_and_plain_ms,difference\n");
   }
   std::printf("%-20s %-9s %-6s %13s %10s %10s %9s %14s %10s\n", "row", "op", "map", "rows x cols", "plain ms", "fused ms", "overhead",
@@ -124,7 +128,7 @@ int run_rmsnorm_bench(const std::vector<BenchSuite>& suites, const RmsnormBenchO
                      static_cast<long long>(c.cols), ms[0], ms[1], overhead, ms[2], difference);
     }
   cudaStreamDestroy(stream);
-  if (csv) std::fclose(csv);
+  if (csv_file) csv_file->close();
   return failed;
 }
 

@@ -1,5 +1,7 @@
+#include "common/text_file.hpp"
 #include "tilelink_bench.hpp"
 
+#include <optional>
 #include <algorithm>
 #include <barrier>
 #include <cstdio>
@@ -94,7 +96,10 @@ int run_tilelink_bench(const TilelinkBenchOptions& o) {
   const int64_t rows = std::max<int64_t>(o.copy_mib * (1 << 20) / (kCols * 2), 1);
   const double bytes = static_cast<double>(rows * kCols * 2);
   int failures = 0;
-  std::FILE* csv = o.csv_path.empty() ? nullptr : std::fopen(o.csv_path.c_str(), "w");
+  // Opened before the timing; every write is checked when it is closed (OutputFile).
+  std::optional<OutputFile> csv_file;
+  if (!o.csv_path.empty()) csv_file.emplace(o.csv_path, "CSV file");
+  std::FILE* csv = csv_file ? csv_file->stream() : nullptr;
   if (csv) std::fprintf(csv, "table,what,ctas_or_comm_sms,m,n,k,ms,gb_per_s,fraction,extra_ms,extra\n");
 
   // 1. The companion's copy bandwidth against its CTAs: local (HBM read + write) and pulled from a peer.
@@ -215,7 +220,7 @@ int run_tilelink_bench(const TilelinkBenchOptions& o) {
     }
   }
   cudaStreamDestroy(stream);
-  if (csv) std::fclose(csv);
+  if (csv_file) csv_file->close();
   std::printf("\nslowdown: GEMM beside the copy against the longer of the two alone (1.0: no contention)\n");
   return failures;
 }
