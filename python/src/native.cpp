@@ -155,7 +155,7 @@ NB_MODULE(_native, m) {
     return all;
   }, "(name, paper, description, ops) of every strategy.");
   m.def("default_strategy", [](const std::string& op, int world_size) { return weft::default_strategy(weft::parse_op(op), world_size); },
-        "op"_a, "world_size"_a);
+        "op"_a, "world_size"_a, "The strategy \"default\" stands for (auto, which chooses per call shape).");
   m.def(
       "choose_strategy",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& machine, const std::string& tuning) {

@@ -97,7 +97,7 @@ def test_plans_are_held_to_the_tools_bounds():
 
 def test_the_native_classes_say_what_they_are():
     for thing in (weft.Communicator, weft.Op, weft.Op.run, weft.Op.finish, weft.Communicator.from_unique_id, weft.describe_plan,
-                  weft.choose_strategy, weft.strategies):
+                  weft.choose_strategy, weft.strategies, weft.default_strategy, weft.new_unique_id):
         assert thing.__doc__ and len(thing.__doc__) > 20, thing
     with pytest.raises(TypeError, match="from_unique_id"):
         weft.Communicator()
