@@ -1,8 +1,11 @@
-"""The shape rules every call is checked against before a launch, and the torch ops' fake shapes."""
+"""The shape rules of weft.shapes, and the row buckets the torch ops make their ops with."""
 
 import pytest
 
-from weft.shapes import OPS, check_operands, max_rows_bucket, output_shape
+from weft import _native
+from weft.shapes import OPS, check_operands, output_shape
+
+max_rows_bucket = _native.max_rows_bucket  # the torch ops' row buckets (python/src/torch_ops.cpp)
 
 
 def test_every_op_has_its_output_shape():

@@ -1,5 +1,6 @@
-"""What each op takes and gives, as shapes: the one description the checks before a launch and the
-fake (meta) implementations of the torch ops share. No torch, no GPU.
+"""What each op takes and gives, as shapes, in Python: weft.output_shape and the argument checks of
+code that wants them before calling an op (the torch ops check their arguments in C++,
+python/src/torch_ops.cpp). No torch, no GPU.
 
 Per op (A [rows, k] on every rank, B [n, k], W ranks; include/weft/runtime/op.hpp is the reference):
     ag_gemm : C [W * rows, n]  = gather(A) B^T
@@ -55,13 +56,3 @@ def output_shape(op, a_shape, b_shape, world_size, received_rows=None):
     if received_rows is None:
         raise ValueError(f"weft.{op}: the output's rows depend on the routing")
     return (received_rows, n)
-
-
-def max_rows_bucket(op, rows, world_size):
-    """The max_rows an op is made with for a call of `rows` rows: the next power of two (a multiple of
-    the world size for gemm_rs), so that a few ops cover every row count a model calls with."""
-    per_rank = -(-rows // world_size) if op == "gemm_rs" else rows
-    bucket = 1
-    while bucket < per_rank:
-        bucket *= 2
-    return bucket * world_size if op == "gemm_rs" else bucket

@@ -13,15 +13,19 @@
 // bind_output() (directly where the output is a whole plain buffer, else copied there at the end of
 // the call); everything else lives in the workspace.
 //
-// One call (run): counters reset, then a device-side barrier where the plan reaches peers (a peer
-// may still read what this call overwrites; SignalSet::barrier: a one-warp kernel on symmetric
-// arrival words, no NCCL call), symmetric inputs copied in and a second barrier (peers read them
-// from the start), then every plan stream forks from the caller's stream,
-// runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back.
+// One call (run): the plan's counters reset (where it has signals), then a device-side barrier where
+// the plan reaches peers (a peer may still read what this call overwrites; SignalSet::barrier: a
+// one-warp kernel on symmetric arrival words, no NCCL call), symmetric inputs copied in and a second
+// barrier (peers read them from the start), then every plan stream forks from the caller's stream,
+// runs its steps (each step's waits as stream waits, cuStreamWaitValue64: no SM), and joins back; a
+// plan of one stream runs its steps on the caller's stream itself. Calls in flight are bounded
+// (ExecutorOptions::max_calls_in_flight) except where a call cannot wait on anything (no signals,
+// no peers, no collective between ranks), which can neither hang nor hold a peer.
 // Nothing in a call waits on the host, so a call can be captured into a CUDA graph and replayed;
 // capture after one eager call (or prepare()) so that nothing is allocated while capturing. The
 // executor does so itself (ExecutorOptions::replay_calls): a call whose bindings repeat the last
-// call's is captured once and replayed, so that its enqueue is one graph launch.
+// call's is captured once and replayed, so that its enqueue is one graph launch (not a call that is
+// one operation anyway: a graph launch is no cheaper).
 //
 // Lowering, one function per step kind (src/runtime/lowering/): GEMM -> cuBLASLt for plain tile
 // tables, the overlap GEMM for tables with waits, notifies or remapped stores; copy ->

@@ -16,7 +16,8 @@
 // Each op's sequential equivalent is the `sequential` strategy: cuBLASLt GEMM, then the NCCL
 // collective (before it, for ag_gemm and a2a_gemm), on one stream.
 //
-// Timeline of a call on `stream`: the counters of the op's signals reset, a device barrier where the
+// At world 1 a call is its GEMM alone, from a into c, on `stream` (make_plan; nothing symmetric, no
+// copy), whatever the strategy. Otherwise, the timeline of a call on `stream`: the counters of the op's signals reset, a device barrier where the
 // strategy reaches peers' memory, the caller's A shard copied into symmetric memory where the
 // strategy gathers from there, and a second barrier (unless the producer wrote it in place:
 // a_in_workspace; then a barrier at the end of the call instead), then the

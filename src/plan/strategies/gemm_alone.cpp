@@ -1,7 +1,7 @@
 // A world of one: nothing to communicate, so every op is its GEMM, from the caller's A straight into
 // C. gemm_a2a and a2a_gemm route every row to rank 0 in order, so they are the same GEMM. make_plan
 // gives this plan at world 1 whatever the strategy (PlanOptions::keep_strategy_at_world_one keeps the
-// strategy's own plan, to study its machinery on one GPU); sequential builds it there too.
+// strategy's own plan, to study its machinery on one GPU).
 #include "builder_support.hpp"
 
 namespace weft {
