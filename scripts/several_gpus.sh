@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The several-GPU run: one call of this per machine does every world size it is given, stage by
+# stage, and writes a progress line per step (for scripts/device_session.sh, which keeps it running
+# across device-tool calls). Usage:
+#   WORLDS="4 2" STAGES=tests,python,bench,suites,torch,nccl-only bash scripts/several_gpus.sh
+# WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES (default: all):
+#   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
+#              under torchrun with W ranks, the GPU command-line tests once
+#   python     pytest -m gpu under torchrun with W ranks
+#   bench      weft bench --suite default, every strategy and auto
+#   suites     weft bench over the paper suites (flux_gpt3, tilelink_mlp, tilelink_moe_tp,
+#              flashoverlap_ar) and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
+#   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP)
+#   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
+#              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
+#              network rounds run for real)
+#   endurance  10,000 back-to-back calls per op and strategy, eager and replayed (weft_endurance)
+#   faults     scripts/fault_drill.sh: a rank killed, a rank that skips a call, a rank with other shapes
+#   simulate   weft simulate --check-results over this run's bench rows
+# Logs and results go under $OUT/wW/; the progress lines to $OUT/progress.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+unset CC CXX CUDAHOSTCXX
+out=${OUT:-out}; mkdir -p "$out"
+progress="$out/progress"
+gpus=$(nvidia-smi -L | wc -l)
+worlds=${WORLDS:-$gpus}
+stages=${STAGES:-tests,python,bench,torch,suites,nccl-only,endurance,faults,simulate}
+wants() { [[ ",$stages," == *",$1,"* ]]; }
+say() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$progress"; }
+timed() {  # timed LABEL LOG SECONDS CMD...: runs CMD bounded, logs, says the exit code and the time
+  local label=$1 log=$2 limit=$3; shift 3
+  local t0=$(date +%s)
+  timeout -s KILL "$limit" "$@" > "$log" 2>&1
+  local code=$?
+  say "$label: exit $code after $(( $(date +%s) - t0 )) s"
+  return $code
+}
+visible() { seq -s, 0 $(( $1 - 1 )); }
+
+nvidia-smi -L > "$out/gpus.txt"; nvidia-smi topo -m >> "$out/gpus.txt" 2>&1
+say "machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); worlds: $worlds; stages: $stages; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" > "$out/configure.log" 2>&1 ||
+  { say "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+timed "build" "$out/build.log" 900 cmake --build build-device || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
+weft=./build-device/weft
+binary=build-device/tests/gpu/weft_gpu_tests
+export PYTHONPATH="$PWD/build-device/python:$PWD/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
+status=0
+
+if wants tests; then
+  timed "GPU command-line tests (GPU 0)" "$out/cli_gpu_tests.log" 300 ctest --test-dir build-device -L gpu -R 'weft_cli_gpu' --timeout 120 --output-on-failure || status=1
+  say "  $(grep -E 'tests passed|tests failed' "$out/cli_gpu_tests.log" | tail -1)"
+fi
+
+for w in $worlds; do
+  [ "$w" -le "$gpus" ] || { say "world $w: only $gpus GPUs, skipped"; continue; }
+  d="$out/w$w"; mkdir -p "$d"
+  cvd=$(visible "$w")
+  if wants tests; then
+    WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" 420 $binary --gtest_filter='-*Thousand*' || status=1
+    say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
+    WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
+    say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
+      torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_multiprocess_check || status=1
+    say "  $(grep -c ' ok' "$d/multiprocess.log") ok lines, $(grep -c MISMATCH "$d/multiprocess.log") mismatches"
+  fi
+  if wants python; then
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" 600 \
+      torchrun --standalone --nproc_per_node=$w -m pytest -q -p no:cacheprovider -m gpu python/tests || status=1
+    say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
+  fi
+  if wants bench; then
+    timed "world $w weft bench default" "$d/bench_default.txt" 900 $weft bench --world $w --suite default --json "$d/bench_default.json" \
+      --csv "$d/bench_default.csv" --machine bench/machines/h200.json || status=1
+  fi
+  if wants torch; then
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
+      torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
+  fi
+  if wants suites; then
+    for suite in tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp; do
+      timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $weft bench --world $w --suite $suite --json "$d/bench_$suite.json" \
+        --csv "$d/bench_$suite.csv" --machine bench/machines/h200.json || status=1
+    done
+    timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $weft bench --world $w --suite flux_gpt3 --op ag_gemm \
+      --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
+      --csv "$d/bench_flux_gpt3_ficco.csv" --machine bench/machines/h200.json || status=1
+  fi
+  if wants nccl-only; then
+    ( export WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+      WEFT_TEST_WORLD=$w timed "world $w NCCL-only op tests" "$d/nccl_only_tests.log" 420 $binary \
+        --gtest_filter='*OpOnCallerBuffers*:Op.*:OpGraph.*:*ExecutorMatchesReference*:-*Thousand*'
+      say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/nccl_only_tests.log" | tr '\n' ' ')"
+      timed "world $w NCCL-only bench" "$d/nccl_only_bench.txt" 600 $weft bench --world $w --suite default \
+        --strategy sequential,signal,two_level,decomposed,chunked,auto --csv "$d/nccl_only_bench.csv" --machine bench/machines/h200.json ) || status=1
+  fi
+  if wants endurance && [ -x build-device/tests/gpu/weft_endurance ]; then
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w endurance (10,000 calls per op x strategy, eager and replayed)" "$d/endurance.log" 900 \
+      torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_endurance --calls ${ENDURANCE_CALLS:-10000} || status=1
+    grep -E "^rank 0:" "$d/endurance.log" | tail -40 >> "$progress"
+  fi
+  if wants faults && [ -f scripts/fault_drill.sh ]; then
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w fault drill" "$d/faults.log" 600 bash scripts/fault_drill.sh $w || status=1
+    grep -E "^drill" "$d/faults.log" >> "$progress"
+  fi
+  if wants simulate; then
+    timed "world $w simulate vs measured" "$d/simulate_check.txt" 300 $weft simulate --check-results "$d" --machine bench/machines/h200.json || true
+    tail -3 "$d/simulate_check.txt" >> "$progress"
+  fi
+done
+say "several_gpus: done, status $status"
+exit $status
