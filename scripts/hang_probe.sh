@@ -1,20 +1,44 @@
 #!/usr/bin/env bash
-# Runs one GPU test binary case repeatedly; when a run outlives its limit, prints every thread's
-# host stack (gdb) before killing it, so a hang shows where the host is blocked.
-#   bash scripts/hang_probe.sh BINARY FILTER [REPEATS] [LIMIT_S]
+# Runs a command; when it outlives its limit, prints every thread's host stack (cuda-gdb or gdb)
+# before killing it, so a hang shows where the host is blocked.
+#   bash scripts/hang_probe.sh BINARY FILTER [REPEATS] [LIMIT_S]   one GPU test case, REPEATS times
+#   bash scripts/hang_probe.sh --command LIMIT_S LOG -- CMD...      any command, once
 set -u
-binary=$1 filter=$2 repeats=${3:-3} limit=${4:-40}
-for i in $(seq "$repeats"); do
-  "$binary" --gtest_filter="$filter" > "${OUT:-/tmp}/probe_$i.log" 2>&1 &
-  pid=$!
+stacks() {  # stacks PID: the filtered stacks; the debugger's whole output goes to ${OUT:-/tmp}/stacks_PID.txt
+  local debugger raw="${OUT:-/tmp}/stacks_$1.txt"
+  debugger=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+  timeout -s KILL 120 "$debugger" -p "$1" -batch -ex "info threads" -ex "thread apply all bt 25" > "$raw" 2>&1
+  if grep -qE "^#[0-9]" "$raw"; then
+    grep -E "^Thread|^#" "$raw" | grep -v "?? ()" | cut -c1-200 | head -160
+  else
+    echo "($debugger printed no stack; its last lines:)"; tail -15 "$raw"
+  fi
+}
+probe() {  # probe LIMIT_S LOG CMD...: 0 when CMD ends in time (its code in $probe_code), 1 when it hung
+  local limit=$1 log=$2; shift 2
+  "$@" > "$log" 2>&1 &
+  local pid=$!
   for _ in $(seq $((limit * 2))); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
   if kill -0 $pid 2>/dev/null; then
-    echo "run $i: still running after ${limit}s; host stacks:"
-    debugger=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
-    "$debugger" -p $pid -batch -ex "thread apply all bt 25" 2>/dev/null | grep -E "^Thread|^#" | grep -v "?? ()" | cut -c1-200 | head -120
+    echo "still running after ${limit}s: $*; host stacks:"
+    stacks $pid
     kill -9 $pid; wait $pid 2>/dev/null
-    break
+    return 1
+  fi
+  wait $pid; probe_code=$?
+  return 0
+}
+if [ "${1:-}" = --command ]; then
+  limit=$2 log=$3; shift 3; [ "${1:-}" = -- ] && shift
+  probe "$limit" "$log" "$@" && echo "exit $probe_code after less than ${limit}s: $*"
+  exit 0
+fi
+binary=$1 filter=$2 repeats=${3:-3} limit=${4:-40}
+for i in $(seq "$repeats"); do
+  log="${OUT:-/tmp}/probe_$i.log"
+  if probe "$limit" "$log" "$binary" --gtest_filter="$filter"; then
+    echo "run $i: exit $probe_code"; tail -3 "$log"
   else
-    wait $pid; echo "run $i: exit $?"; tail -3 "${OUT:-/tmp}/probe_$i.log"
+    break
   fi
 done

@@ -4,6 +4,7 @@
 # across device-tool calls). Usage:
 #   WORLDS="4 2" STAGES=tests,python,bench,suites,torch,nccl-only bash scripts/several_gpus.sh
 # WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES (default: all):
+#   probe      the world-4 hang of 2026-11-26 under scripts/hang_probe.sh (host stacks if it hangs)
 #   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
 #              under torchrun with W ranks, the GPU command-line tests once
 #   python     pytest -m gpu under torchrun with W ranks
@@ -25,7 +26,7 @@ out=${OUT:-out}; mkdir -p "$out"
 progress="$out/progress"
 gpus=$(nvidia-smi -L | wc -l)
 worlds=${WORLDS:-$gpus}
-stages=${STAGES:-tests,python,bench,torch,suites,nccl-only,endurance,faults,simulate}
+stages=${STAGES:-probe,tests,python,bench,torch,suites,nccl-only,endurance,faults,simulate}
 wants() { [[ ",$stages," == *",$1,"* ]]; }
 say() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$progress"; }
 timed() {  # timed LABEL LOG SECONDS CMD...: runs CMD bounded, logs, says the exit code and the time
@@ -39,7 +40,10 @@ timed() {  # timed LABEL LOG SECONDS CMD...: runs CMD bounded, logs, says the ex
 visible() { seq -s, 0 $(( $1 - 1 )); }
 
 nvidia-smi -L > "$out/gpus.txt"; nvidia-smi topo -m >> "$out/gpus.txt" 2>&1
-say "machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); worlds: $worlds; stages: $stages; commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# The device's copy of .git may lag the working tree: the sources' fingerprint says what was built
+# (the same command here gives the commit's).
+fingerprint=$(git ls-files -z src include tools bench/lib tests python/src python/weft scripts CMakeLists.txt | xargs -0 cat | sha1sum | cut -c1-12)
+say "machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); worlds: $worlds; stages: $stages; sources $fingerprint"
 cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" > "$out/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 timed "build" "$out/build.log" 900 cmake --build build-device || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
@@ -58,7 +62,12 @@ for w in $worlds; do
   d="$out/w$w"; mkdir -p "$d"
   cvd=$(visible "$w")
   if wants tests; then
-    WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" 420 $binary --gtest_filter='-*Thousand*' || status=1
+    # The call-timeout test hung at world 4 (2026-11-26) and took the whole process with it: it runs
+    # apart, under the hang probe, which prints the host stacks if it hangs again.
+    WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
+      bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
+    say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
+    WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" 420 $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*' || status=1
     say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
     WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
     say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
@@ -70,6 +79,17 @@ for w in $worlds; do
     CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" 600 \
       torchrun --standalone --nproc_per_node=$w -m pytest -q -p no:cacheprovider -m gpu python/tests || status=1
     say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
+  fi
+  if wants probe; then
+    # The world-4 hang of 2026-11-26 (weft bench, decomposed ag_gemm, one process, with and without
+    # replayed calls): device waits long enough that the host stacks show where each rank is.
+    printf '{"name": "probe", "description": "one AllGather row", "rows": [{"name": "MLP-1 AG", "op": "ag_gemm", "m": 8192, "n": 11008, "k": 4096, "source": "TileLink Table 4"}]}' > "$d/probe_suite.json"
+    for replay in 1 0; do
+      WEFT_REPLAY_CALLS=$replay WEFT_DEVICE_WAIT_TIMEOUT_MS=200000 WEFT_COLLECTIVE_TIMEOUT_S=150 OUT=$d bash scripts/hang_probe.sh --command 60 \
+        "$d/probe_bench_replay$replay.log" -- $weft bench --world $w --suite "$d/probe_suite.json" --strategy decomposed --iterations 5 --warmup 2 \
+        > "$d/probe_replay$replay.txt" 2>&1
+      say "world $w bench probe (WEFT_REPLAY_CALLS=$replay): $(head -1 "$d/probe_replay$replay.txt")"
+    done
   fi
   if wants bench; then
     timed "world $w weft bench default" "$d/bench_default.txt" 900 $weft bench --world $w --suite default --json "$d/bench_default.json" \
@@ -84,6 +104,8 @@ for w in $worlds; do
       timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $weft bench --world $w --suite $suite --json "$d/bench_$suite.json" \
         --csv "$d/bench_$suite.csv" --machine bench/machines/h200.json || status=1
     done
+    timed "world $w decomposed ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $weft bench --world $w --suite tilelink_mlp \
+      --op ag_gemm --strategy decomposed --ag-source push --csv "$d/bench_ag_push.csv" --machine bench/machines/h200.json || status=1
     timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $weft bench --world $w --suite flux_gpt3 --op ag_gemm \
       --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
       --csv "$d/bench_flux_gpt3_ficco.csv" --machine bench/machines/h200.json || status=1

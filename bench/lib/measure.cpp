@@ -17,8 +17,6 @@ DeviceBuffer::DeviceBuffer(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data, std
 
 namespace {
 
-constexpr int64_t kHangTimeoutMs = 30000;
-
 uint64_t buffer_seed(uint64_t seed, int rank, const std::string& name) {
   return seed * 1000003u + static_cast<uint64_t>(rank) * 7919u + std::hash<std::string>{}(name);
 }
@@ -35,12 +33,15 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
 }
 
 void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what) {
-  if (synchronize_with_timeout(stream, kHangTimeoutMs)) {
+  // The one bound of every wait for peers (WEFT_COLLECTIVE_TIMEOUT_S): a hang probe can then take
+  // the host stacks of a stuck run before it ends itself.
+  const int64_t limit_ms = Communicator::timeout_ms();
+  if (synchronize_with_timeout(stream, limit_ms)) {
     exec.check();
     return;
   }
-  std::fprintf(stderr, "weft bench: %s did not finish within %lld ms; unmet waits:\n%s", what.c_str(),
-               static_cast<long long>(kHangTimeoutMs), exec.diagnose().c_str());
+  std::fprintf(stderr, "weft bench: rank %d: %s did not finish within %lld ms; unmet waits:\n%s", exec.communicator().rank(), what.c_str(),
+               static_cast<long long>(limit_ms), exec.diagnose().c_str());
   std::fflush(stderr);
   std::_Exit(3);
 }

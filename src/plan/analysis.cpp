@@ -1,5 +1,7 @@
 #include "weft/plan/analysis.hpp"
 
+#include <sstream>
+
 namespace weft {
 
 std::map<std::pair<int, int>, CounterRaises> counter_raises(const Plan& plan) {
@@ -35,6 +37,47 @@ std::vector<std::vector<uint64_t>> single_writer_values(const Plan& plan, int ra
     }
   }
   return values;
+}
+
+std::set<int> peers_raising(const Plan& plan, int rank, int signal) {
+  std::set<int> peers;
+  const auto raises = counter_raises(plan);
+  const auto it = raises.find({rank, signal});
+  if (it == raises.end()) return peers;
+  for (const auto& [writer_rank, stream] : it->second.writers)
+    if (writer_rank != rank) peers.insert(writer_rank);
+  return peers;
+}
+
+std::string describe_raisers(const Plan& plan, int rank, int signal) {
+  // (rank, stream) -> the labels of its steps that raise the counter, in plan order.
+  std::map<std::pair<int, int>, std::vector<std::string>> raisers;
+  for (const RankPlan& rp : plan.ranks)
+    for (const Step& s : rp.steps) {
+      for (const Notify& n : s.notifies)
+        if (n.signal.rank == rank && n.signal.id == signal) raisers[{rp.rank, s.stream}].push_back(s.label);
+      if (const auto* g = std::get_if<GemmStep>(&s.body))
+        for (const GemmTile& t : g->tiles)
+          if (t.notify && t.notify->signal.rank == rank && t.notify->signal.id == signal) {
+            auto& labels = raisers[{rp.rank, kTileWriter}];
+            if (labels.empty() || labels.back() != s.label) labels.push_back(s.label);
+          }
+    }
+  if (raisers.empty()) return "raised by nobody";
+  std::ostringstream out;
+  out << "raised by ";
+  bool first = true;
+  for (const bool peers : {true, false})
+    for (const auto& [writer, labels] : raisers) {
+      if ((writer.first != rank) != peers) continue;
+      out << (first ? "" : "; ") << (writer.first == rank ? "this rank" : "rank " + std::to_string(writer.first)) << " ("
+          << (writer.second == kTileWriter ? std::string("GEMM tiles of") : "stream " + std::to_string(writer.second) + ":");
+      for (size_t i = 0; i < labels.size() && i < 3; ++i) out << (i ? ", '" : " '") << labels[i] << "'";
+      if (labels.size() > 3) out << " and " << labels.size() - 3 << " more";
+      out << ")";
+      first = false;
+    }
+  return out.str();
 }
 
 }  // namespace weft

@@ -482,10 +482,13 @@ void CudaExecutor::bind_output(void* data) {
   if (im.output_buffer >= 0) im.base[static_cast<size_t>(im.output_buffer)] = data;
 }
 
+std::string CudaExecutor::call_context() const { return describe(plan_.problem) + ", strategy " + plan_.strategy; }
+
 void CudaExecutor::check() {
   const WaitRecord e = impl_->workspace->take_error();
   if (!e.failed) return;
-  const std::string rank = "rank " + std::to_string(comm_.rank());
+  // Every message names the rank and the op (a process runs many), then the wait and the peer.
+  const std::string rank = "rank " + std::to_string(comm_.rank()) + " (" + call_context() + ")";
   const auto& names = rank_plan().signals;
   auto signal_name = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < names.size() ? names[static_cast<size_t>(id)] : std::string("?"); };
   if (e.source == tile::kWaitInBarrier)
@@ -530,7 +533,8 @@ void CudaExecutor::fail_stuck_call(const std::string& what) {
   im.signals->release_every_wait();
   comm_.abort("a call " + why);
   im.stuck = true;
-  throw CallTimeout("rank " + std::to_string(comm_.rank()) + ": " + why + "; the communicator was aborted. Unmet waits:\n" + diagnosis);
+  throw CallTimeout("rank " + std::to_string(comm_.rank()) + " (" + call_context() + "): " + why +
+                    "; the communicator was aborted. Unmet waits:\n" + diagnosis);
 }
 
 void CudaExecutor::run(cudaStream_t stream) {
@@ -687,9 +691,15 @@ std::string CudaExecutor::diagnose() const {
       ++unmet;
       out << "rank " << comm_.rank() << " stream " << low.step->stream << " step '" << low.step->label << "' waits for signal '"
           << rank_plan().signals[static_cast<size_t>(signal)] << "' (#" << signal << ") >= " << value << "; value is "
-          << values[static_cast<size_t>(signal)] << "\n";
+          << values[static_cast<size_t>(signal)] << ", " << describe_raisers(plan_, comm_.rank(), signal) << "\n";
     }
   if (unmet == 0) out << "rank " << comm_.rank() << ": every signal wait is met\n";
+  // NCCL's waits are inside its kernels: it cannot say which peer it waits for, only that one of the
+  // communicator's ranks has not joined the collective.
+  for (const Step& step : rank_plan().steps)
+    if (const auto* c = std::get_if<CollectiveStep>(&step.body))
+      out << "rank " << comm_.rank() << " stream " << step.stream << " step '" << step.label << "' is an NCCL " << to_string(c->kind)
+          << " over all " << comm_.world_size() << " ranks: if it has not completed, a rank has not joined it (late, gone, or in another call)\n";
   return out.str();
 }
 

@@ -29,6 +29,32 @@ TEST(PlanAnalysis, CountsEveryRaiseAndItsWriters) {
   EXPECT_EQ(counted, notified);
 }
 
+TEST(PlanAnalysis, AStuckWaitNamesThePeersThatRaiseItsCounter) {
+  // decomposed gemm_rs at world 4: rank 0's sum waits for slot s filled, which rank s pushes.
+  const Problem p{OpKind::gemm_rs, 512, 128, 64, 4, DType::bf16, DType::bf16, {}};
+  const Plan plan = plan_decomposed(p, PlanOptions{});
+  const RankPlan& rank0 = plan.ranks[0];
+  int checked = 0;
+  for (const Step& step : rank0.steps)
+    for (const Wait& w : step.waits) {
+      const std::set<int> peers = peers_raising(plan, 0, w.signal.id);
+      const std::string said = describe_raisers(plan, 0, w.signal.id);
+      const std::string& name = rank0.signals[static_cast<size_t>(w.signal.id)];
+      if (name.rfind("slot", 0) == 0) {
+        const int source = std::stoi(name.substr(4));
+        EXPECT_EQ(peers, std::set<int>{source}) << name;
+        EXPECT_NE(said.find("rank " + std::to_string(source) + " (stream"), std::string::npos) << said;
+        EXPECT_NE(said.find("push partial to rank 0"), std::string::npos) << said;
+        ++checked;
+      } else {
+        EXPECT_TRUE(peers.empty()) << name << " is raised by rank 0 alone";
+        EXPECT_EQ(said.rfind("raised by this rank", 0), 0u) << said;
+      }
+    }
+  EXPECT_EQ(checked, 3) << "rank 0 waits for the slots of its three peers";
+  EXPECT_EQ(describe_raisers(plan, 0, 12345), "raised by nobody");
+}
+
 TEST(PlanAnalysis, SingleWriterValuesRunUpWithinACallAndStopWhereOthersWrite) {
   // fused ag_gemm: each pull raises its own arrival counter from the pull's stream alone, so the
   // executor writes the value (1, 2, ... per chunk) instead of adding with a kernel.

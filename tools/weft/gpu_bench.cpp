@@ -228,6 +228,11 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         }
         double* sums = nullptr;
         WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
+        // Ranks of one process meet on the host before the first collective: a rank still in a driver
+        // call (an allocation) may wait for every device of the process to go idle, while a faster
+        // peer's device already waits in a collective for it (as back_to_back_calls_against_reference
+        // and the executors' constructors do).
+        comm.host_barrier();
         // Verification: every variant against sequential, on the same inputs, its output poisoned first.
         execs[2]->run(stream);
         finish_or_explain(*execs[2], stream, "sequential");

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,5 +34,13 @@ std::map<std::pair<int, int>, CounterRaises> counter_raises(const Plan& plan);
 // matters while a persistent GEMM holds them all); 0 where others raise the counter too (it must
 // be added to atomically).
 std::vector<std::vector<uint64_t>> single_writer_values(const Plan& plan, int rank);
+
+// Who raises `rank`'s counter `signal` in a call, for a stuck wait's diagnosis: "raised by rank 2
+// (stream 1: 'push partial to rank 0')" and the like; peers first, since a wait that a peer never
+// meets is what a late or gone peer looks like. "raised by nobody" for a counter no step raises.
+std::string describe_raisers(const Plan& plan, int rank, int signal);
+
+// The ranks other than `rank` that raise `rank`'s counter `signal` (the peers its wait depends on).
+std::set<int> peers_raising(const Plan& plan, int rank, int signal);
 
 }  // namespace weft

@@ -96,6 +96,9 @@ class CudaExecutor {
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
   const Plan& plan() const { return plan_; }
+  Communicator& communicator() const { return comm_; }
+  // "ag_gemm m=... n=... k=... world=W bf16->bf16, strategy S": what every error of a call names.
+  std::string call_context() const;
   const RankPlan& rank_plan() const { return plan_.ranks.at(static_cast<size_t>(comm_.rank())); }
   // This rank's device memory of buffer `name` (throws naming it when absent; null for a caller's
   // buffer not bound yet).
