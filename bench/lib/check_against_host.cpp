@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
@@ -99,32 +100,57 @@ ElementCheck run_against_host_reference(Communicator& comm, const Plan& plan, ui
   return check;
 }
 
-BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options) {
-  constexpr int kInputSets = 4, kSampleEvery = 50;
+BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options,
+                                                     CallMode mode, int sample_every) {
+  constexpr int kInputSets = 4;
+  if (calls < 1 || sample_every < 1)
+    throw std::invalid_argument("back_to_back_calls_against_reference: calls (" + std::to_string(calls) + ") and sample_every (" +
+                                std::to_string(sample_every) + ") must be at least 1");
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   BackToBackCalls result;
   {
     CudaExecutor exec(comm, plan, options);
+    // Destroyed before the executor whose buffers it names, also when a call throws.
+    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> owned_graph(nullptr, &cudaGraphExecDestroy);
+    cudaGraphExec_t graph = nullptr;
     const DeviceRegion out = exec.output();
     const size_t rank = static_cast<size_t>(comm.rank()), sample_bytes = static_cast<size_t>(out.rows * out.cols) * 2;
     for (int set = 0; set < kInputSets; ++set) {
       const int first = calls * set / kInputSets, end = calls * (set + 1) / kInputSets;
+      if (first == end) continue;
       std::vector<int> sampled;
       for (int i = first; i < end; ++i)
-        if (i == first || i % kSampleEvery == 0 || i == calls - 1) sampled.push_back(i);
+        if (i == first || i % sample_every == 0 || i == calls - 1) sampled.push_back(i);
       // Every rank's calls of the last set are done before any rank overwrites inputs a peer reads.
       comm.host_barrier();
       const std::vector<RankTensors> all = gather_inputs(comm, fill_inputs(exec, comm.rank(), 3 + static_cast<uint64_t>(set), stream));
       const HostMatrix want = expected_outputs(plan.problem, all)[rank], scale = expected_magnitudes(plan.problem, all)[rank];
       DeviceBuffer samples(std::max<size_t>(sample_bytes * sampled.size(), 16));
+      if (mode == CallMode::graph_launches && !graph) {
+        // One capture of the whole call on every rank (collective: NCCL operations are captured
+        // alike everywhere), instantiated before any rank launches it.
+        WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+        comm.host_barrier();
+        cudaGraph_t captured = nullptr;
+        WEFT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        exec.run(stream);
+        WEFT_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+        const cudaError_t instantiated = cudaGraphInstantiate(&graph, captured, 0);
+        WEFT_CUDA_CHECK(cudaGraphDestroy(captured));
+        WEFT_CUDA_CHECK(instantiated);
+        owned_graph.reset(graph);
+        WEFT_CUDA_CHECK(cudaGraphUpload(graph, stream));
+        WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+      }
       // No rank starts the calls' collectives while another is still in a driver call of its own.
       comm.host_barrier();
       size_t next = 0;
       for (int i = first; i < end; ++i) {
         const bool sample = next < sampled.size() && sampled[next] == i;
         if (sample) fill_u16(out.data, out.rows * out.stride, kBf16Nan, stream);
-        exec.run(stream);
+        if (graph) WEFT_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+        else exec.run(stream);
         if (sample && sample_bytes > 0)
           WEFT_CUDA_CHECK(cudaMemcpy2DAsync(samples.as<uint16_t>() + next * static_cast<size_t>(out.rows * out.cols), static_cast<size_t>(out.cols) * 2,
                                             out.data, static_cast<size_t>(out.stride) * 2, static_cast<size_t>(out.cols) * 2,
@@ -133,7 +159,8 @@ BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const P
       }
       if (!synchronize_with_timeout(stream, Communicator::timeout_ms()))
         throw std::runtime_error("calls " + std::to_string(first) + ".." + std::to_string(end - 1) + " of " + std::to_string(calls) +
-                                 " back to back did not finish:\n" + exec.diagnose());
+                                 (graph ? " (graph launches)" : "") + " back to back did not finish:\n" + exec.diagnose());
+      exec.check();
       for (size_t s = 0; s < sampled.size(); ++s) {
         const DeviceRegion copy{samples.as<uint16_t>() + s * static_cast<size_t>(out.rows * out.cols), out.rows, out.cols, out.cols};
         result.check.add(check_elements(download(copy, stream), want, scale, bf16_error_factor(plan.problem)));

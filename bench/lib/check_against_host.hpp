@@ -33,12 +33,19 @@ struct BackToBackCalls {
   int sampled = 0;     // calls whose result was checked
 };
 
+// How the back-to-back calls are made: each call enqueued by the executor (which replays its own
+// captured graph where options.replay_calls allows), or the whole call captured once by the caller
+// into a CUDA graph on every rank (as torch.cuda.graphs does) and that graph launched every call.
+enum class CallMode { enqueued, graph_launches };
+
 // Runs `plan` `calls` times back to back on one stream, the host waiting only at the 4 points where
-// the inputs change (new random values: a call that reads stale inputs shows). Every 50th call, the
-// first after each change and the last are sampled: the output poisoned (NaN) just before the call
-// and copied aside just after, both on the stream, so a sampled call that did nothing shows as NaN;
-// each sample is checked against the host reference. A stuck call ends in the executor's bounded
-// wait, which throws naming the unmet signals.
-BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options);
+// the inputs change (new random values: a call that reads stale inputs shows). Every
+// `sample_every`-th call, the first after each change and the last are sampled: the output poisoned
+// (NaN) just before the call and copied aside just after, both on the stream, so a sampled call
+// that did nothing shows as NaN; each sample is checked against the host reference. A stuck call
+// ends in the executor's bounded wait, which throws naming the unmet signals (graph launches: in the
+// bounded wait for the last call of each input set).
+BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const Plan& plan, int calls, const ExecutorOptions& options,
+                                                     CallMode mode = CallMode::enqueued, int sample_every = 50);
 
 }  // namespace weft::bench

@@ -1,11 +1,14 @@
 #include "weft/reference/reference_executor.hpp"
 
 #include <condition_variable>
+#include <set>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include "weft/plan/analysis.hpp"
 
 namespace weft {
 
@@ -67,6 +70,8 @@ class ReferenceRun {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::string failure_;
+  std::map<std::string, std::string> blocked_;  // worker ("rank r stream s") -> what it waits for now
+  std::set<int> at_call_barrier_;                // ranks that have started the call (see start_call)
 
   float& at(const Region& r, int64_t row, int64_t col) {
     return memory_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(r.box.row + row, r.box.col + col);
@@ -74,23 +79,33 @@ class ReferenceRun {
 
   // Blocks until `ready` holds; on timeout records `what` and aborts every worker.
   template <class Ready, class Describe>
-  void block_until(std::unique_lock<std::mutex>& lock, Ready ready, Describe what) {
+  void block_until(std::unique_lock<std::mutex>& lock, const std::string& worker, Ready ready, Describe what) {
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    if (!ready()) blocked_[worker] = what();
     if (!changed_.wait_until(lock, deadline, [&] { return !failure_.empty() || ready(); })) {
-      failure_ = "reference executor timed out after " + std::to_string(options_.timeout.count()) + " ms: " + what();
+      std::string others;
+      for (const auto& [who, waits_for] : blocked_)
+        if (who != worker) others += "\n  " + waits_for;
+      failure_ = "reference executor timed out after " + std::to_string(options_.timeout.count()) + " ms running " +
+                 describe(plan_.problem) + " (strategy " + plan_.strategy + "): " + what() +
+                 (others.empty() ? std::string() : "\nwaits still blocked then:" + others);
       changed_.notify_all();
     }
+    blocked_.erase(worker);
     if (!failure_.empty()) throw Aborted{};
   }
+
+  static std::string worker_of(const std::string& who) { return who.substr(0, who.find(" step ")); }
 
   void wait(const Wait& w, const std::string& who) {
     std::unique_lock lock(mutex_);
     uint64_t& value = signals_[static_cast<size_t>(w.signal.rank)][static_cast<size_t>(w.signal.id)];
-    block_until(lock, [&] { return value >= w.value; }, [&] {
+    block_until(lock, worker_of(who), [&] { return value >= w.value; }, [&] {
       return who + " waited for signal '" +
              plan_.ranks[static_cast<size_t>(w.signal.rank)].signals[static_cast<size_t>(w.signal.id)] + "' (#" +
              std::to_string(w.signal.id) + " on rank " + std::to_string(w.signal.rank) + ") >= " +
-             std::to_string(w.value) + "; its value is " + std::to_string(value);
+             std::to_string(w.value) + "; its value is " + std::to_string(value) + ", " +
+             describe_raisers(plan_, w.signal.rank, w.signal.id);
     });
   }
 
@@ -100,9 +115,31 @@ class ReferenceRun {
     changed_.notify_all();
   }
 
+  // As the CUDA executor begins every call of a plan that reaches peers: no rank's steps start
+  // before every rank has started the call (its device barrier), so a rank that skips the call
+  // holds every peer there instead of letting them read its buffers unsynchronized.
+  void start_call(const RankPlan& rp, int stream) {
+    if (!reaches_across_ranks(plan_)) return;
+    const int world = plan_.world_size();
+    std::unique_lock lock(mutex_);
+    at_call_barrier_.insert(rp.rank);
+    changed_.notify_all();
+    const std::string worker = "rank " + std::to_string(rp.rank) + " stream " + std::to_string(stream);
+    block_until(lock, worker, [&] { return static_cast<int>(at_call_barrier_.size()) == world; }, [&] {
+      std::string missing;
+      for (int r = 0; r < world; ++r)
+        if (!at_call_barrier_.count(r)) missing += " " + std::to_string(r);
+      return worker + " waited at the call's start barrier for ranks" + missing + ", which have not started the call";
+    });
+  }
+
   void run_stream(const RankPlan& rp, int stream) {
     try {
-      for (const Step& step : rp.steps) {
+      const bool stops = rp.rank == options_.stopped_rank;
+      if (!(stops && options_.steps_before_stop == 0)) start_call(rp, stream);
+      for (size_t index = 0; index < rp.steps.size(); ++index) {
+        const Step& step = rp.steps[index];
+        if (stops && static_cast<int>(index) >= options_.steps_before_stop) break;
         if (step.stream != stream) continue;
         const std::string who = "rank " + std::to_string(rp.rank) + " stream " + std::to_string(stream) + " step '" + step.label + "'";
         for (const Wait& w : step.waits) wait(w, who);
@@ -217,11 +254,12 @@ class ReferenceRun {
       changed_.notify_all();
       return;
     }
-    block_until(lock, [&] { return state.done; }, [&] {
+    block_until(lock, worker_of(who), [&] { return state.done; }, [&] {
       std::string missing;
       for (int r = 0; r < world; ++r)
         if (!state.parts[static_cast<size_t>(r)]) missing += " " + std::to_string(r);
-      return who + " waited in collective #" + std::to_string(step.id) + " for ranks" + missing;
+      return who + " waited in collective #" + std::to_string(step.id) + " (" + std::string(to_string(step.kind)) +
+             ") for ranks" + missing + ", which have not joined it";
     });
   }
 

@@ -4,6 +4,7 @@
 
 #include "../support/plan_options.hpp"
 #include "weft/plan/strategies.hpp"
+#include "weft/ir/problem.hpp"
 #include "weft/reference/reference_executor.hpp"
 
 namespace weft {
@@ -36,8 +37,59 @@ TEST(ReferenceExecutor, CollectiveMissingARankTimesOut) {
     run_reference(plan, random_inputs(p, 1), options);
     FAIL() << "expected a timeout";
   } catch (const ReferenceTimeout& e) {
-    EXPECT_NE(std::string(e.what()).find("collective #0 for ranks 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("collective #0 (all_reduce) for ranks 1, which have not joined it"), std::string::npos) << e.what();
   }
+}
+
+// The fault drill's CPU half (scripts/fault_drill.sh runs it on GPUs): a rank that skips the call
+// (stops before its first step: it never reaches the call's start barrier) or dies in it (stops
+// halfway). Its peers never hang: the call either completes without it (what they needed was done)
+// or times out with an error that names the op, the strategy and the stopped rank, as the one that
+// has not started the call, not joined a collective, or that raises a counter a blocked wait needs.
+TEST(ReferenceExecutor, APeerThatStopsIsNamedInsteadOfAHang) {
+  constexpr int kWorld = 4, kStopped = 2;
+  int skipped_named = 0, died_named = 0, died_completed = 0;
+  for (OpKind op : all_ops())
+    for (const Strategy& s : strategies()) {
+      if (!s.supports(op) || s.name == "auto") continue;  // auto is one of the others
+      Problem p{op, 32 * kWorld, 24, 16, kWorld, DType::bf16, DType::bf16, {}};
+      draw_routing(p, 3);
+      Plan plan;
+      try {
+        plan = s.build(p, testing_support::tiled(8, 8, Raster::along_m, 1));
+      } catch (const std::invalid_argument&) {
+        continue;  // a strategy that declines this small shape
+      }
+      const auto inputs = random_inputs(p, 4);
+      const int steps = static_cast<int>(plan.ranks[kStopped].steps.size());
+      for (const int before_stop : {0, steps / 2}) {
+        ReferenceOptions options;
+        // Short (this test waits for 50 timeouts), so it stays out of the TSan run (scripts/sanitize.sh),
+        // where a live rank's work can take that long.
+        options.timeout = std::chrono::milliseconds(250);
+        options.stopped_rank = kStopped;
+        options.steps_before_stop = before_stop;
+        const std::string what_case = std::string(to_string(op)) + " " + s.name + (before_stop == 0 ? " (skipped)" : " (died halfway)");
+        try {
+          run_reference(plan, inputs, options);
+          EXPECT_NE(before_stop, 0) << what_case << ": completed although rank 2 ran nothing";
+          died_completed += before_stop != 0;
+        } catch (const ReferenceTimeout& e) {
+          const std::string what = e.what();
+          EXPECT_NE(what.find(std::string(to_string(op)) + " m="), std::string::npos) << what_case << ": the op is named\n" << what;
+          EXPECT_NE(what.find("strategy " + plan.strategy), std::string::npos) << what_case << ": the strategy is named\n" << what;
+          // Among the ranks that raise a blocked wait's counter, missing from a collective, or not at
+          // the call's start barrier.
+          const bool named = what.find("rank 2 (stream") != std::string::npos || what.find("rank 2 (GEMM tiles") != std::string::npos ||
+                             what.find(" 2, which have not joined it") != std::string::npos ||
+                             what.find(" 2, which have not started the call") != std::string::npos;
+          EXPECT_TRUE(named) << what_case << ": rank 2 is named\n" << what;
+          (before_stop == 0 ? skipped_named : died_named) += named;
+        }
+      }
+    }
+  EXPECT_GT(skipped_named, 20) << "every strategy of every op, skipped";
+  EXPECT_GT(died_named + died_completed, 20);
 }
 
 TEST(ReferenceExecutor, UnwrittenOutputStaysPoisoned) {

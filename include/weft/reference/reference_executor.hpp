@@ -19,9 +19,15 @@ namespace weft {
 
 struct ReferenceOptions {
   std::chrono::milliseconds timeout{10000};
+  // A rank that stops (a killed process, or one that skips the call): it runs only its first
+  // `steps_before_stop` steps in plan order and nothing after, so what peers wait for from it never
+  // comes; they must time out with an error naming the op, their wait and this rank.
+  int stopped_rank = -1;
+  int steps_before_stop = 0;
 };
 
-// Thrown when a wait or a collective times out; what() names the signal and values.
+// Thrown when a wait or a collective times out; what() names the op and strategy, the wait that
+// gave up, and every wait still blocked then with the ranks that raise what it waits for.
 class ReferenceTimeout : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
