@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "../support/plan_options.hpp"
 #include "weft/reference/cpu_proof.hpp"
@@ -86,8 +87,9 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
       o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 4);
       if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
     }
+    if (c.strategy == "decomposed") o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +
-                 std::to_string(o.tile_n));
+                 std::to_string(o.tile_n) + " AllGather " + std::string(to_string(o.all_gather_source)));
     const Plan plan = strategy.build(p, o);
     ASSERT_EQ(plan.world_size(), c.world);
     const CpuProof proof = prove_on_cpu(plan, seed);
@@ -96,6 +98,52 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, BuilderProperty, testing::ValuesIn(all_cases()), case_name);
+
+// Push-mode AllGather: A stays in the caller's memory (not symmetric, so a call copies nothing in),
+// each rank pushes it once to every peer's symmetric gathered A and raises that peer's counter; the
+// own shard's GEMM reads A in place and comes first; no rank reads a peer's memory.
+TEST(Builders, PushedAllGatherReadsTheCallersShardInPlace) {
+  for (int world : {2, 3, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const Problem p{OpKind::ag_gemm, 24 * world, 40, 32, world, DType::bf16, DType::bf16, {}};
+    PlanOptions o = testing_support::tiled(8, 8, Raster::along_m, 1);
+    o.all_gather_source = AllGatherSource::push;
+    const Plan plan = plan_decomposed(p, o);
+    for (const RankPlan& rp : plan.ranks) {
+      const BufferDecl& a = rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A")));
+      const BufferDecl& gathered = rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A_gathered")));
+      EXPECT_FALSE(a.symmetric) << "the caller's A is read where it lies";
+      EXPECT_TRUE(gathered.symmetric) << "peers push into it";
+      std::set<int> pushed_to;
+      for (const Step& step : rp.steps) {
+        if (const auto* copy = std::get_if<CopyStep>(&step.body)) {
+          EXPECT_EQ(copy->src.rank, rp.rank) << step.label << ": reads only its own memory";
+          EXPECT_EQ(copy->src.buffer, find_buffer(rp, "A")) << step.label;
+          EXPECT_NE(copy->dst.rank, rp.rank) << step.label;
+          EXPECT_EQ(copy->dst.box.row, rp.rank * p.m) << step.label << ": into the rows of this rank's shard";
+          ASSERT_EQ(step.notifies.size(), 1u);
+          EXPECT_EQ(step.notifies[0].signal.rank, copy->dst.rank) << "raises the receiver's counter";
+          pushed_to.insert(copy->dst.rank);
+        }
+        if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
+          EXPECT_EQ(gemm->a.rank, rp.rank) << step.label;
+        }
+      }
+      EXPECT_EQ(static_cast<int>(pushed_to.size()), world - 1) << "one push to every peer";
+      const auto* first_gemm = std::get_if<GemmStep>(&rp.steps.at(static_cast<size_t>(world - 1)).body);
+      ASSERT_NE(first_gemm, nullptr);
+      EXPECT_EQ(first_gemm->a.buffer, find_buffer(rp, "A")) << "the own shard first, in place";
+      EXPECT_TRUE(rp.steps.at(static_cast<size_t>(world - 1)).waits.empty());
+    }
+    const CpuProof proof = prove_on_cpu(plan, 5);
+    EXPECT_TRUE(proof.passed()) << proof.explain();
+    // Pull, the default, keeps A symmetric (the in-place producer path) and the gathered A local.
+    const Plan pulled = plan_decomposed(p, testing_support::tiled(8, 8, Raster::along_m, 1));
+    EXPECT_TRUE(pulled.ranks[0].buffers.at(static_cast<size_t>(find_buffer(pulled.ranks[0], "A"))).symmetric);
+  }
+  EXPECT_EQ(parse_all_gather_source("push"), AllGatherSource::push);
+  EXPECT_THROW(parse_all_gather_source("pushed"), std::invalid_argument);
+}
 
 TEST(Builders, PlansArePlainComparableData) {
   Problem p{OpKind::gemm_rs, 16, 8, 8, 2, DType::bf16, DType::bf16, {}};

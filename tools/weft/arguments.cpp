@@ -227,6 +227,8 @@ PlanOptions plan_options_from(const Arguments& args) {
   if (!machine.empty()) o.machine = load_machine_profile(machine);
   chunked_options_from(args, o.chunked);
   tilelink_options_from(args, o.tilelink);
+  const std::string source = args.text("ag-source", "");
+  if (!source.empty()) o.all_gather_source = parse_all_gather_source(source);
   return o;
 }
 
@@ -264,7 +266,7 @@ void require_knobs_apply(const Arguments& args, const std::vector<std::string>& 
   static const Knob knobs[] = {{"schedule", {"chunked", "auto"}},    {"template", {"chunked", "auto"}}, {"chunks", {"chunked", "auto"}},
                                {"backend", {"chunked", "auto"}},     {"group-size", {"chunked", "auto"}},
                                {"comm-sms", {"chunked", "tilelink", "auto"}}, {"comm-tile-rows", {"tilelink", "auto"}},
-                               {"order", {"tilelink", "auto"}}};
+                               {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "auto"}}};
   for (const Knob& knob : knobs) {
     if (args.text(knob.option, "").empty()) continue;
     bool read = false;

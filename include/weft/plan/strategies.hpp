@@ -31,6 +31,15 @@ enum class SignalRestore { after_each_group, own_stream, at_end };
 std::string_view to_string(SignalRestore restore);
 SignalRestore parse_signal_restore(std::string_view text);  // throws std::invalid_argument naming the text
 
+// Where an AllGather strategy's peers find this rank's A shard. pull: A is symmetric (the caller's
+// shard copied in at the start of a call, or written there by its producer: Op::a_in_workspace) and
+// each rank pulls its peers' shards; push: A stays where the caller has it (its own shard's GEMM
+// reads it in place) and each rank pushes it into its peers' symmetric gathered buffers, raising
+// their counters: no copy-in, no barrier between the copy and the first GEMM. decomposed so far.
+enum class AllGatherSource { pull, push };
+std::string_view to_string(AllGatherSource source);
+AllGatherSource parse_all_gather_source(std::string_view text);  // throws std::invalid_argument naming the text
+
 // chunked (AutoOverlap): the schedule template and how its chunks move.
 //   swizzle : ag_gemm: step i pulls every chunk of rank (r+i)'s shard; gemm_rs: step i pushes this
 //             rank's rows of block (r+i) to their owner (Figure 4(a));
@@ -88,6 +97,8 @@ struct PlanOptions {
   // fused ag_gemm: row chunks each peer's shard is pulled in, each raising the tiles that wait for
   // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
   int comm_chunks = 0;
+  // decomposed ag_gemm: pull (the measured default) or push (see AllGatherSource).
+  AllGatherSource all_gather_source = AllGatherSource::pull;
   ChunkedOptions chunked;
   TileLinkOptions tilelink;
   // Which ranks can load/store each other (Communicator::topology); empty: every pair can. make_plan

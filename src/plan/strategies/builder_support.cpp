@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace weft::detail {
 
@@ -36,11 +37,12 @@ Step& RankPlanBuilder::add(std::string label, int stream, Engine engine, StepBod
   return plan_.steps.back();
 }
 
-AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder& b) {
+AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder& b, AllGatherSource source) {
+  const bool push = source == AllGatherSource::push;
   AllGatherOperands o{};
-  o.a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
+  o.a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/!push);
   o.b = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
-  o.gathered = b.buffer("A_gathered", BufferRole::scratch, p.world_size * p.m, p.k, p.input_dtype);
+  o.gathered = b.buffer("A_gathered", BufferRole::scratch, p.world_size * p.m, p.k, p.input_dtype, /*symmetric=*/push);
   o.c = b.buffer("C", BufferRole::output, p.world_size * p.m, p.n, p.output_dtype);
   return o;
 }
@@ -119,3 +121,15 @@ std::vector<int64_t> split_rows(int64_t total, int parts) {
 }
 
 }  // namespace weft::detail
+
+namespace weft {
+
+std::string_view to_string(AllGatherSource source) { return source == AllGatherSource::push ? "push" : "pull"; }
+
+AllGatherSource parse_all_gather_source(std::string_view text) {
+  for (AllGatherSource s : {AllGatherSource::pull, AllGatherSource::push})
+    if (text == to_string(s)) return s;
+  throw std::invalid_argument("unknown AllGather source '" + std::string(text) + "' (known: pull, push)");
+}
+
+}  // namespace weft

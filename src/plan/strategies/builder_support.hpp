@@ -33,12 +33,14 @@ class RankPlanBuilder {
   RankPlan plan_;
 };
 
-// The operands of AllGather+GEMM on one rank: the local A shard (symmetric, so peers can pull it),
-// the weight, the gathered A and the output, declared in that order.
+// The operands of AllGather+GEMM on one rank: the local A shard, the weight, the gathered A and the
+// output, declared in that order. pull: A symmetric (peers pull it), the gathered A local; push: A
+// where the caller has it, the gathered A symmetric (peers push into it).
 struct AllGatherOperands {
   BufferId a, b, gathered, c;
 };
-AllGatherOperands declare_all_gather_operands(const Problem& problem, RankPlanBuilder& builder);
+AllGatherOperands declare_all_gather_operands(const Problem& problem, RankPlanBuilder& builder,
+                                              AllGatherSource source = AllGatherSource::pull);
 
 // A GEMM over a ([M, K] box) and b ([N, K] box) with the options' tile and an empty table.
 GemmStep gemm_over(const Region& a, const Region& b, const PlanOptions& options);

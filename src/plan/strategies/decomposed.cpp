@@ -3,6 +3,8 @@
 // ordered by signals, so that shard i's transfer overlaps shard i+1's GEMM. Peers are visited in ring
 // order starting after the own rank, so no two ranks talk to the same peer at the same step.
 //   ag_gemm : pull peer p's A shard with the copy engine, then GEMM that shard; the local shard first.
+//             With PlanOptions::all_gather_source push: push the own shard from the caller's memory
+//             into every peer's gathered A instead, and GEMM each peer's shard as it lands.
 //   gemm_rs : GEMM the rows destined for rank d, push them into d's receive slot, d sums its slots.
 //   gemm_ar : GEMM row chunk c, then an NCCL all-reduce of chunk c (same chunk order on all ranks).
 //   gemm_a2a: group A's rows by destination, GEMM each destination's rows, push them into the
@@ -23,10 +25,32 @@ constexpr int kComm = 1;
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
+  const bool push = o.all_gather_source == AllGatherSource::push;
+  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b, o.all_gather_source);
   const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   std::vector<SignalId> arrived;
   for (int s = 0; s < world; ++s) arrived.push_back(b.signal("shard" + std::to_string(s) + "_arrived"));
+  if (push) {
+    // This rank's shard goes out first, from where the caller has it, to rank r+1, r+2, ... (at step
+    // i every rank pushes to the rank i after it: no two push to one peer at once) ...
+    for (int i = 1; i < world; ++i) {
+      const int dst = (r + i) % world;
+      Step& send = b.add("push shard to rank " + std::to_string(dst), kComm, Engine::copy_engine,
+                         CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m, dst)});
+      send.notifies.push_back({b.signal_on(arrived[static_cast<size_t>(r)], dst), 1});
+    }
+    // ... while the GEMM reads it in place, then each peer's shard as it lands, in the order they come
+    // (at step i from the rank i before this one).
+    b.add("gemm shard " + std::to_string(r), kCompute, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.rows(c, r * p.m, p.m), o));
+    for (int i = 1; i < world; ++i) {
+      const int src = (r - i + world) % world;
+      Step& gemm = b.add("gemm shard " + std::to_string(src), kCompute, Engine::sm,
+                         detail::gemm_into(b.rows(gathered, src * p.m, p.m), b.whole(w), b.rows(c, src * p.m, p.m), o));
+      gemm.waits.push_back({b.own(arrived[static_cast<size_t>(src)]), 1});
+    }
+    b.set_output(b.whole(c));
+    return;
+  }
   b.add("gemm shard " + std::to_string(r), kCompute, Engine::sm,
         detail::gemm_into(b.whole(a), b.whole(w), b.rows(c, r * p.m, p.m), o));
   for (int i = 1; i < world; ++i) {
