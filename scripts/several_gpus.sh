@@ -3,7 +3,8 @@
 # stage, and writes a progress line per step (for scripts/device_session.sh, which keeps it running
 # across device-tool calls). Usage:
 #   WORLDS="4 2" STAGES=tests,python,bench,suites,torch,nccl-only bash scripts/several_gpus.sh
-# WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES (default: all):
+# WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES_W: the stages at
+# world W (default STAGES). STAGES (default: all):
 #   probe      the world-4 hang of 2026-11-26 under scripts/hang_probe.sh (host stacks if it hangs)
 #   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
 #              under torchrun with W ranks, the GPU command-line tests once
@@ -57,8 +58,10 @@ if wants tests; then
   say "  $(grep -E 'tests passed|tests failed' "$out/cli_gpu_tests.log" | tail -1)"
 fi
 
+all_stages=$stages
 for w in $worlds; do
   [ "$w" -le "$gpus" ] || { say "world $w: only $gpus GPUs, skipped"; continue; }
+  per_world="STAGES_$w"; stages=${!per_world:-$all_stages}  # STAGES_2=bench,... : other stages at world 2
   d="$out/w$w"; mkdir -p "$d"
   cvd=$(visible "$w")
   if wants tests; then
@@ -91,9 +94,13 @@ for w in $worlds; do
       say "world $w bench probe (WEFT_REPLAY_CALLS=$replay): $(head -1 "$d/probe_replay$replay.txt")"
     done
   fi
+  # weft bench one process per GPU under torchrun, as users run weft (rank 0 prints; the slowest
+  # rank's figures); the probe stage runs it with a thread per GPU.
+  wbench="env CUDA_VISIBLE_DEVICES=$cvd torchrun --standalone --nproc_per_node=$w --no-python $weft bench --world $w"
   if wants bench; then
-    timed "world $w weft bench default" "$d/bench_default.txt" 900 $weft bench --world $w --suite default --json "$d/bench_default.json" \
+    timed "world $w weft bench default" "$d/bench_default.txt" 900 $wbench --suite default --json "$d/bench_default.json" \
       --csv "$d/bench_default.csv" --machine bench/machines/h200.json || status=1
+    grep -E " (ok|MISMATCH)$" "$d/bench_default.txt" | head -80 >> "$progress"
   fi
   if wants torch; then
     CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
@@ -101,12 +108,12 @@ for w in $worlds; do
   fi
   if wants suites; then
     for suite in tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp; do
-      timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $weft bench --world $w --suite $suite --json "$d/bench_$suite.json" \
+      timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
         --csv "$d/bench_$suite.csv" --machine bench/machines/h200.json || status=1
     done
-    timed "world $w decomposed ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $weft bench --world $w --suite tilelink_mlp \
+    timed "world $w decomposed ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
       --op ag_gemm --strategy decomposed --ag-source push --csv "$d/bench_ag_push.csv" --machine bench/machines/h200.json || status=1
-    timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $weft bench --world $w --suite flux_gpt3 --op ag_gemm \
+    timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $wbench --suite flux_gpt3 --op ag_gemm \
       --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
       --csv "$d/bench_flux_gpt3_ficco.csv" --machine bench/machines/h200.json || status=1
   fi
@@ -115,7 +122,7 @@ for w in $worlds; do
       WEFT_TEST_WORLD=$w timed "world $w NCCL-only op tests" "$d/nccl_only_tests.log" 420 $binary \
         --gtest_filter='*OpOnCallerBuffers*:Op.*:OpGraph.*:*ExecutorMatchesReference*:-*Thousand*'
       say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/nccl_only_tests.log" | tr '\n' ' ')"
-      timed "world $w NCCL-only bench" "$d/nccl_only_bench.txt" 600 $weft bench --world $w --suite default \
+      timed "world $w NCCL-only bench" "$d/nccl_only_bench.txt" 600 $wbench --suite default \
         --strategy sequential,signal,two_level,decomposed,chunked,auto --csv "$d/nccl_only_bench.csv" --machine bench/machines/h200.json ) || status=1
   fi
   if wants endurance && [ -x build-device/tests/gpu/weft_endurance ]; then

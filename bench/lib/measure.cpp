@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -160,6 +161,16 @@ double run_against_device_result(CudaExecutor& exec, const DeviceRegion& want, d
   exec.run(stream);
   finish_or_explain(exec, stream, what);
   return relative_difference(got.data, want.data, got.rows * got.cols, sums, stream);
+}
+
+std::vector<std::unique_ptr<Communicator>> benchmark_ranks(int world) {
+  if (!launched_one_rank_per_process()) return first_gpus(world);
+  std::vector<std::unique_ptr<Communicator>> mine;
+  mine.push_back(Communicator::from_environment());
+  if (mine.front()->world_size() != world)
+    throw std::invalid_argument("world size " + std::to_string(world) + " asked for, but this process is one of " +
+                                std::to_string(mine.front()->world_size()) + " ranks its launcher started: give that world size alone");
+  return mine;
 }
 
 std::vector<std::unique_ptr<Communicator>> first_gpus(int world) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 
@@ -31,12 +32,17 @@ struct DeviceBuffer {
 // poisoned (NaN), so an element nobody writes shows.
 void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);
 // Returns once `stream` is done and raises what the executor's device-side waits recorded
-// (DeviceWaitTimeout); after 30 s prints the executor's diagnosis and ends the process (device work
-// is stuck: unwinding would block in CUDA teardown).
+// (DeviceWaitTimeout); after WEFT_COLLECTIVE_TIMEOUT_S prints the executor's diagnosis and ends the
+// process (device work is stuck: unwinding would block in CUDA teardown).
 void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what);
 double median(std::vector<double> values);
 // Ranks on GPUs 0 .. world-1 of this process, one communicator each.
 std::vector<std::unique_ptr<Communicator>> first_gpus(int world);
+// The ranks a benchmark drives from this process: with launched_one_rank_per_process(), this
+// process's rank alone (Communicator::from_environment; `world` must be the launcher's); otherwise
+// first_gpus(world), a thread each.
+std::vector<std::unique_ptr<Communicator>> benchmark_ranks(int world);
+
 // `plan` alone on every rank of `group` (buffers filled from `seed`, not validated again), timed as
 // median_call_ms says; the slowest rank's median. `what` names it if it hangs.
 double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,

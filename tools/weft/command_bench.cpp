@@ -19,6 +19,7 @@
 #include "weft/model/wave_partition.hpp"
 #ifdef WEFT_HAVE_CUDA
 #include "gpu_bench.hpp"
+#include "measure.hpp"
 #include "device_info.hpp"
 #endif
 
@@ -190,10 +191,12 @@ int command_bench(const Arguments& args) {
 #ifdef WEFT_HAVE_CUDA
   const DeviceScan scan = scan_devices();
   if (!scan.devices.empty()) {
+    const bool prints = bench::prints_for_every_rank();  // under a launcher, rank 0 alone
     for (const auto& d : scan.devices)
-      std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.compute_major, d.compute_minor,
-                  d.sm_count, static_cast<double>(d.memory_bytes) / (1u << 30));
-    std::printf("%s\n", software_versions().c_str());
+      if (prints)
+        std::printf("GPU %d: %s, sm_%d%d, %d SMs, %.1f GiB\n", d.index, d.name.c_str(), d.compute_major, d.compute_minor,
+                    d.sm_count, static_cast<double>(d.memory_bytes) / (1u << 30));
+    if (prints) std::printf("%s\n", software_versions().c_str());
     GpuBenchOptions o;
     o.ops = ops;
     o.strategies = names;
@@ -210,14 +213,16 @@ int command_bench(const Arguments& args) {
     o.wave_partition = knobs.wave_partition;
     o.signal_restore = knobs.signal_restore;
     o.comm_chunks = knobs.comm_chunks;
+    o.all_gather_source = knobs.all_gather_source;
     o.chunked = knobs.chunked;
     o.tilelink = knobs.tilelink;
-    std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
-                o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
+    if (prints)
+      std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
+                  o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
-    std::printf("suite '%s': %s\n\n", suite.name.c_str(), suite.description.c_str());
+    if (prints) std::printf("suite '%s': %s\n\n", suite.name.c_str(), suite.description.c_str());
     const int failed = run_gpu_bench(suite, o);
-    if (failed) std::printf("\n%d row(s) did not match sequential\n", failed);
+    if (failed && prints) std::printf("\n%d row(s) did not match sequential\n", failed);
     return failed ? 1 : 0;
   }
   const std::string why = scan.why_none;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -123,18 +124,29 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.wave_partition = o.wave_partition;
   plan_options.signal_restore = o.signal_restore;
   plan_options.comm_chunks = o.comm_chunks;
+  plan_options.all_gather_source = o.all_gather_source;
   plan_options.chunked = o.chunked;
   plan_options.tilelink = o.tilelink;
   // What a call's time includes: what a caller pays, as weft::Op runs it (A and B in ordinary device
   // memory, C into the caller's buffer, any copy of A into symmetric memory included); the
   // `in-place ms` column is the same plan with the producer's output already in its symmetric A
   // (weft::Op::a_in_workspace), where the strategy reads A from there.
-  std::printf("inputs: the caller's (A, B in ordinary device memory, C into the caller's buffer, copies included); "
-              "in-place ms: A written by its producer into the strategy's symmetric buffer\n\n");
-  std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %11s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
+  if (prints_for_every_rank()) {
+    std::printf("ranks: %s\n", launched_one_rank_per_process() ? "one process per GPU (as its launcher started them)" : "a thread per GPU of this process");
+    std::printf("inputs: the caller's (A, B in ordinary device memory, C into the caller's buffer, copies included); "
+                "in-place ms: A written by its producer into the strategy's symmetric buffer\n\n");
+  }
+  if (prints_for_every_rank())
+    std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %11s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
               "comm ms", "seq ms", "ms", "in-place ms", "bound ms", "speedup", "E", "rel.err", "host us", "b2b us", "check");
+  // Launched one process per GPU (torchrun), as users run weft, this process is one rank: the
+  // slowest rank's figures are gathered over the communicator and rank 0 prints and writes them.
+  // Otherwise every rank is a thread of this process.
+  bool prints = true;
   for (int world : o.world_sizes) {
-    auto group = first_gpus(world);
+    auto group = benchmark_ranks(world);
+    const bool one_rank_here = group.size() == 1 && world > 1;
+    prints = !one_rank_here || group.front()->rank() == 0;
     // Strategies that reach a peer these GPUs cannot reach (WEFT_P2P=0, no P2P) decline, saying so.
     plan_options.topology = group.front()->topology();
     for (const SuiteRow& row : suite.rows) {
@@ -143,10 +155,10 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       try {
         problem = problem_for(row, world, o.seed);
       } catch (const std::invalid_argument& e) {
-        std::fprintf(stderr, "weft bench: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
+        if (prints) std::fprintf(stderr, "weft bench: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
         continue;
       }
-      std::fprintf(stderr, "weft bench: world %d, %s (%s)\n", world, row.name.c_str(), describe(problem).c_str());
+      if (prints) std::fprintf(stderr, "weft bench: world %d, %s (%s)\n", world, row.name.c_str(), describe(problem).c_str());
       // Plans are built and validated once, here; executors skip validating them again per rank.
       std::vector<Plan> plans;  // [0] gemm-only, [1] communication-only, [2] sequential, then strategies
       // The baseline's parts from its own plan (at world 1 the collective is NCCL's one-rank copy);
@@ -163,11 +175,12 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         try {
           plans.push_back(make_plan(s, problem, plan_options));
         } catch (const std::invalid_argument& e) {
-          std::fprintf(stderr, "weft bench: %s does not apply to '%s' at world %d: %s\n", name.c_str(), row.name.c_str(), world, e.what());
+          if (prints)
+            std::fprintf(stderr, "weft bench: %s does not apply to '%s' at world %d: %s\n", name.c_str(), row.name.c_str(), world, e.what());
           continue;
         }
         require_valid(plans.back());
-        if (name == "signal") {  // its wave groups, which the table's strategy column cannot show
+        if (name == "signal" && prints) {  // its wave groups, which the table's strategy column cannot show
           const SignalLayout layout = signal_layout(problem, options);
           std::fprintf(stderr, "weft bench: signal: tile %dx%d, GEMM on %d SMs, %lld tiles in %d waves, groups %s (predicted %.3f ms, GEMM %.3f ms)\n",
                        options.tile_m, options.tile_n, layout.gemm_sms, static_cast<long long>(layout.tiles), layout.waves,
@@ -180,7 +193,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       std::vector<std::vector<double>> errors(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> host_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
       std::vector<std::vector<double>> host_b2b_us(count, std::vector<double>(static_cast<size_t>(world), 0.0));
-      std::barrier sync(world);
+      std::barrier sync(static_cast<std::ptrdiff_t>(group.size()));  // the threads of this process
       for_each_rank(group, [&](Communicator& comm) {
         const int rank = comm.rank();
         cudaStream_t stream;
@@ -258,6 +271,22 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
           host_us[p][static_cast<size_t>(rank)] = enqueue_us[p];
           host_b2b_us[p][static_cast<size_t>(rank)] = b2b_us[p];
         }
+        if (one_rank_here) {
+          // Every rank's figures, for the slowest-rank columns (threads share the tables instead).
+          std::vector<std::vector<std::vector<double>>*> tables{&medians, &in_place_ms, &errors, &host_us, &host_b2b_us};
+          std::vector<double> figures;
+          for (auto* table : tables)
+            for (size_t p = 0; p < count; ++p) figures.push_back((*table)[p][static_cast<size_t>(rank)]);
+          const std::vector<uint8_t> bytes = comm.all_gather_bytes(figures.data(), figures.size() * sizeof(double));
+          std::vector<double> all(bytes.size() / sizeof(double));
+          std::memcpy(all.data(), bytes.data(), all.size() * sizeof(double));
+          for (int r = 0; r < world; ++r) {
+            const double* theirs = all.data() + static_cast<size_t>(r) * figures.size();
+            size_t i = 0;
+            for (auto* table : tables)
+              for (size_t p = 0; p < count; ++p) (*table)[p][static_cast<size_t>(r)] = theirs[i++];
+          }
+        }
         cudaFree(sums);
         execs.clear();
         for (void* buffer : {a, b, c, want}) cudaFree(buffer);
@@ -283,7 +312,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.error = p == 2 ? 0.0 : *std::max_element(errors[p].begin(), errors[p].end());
         m.verified = m.error <= kTolerance;
         failures += !m.verified;
-        std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %11.3f %9.3f %8.3f %7.2f %9.2e %7.1f %7.1f %s\n", m.row.c_str(),
+        if (prints)
+          std::printf("%-22s %-9s %5d %-25s %9.3f %9.3f %9.3f %9.3f %11.3f %9.3f %8.3f %7.2f %9.2e %7.1f %7.1f %s\n", m.row.c_str(),
                     std::string(to_string(m.op)).c_str(), world, m.strategy.c_str(), m.t_gemm, m.t_comm, m.t_seq, m.t, m.t_in_place,
                     std::max(m.t_gemm, m.t_comm), m.t_seq / m.t, (m.t_seq - m.t) / (m.t_seq - m.t_gemm), m.error, m.host_us, m.host_back_to_back_us,
                     p == 2 ? "baseline" : (m.verified ? "ok" : "MISMATCH"));
@@ -292,8 +322,10 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       }
     }
   }
-  write_outputs(results, o, suite.name);
-  print_heuristic_judgement(results);
+  if (prints) {
+    write_outputs(results, o, suite.name);
+    print_heuristic_judgement(results);
+  }
   return failures;
 }
 

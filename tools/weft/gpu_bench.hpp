@@ -26,6 +26,7 @@ struct GpuBenchOptions {
   std::vector<int> wave_partition;  // signal: --partition
   SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
   int comm_chunks = 0;              // fused: --comm-chunks
+  AllGatherSource all_gather_source = AllGatherSource::pull;  // decomposed: --ag-source
   ChunkedOptions chunked;           // chunked: --template, --chunks, --backend, --comm-sms, --group-size
   TileLinkOptions tilelink;         // tilelink: --comm-sms, --comm-tile-rows, --order
 };
