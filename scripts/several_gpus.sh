@@ -111,8 +111,8 @@ for w in $worlds; do
       timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
         --csv "$d/bench_$suite.csv" --machine bench/machines/h200.json || status=1
     done
-    timed "world $w decomposed ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
-      --op ag_gemm --strategy decomposed --ag-source push --csv "$d/bench_ag_push.csv" --machine bench/machines/h200.json || status=1
+    timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
+      --op ag_gemm --strategy decomposed,fused --ag-source push --csv "$d/bench_ag_push.csv" --machine bench/machines/h200.json || status=1
     timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $wbench --suite flux_gpt3 --op ag_gemm \
       --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
       --csv "$d/bench_flux_gpt3_ficco.csv" --machine bench/machines/h200.json || status=1

@@ -9,6 +9,7 @@
 
 #include "../support/plan_options.hpp"
 #include "weft/reference/cpu_proof.hpp"
+#include "weft/plan/analysis.hpp"
 #include "weft/plan/strategies.hpp"
 
 namespace weft {
@@ -87,7 +88,7 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
       o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 4);
       if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
     }
-    if (c.strategy == "decomposed") o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
+    if (c.strategy == "decomposed" || c.strategy == "fused") o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +
                  std::to_string(o.tile_n) + " AllGather " + std::string(to_string(o.all_gather_source)));
     const Plan plan = strategy.build(p, o);
@@ -140,6 +141,30 @@ TEST(Builders, PushedAllGatherReadsTheCallersShardInPlace) {
     // Pull, the default, keeps A symmetric (the in-place producer path) and the gathered A local.
     const Plan pulled = plan_decomposed(p, testing_support::tiled(8, 8, Raster::along_m, 1));
     EXPECT_TRUE(pulled.ranks[0].buffers.at(static_cast<size_t>(find_buffer(pulled.ranks[0], "A"))).symmetric);
+  }
+  // fused pushes chunk by chunk to each peer on a stream per peer, writing the peer's counter for
+  // this rank: one writer per counter, the own shard's tiles reading A in place.
+  for (int world : {2, 3, 4}) {
+    SCOPED_TRACE("fused, world " + std::to_string(world));
+    const Problem p{OpKind::ag_gemm, 32 * world, 40, 32, world, DType::bf16, DType::bf16, {}};
+    PlanOptions o = testing_support::tiled(8, 8, Raster::along_m, 1);
+    o.all_gather_source = AllGatherSource::push;
+    o.comm_chunks = 2;
+    const Plan plan = plan_fused(p, o);
+    for (const RankPlan& rp : plan.ranks) {
+      EXPECT_FALSE(rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A"))).symmetric);
+      int pushes = 0;
+      for (const Step& step : rp.steps)
+        if (const auto* copy = std::get_if<CopyStep>(&step.body)) {
+          EXPECT_EQ(copy->src.rank, rp.rank) << step.label;
+          EXPECT_NE(copy->dst.rank, rp.rank) << step.label;
+          ++pushes;
+        }
+      EXPECT_EQ(pushes, 2 * (world - 1)) << "two chunks to every peer";
+    }
+    for (const auto& [key, raise] : counter_raises(plan)) EXPECT_EQ(raise.writers.size(), 1u) << "counter " << key.second << " of rank " << key.first;
+    const CpuProof proof = prove_on_cpu(plan, 6);
+    EXPECT_TRUE(proof.passed()) << proof.explain();
   }
   EXPECT_EQ(parse_all_gather_source("push"), AllGatherSource::push);
   EXPECT_THROW(parse_all_gather_source("pushed"), std::invalid_argument);

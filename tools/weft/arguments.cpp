@@ -266,7 +266,7 @@ void require_knobs_apply(const Arguments& args, const std::vector<std::string>& 
   static const Knob knobs[] = {{"schedule", {"chunked", "auto"}},    {"template", {"chunked", "auto"}}, {"chunks", {"chunked", "auto"}},
                                {"backend", {"chunked", "auto"}},     {"group-size", {"chunked", "auto"}},
                                {"comm-sms", {"chunked", "tilelink", "auto"}}, {"comm-tile-rows", {"tilelink", "auto"}},
-                               {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "auto"}}};
+                               {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "fused", "auto"}}};
   for (const Knob& knob : knobs) {
     if (args.text(knob.option, "").empty()) continue;
     bool read = false;

@@ -63,8 +63,8 @@ Options plan_knobs() {
           // tilelink
           integer("comm-tile-rows", "N", "tilelink: rows per communication tile (0: the model's pick)", 0, kMaxDimension),
           text("order", "O", "tilelink ag_gemm: ring or all_to_all"),
-          // decomposed
-          text("ag-source", "S", "decomposed ag_gemm: pull (peers pull A from symmetric memory) or push (A pushed from the caller's memory)")};
+          // decomposed, fused
+          text("ag-source", "S", "decomposed and fused ag_gemm: pull (peers pull A from symmetric memory) or push (A pushed from the caller's memory)")};
 }
 
 // Where the ranks are: plan and check lay plans out for it (strategies that would load/store across

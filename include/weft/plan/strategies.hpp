@@ -35,7 +35,8 @@ SignalRestore parse_signal_restore(std::string_view text);  // throws std::inval
 // shard copied in at the start of a call, or written there by its producer: Op::a_in_workspace) and
 // each rank pulls its peers' shards; push: A stays where the caller has it (its own shard's GEMM
 // reads it in place) and each rank pushes it into its peers' symmetric gathered buffers, raising
-// their counters: no copy-in, no barrier between the copy and the first GEMM. decomposed so far.
+// their counters: no copy-in, no barrier between the copy and the first GEMM. decomposed, and fused
+// where its tiles lie within shards (elsewhere fused pulls).
 enum class AllGatherSource { pull, push };
 std::string_view to_string(AllGatherSource source);
 AllGatherSource parse_all_gather_source(std::string_view text);  // throws std::invalid_argument naming the text
@@ -97,7 +98,7 @@ struct PlanOptions {
   // fused ag_gemm: row chunks each peer's shard is pulled in, each raising the tiles that wait for
   // it (0: one per shard); Flux tunes it between one per shard and one per GEMM tile row.
   int comm_chunks = 0;
-  // decomposed ag_gemm: pull (the measured default) or push (see AllGatherSource).
+  // decomposed and fused ag_gemm: pull (the measured default) or push (see AllGatherSource).
   AllGatherSource all_gather_source = AllGatherSource::pull;
   ChunkedOptions chunked;
   TileLinkOptions tilelink;

@@ -12,7 +12,10 @@
 //            chunk's shards in ring order starting after the own rank (Section 4.3); each tile waits
 //            (its prologue) until the chunk holding its rows has arrived. Where a tile's rows span
 //            two shards (m not a multiple of the tile height) one stream pulls every shard in ring
-//            order into one counter, as a tile waits on one counter.
+//            order into one counter, as a tile waits on one counter. With PlanOptions::all_gather_source
+//            push (tiles within shards), each rank instead pushes its shard's chunks from the
+//            caller's memory into every peer's gathered A, in the same order, and writes the
+//            peer's counter for it: no copy-in.
 //   gemm_rs: each tile whose rows belong to a peer d is stored straight into d's receive slot for
 //            this rank (the epilogue's peer store) and counted on d; rank r starts with rank r+1's
 //            rows and ends with its own (Section 4.1: no two ranks write to one peer at once).
@@ -53,15 +56,21 @@ int chunks_per_shard(const PlanOptions& o, int64_t shard_rows) {
 
 void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
-  const detail::AllGatherOperands operands = detail::declare_all_gather_operands(p, b);
-  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   // Where every tile's rows lie in one shard (m a multiple of the tile height), the own shard's
   // tiles read their rows in place, from the op's input, and each peer has a pull stream and a
   // counter. Otherwise the own shard goes into place on the GEMM's stream, before it (a copy
   // within one GPU runs as a kernel, which would find no free SM while the GEMM, holding them
   // all, waits for it), and one stream and counter serve every peer.
   const bool per_peer = tiles_within_shards(p, o);
-  std::vector<SignalId> arrived;  // per ring offset i (1 .. W-1), or one for all
+  // Push (PlanOptions::all_gather_source): each rank sends its shard's chunks to every peer on a
+  // stream per peer and writes that peer's counter for it, so every counter keeps one writer (a
+  // counter several ranks raised would need a kernel, and the GEMMs hold every SM). That needs a
+  // counter per peer: where tiles span shards, the plan pulls.
+  const bool push = per_peer && o.all_gather_source == AllGatherSource::push;
+  const detail::AllGatherOperands operands =
+      detail::declare_all_gather_operands(p, b, push ? AllGatherSource::push : AllGatherSource::pull);
+  const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
+  std::vector<SignalId> arrived;  // per ring offset i (1 .. W-1): the shard of rank r + i; or one for all
   if (per_peer)
     for (int i = 1; i < world; ++i) arrived.push_back(b.signal("chunks_from_rank" + std::to_string((r + i) % world)));
   else
@@ -79,9 +88,18 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
       if (rows == 0) continue;
       const size_t counter = per_peer ? static_cast<size_t>(i - 1) : 0;
       const int stream = per_peer ? kComm + i - 1 : kComm;
-      Step& step = b.add("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), stream, Engine::copy_engine,
-                         CopyStep{b.rows(a, first, rows, src), b.rows(gathered, src * p.m + first, rows)});
-      step.notifies.push_back({b.own(arrived[counter]), 1});
+      if (push) {
+        // Chunk j of this rank's shard to rank r - i, on whose ring this rank sits at offset i: the
+        // chunks a rank receives come from r + 1, r + 2, ... at each step, as pulls would bring them.
+        const int dst = (r - i + world) % world;
+        Step& send = b.add("push chunk " + std::to_string(j) + " to rank " + std::to_string(dst), stream, Engine::copy_engine,
+                           CopyStep{b.rows(a, first, rows), b.rows(gathered, r * p.m + first, rows, dst)});
+        send.notifies.push_back({b.signal_on(arrived[static_cast<size_t>(i - 1)], dst), 1});
+      } else {
+        Step& step = b.add("pull rank " + std::to_string(src) + " chunk " + std::to_string(j), stream, Engine::copy_engine,
+                           CopyStep{b.rows(a, first, rows, src), b.rows(gathered, src * p.m + first, rows)});
+        step.notifies.push_back({b.own(arrived[counter]), 1});
+      }
       ++copies[counter];
       for (int64_t row = src * p.m + first; row < src * p.m + first + rows; ++row) {
         needed[static_cast<size_t>(row)] = Wait{b.own(arrived[counter]), copies[counter]};
