@@ -79,8 +79,11 @@ TEST(FusedPlans, AllGatherOwnTilesReadTheirRowsInPlaceWhereTilesHoldOneShard) {
   for (const RankPlan& rank : plan.ranks) {
     const int r = rank.rank;
     const BufferId a = find_buffer(rank, "A");
-    for (const Step& step : rank.steps)
-      if (const auto* copy = std::get_if<CopyStep>(&step.body)) EXPECT_NE(copy->src.rank, r) << "only pulls of peers' shards";
+    for (const Step& step : rank.steps) {
+      if (const auto* copy = std::get_if<CopyStep>(&step.body)) {
+        EXPECT_NE(copy->src.rank, r) << "only pulls of peers' shards";
+      }
+    }
     const GemmStep& g = *gemms_of(rank)[0];
     size_t in_place = 0;
     for (const GemmTile& t : g.tiles) {
