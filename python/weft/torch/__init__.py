@@ -14,13 +14,19 @@ except ModuleNotFoundError as e:
                               "or install torch for your CUDA first; weft itself (import weft) works without it") from e
 
 from .comm import communicator, init, is_initialized, process_group, world_size
+from .blocks import DecoderBlock, DecoderStack, RMSNorm, TensorParallelAttention, TensorParallelSwiGLU
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
 from .ops import check_errors, strategy_id, symmetric_input, synchronize
 
 __all__ = [
     "ColumnParallelLinear",
+    "DecoderBlock",
+    "DecoderStack",
+    "RMSNorm",
     "RowParallelLinear",
+    "TensorParallelAttention",
     "TensorParallelMLP",
+    "TensorParallelSwiGLU",
     "check_errors",
     "communicator",
     "init",

@@ -1,0 +1,163 @@
+"""weft.torch's decoder block against references: at world 1 (on the CPU in float32, no GPU needed)
+against the block's definition written out independently in float64 (RMSNorm, rotary positions as
+complex rotations, softmax attention with an explicit causal mask and repeated kv heads, SwiGLU),
+forward and every gradient; on GPUs (world 1, and every rank under torchrun) weft's block against
+the same block through plain torch (torch.mm + torch.distributed) with the same weights."""
+
+import math
+import os
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from weft import models  # noqa: E402
+
+try:
+    import weft.torch as wt  # noqa: E402
+    from weft.torch import comm  # noqa: E402
+except Exception as e:  # the native module without a usable libtorch
+    pytest.skip(f"weft.torch does not import here: {e}", allow_module_level=True)
+
+# A Llama-3-8B layer with every width cut by 8 (4 query heads over 1 kv head, head dim 128), and a
+# tiny GQA layer (4 query heads over 2 kv heads).
+SMALL = models.scaled(models.config("llama3-8b"), 8)
+TINY = models.ModelConfig("tiny-gqa", hidden=64, ffn=96, heads=4, kv_heads=2, head_dim=16)
+
+
+def definition(x, w, cfg):
+    """The block's definition in float64: x [s, b, hidden], w the block's parameters by name (world 1)."""
+    d, hq, hkv = cfg.head_dim, cfg.heads, cfg.kv_heads
+
+    def rms(v, weight):
+        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + cfg.norm_eps) * weight
+
+    def rope(t):  # t [s, b, heads, d]: pairs (i, i + d/2) rotated by position * theta^(-2i/d)
+        s = t.shape[0]
+        freqs = cfg.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        turn = torch.polar(torch.ones(s, d // 2, dtype=torch.float64), torch.arange(s, dtype=torch.float64)[:, None] * freqs[None, :])
+        z = torch.complex(t[..., : d // 2], t[..., d // 2 :]) * turn[:, None, None, :]
+        return torch.cat((z.real, z.imag), -1)
+
+    s, b, _ = x.shape
+    qkv = rms(x, w["attention_norm.weight"]) @ w["attention.qkv.weight"].t()
+    q = rope(qkv[..., : hq * d].reshape(s, b, hq, d))
+    k = rope(qkv[..., hq * d : (hq + hkv) * d].reshape(s, b, hkv, d)).repeat_interleave(hq // hkv, dim=2)
+    v = qkv[..., (hq + hkv) * d :].reshape(s, b, hkv, d).repeat_interleave(hq // hkv, dim=2)
+    scores = torch.einsum("sbhd,tbhd->bhst", q, k) / math.sqrt(d)
+    scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
+    attended = torch.einsum("bhst,tbhd->sbhd", scores.softmax(-1), v).reshape(s, b, hq * d)
+    h = x + attended @ w["attention.out.weight"].t()
+    gate, up = (rms(h, w["mlp_norm.weight"]) @ w["mlp.gate_up.weight"].t()).split(cfg.ffn, dim=-1)
+    return h + (torch.nn.functional.silu(gate) * up) @ w["mlp.down.weight"].t()
+
+
+@pytest.fixture
+def world_of_one_on_the_cpu(monkeypatch):
+    """At world 1 every weft op is its GEMM alone (a @ b.T, nothing communicated): with a stand-in
+    communicator and the ops' world-1 meaning on the CPU, the layers' autograd functions and the
+    block around them run here. The ops themselves are checked on GPUs (test_torch.py)."""
+    from weft.torch import layers
+
+    monkeypatch.setitem(comm._state, "comm", types.SimpleNamespace(world_size=1, rank=0))
+    monkeypatch.setitem(comm._state, "group", None)
+    for op in ("ag_gemm", "gemm_rs", "gemm_ar"):
+        monkeypatch.setattr(layers, op, lambda a, b, strategy="default": torch.mm(a, b.t()))
+
+
+def randomised(block, seed):
+    """Random norm weights too (ones would hide a missing or misplaced norm)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if "norm" in name:
+                p.copy_((1 + 0.5 * (torch.rand(p.shape, generator=g) * 2 - 1)).to(p.dtype))
+    return block
+
+
+@pytest.mark.parametrize("cfg", [TINY, SMALL], ids=lambda c: c.name)
+def test_block_at_world_one_is_its_definition(world_of_one_on_the_cpu, cfg):
+    torch.manual_seed(3)
+    block = randomised(wt.DecoderBlock(cfg, device="cpu", dtype=torch.float32), 5)
+    s, b = 24, 2
+    x = (torch.rand(s, b, cfg.hidden) * 2 - 1).requires_grad_()
+    w = {name: p.detach().double().requires_grad_() for name, p in block.named_parameters()}
+    assert sorted(w) == sorted(["attention_norm.weight", "attention.qkv.weight", "attention.out.weight", "mlp_norm.weight",
+                                "mlp.gate_up.weight", "mlp.down.weight"])
+    x64 = x.detach().double().requires_grad_()
+    y, want = block(x), definition(x64, w, cfg)
+    assert y.shape == (s, b, cfg.hidden) and not torch.isnan(y).any()
+    error = ((y.double() - want).norm() / want.norm()).item()
+    assert error < 1e-5, f"forward differs from the definition: relative error {error:.2e}"
+    # Every gradient: the block's (its autograd functions at world 1) against autograd through the definition.
+    grad = torch.rand_like(y) * 2 - 1
+    y.backward(grad)
+    want.backward(grad.double())
+    for name, p in block.named_parameters():
+        e = ((p.grad.double() - w[name].grad).norm() / w[name].grad.norm()).item()
+        assert e < 1e-4, f"gradient of {name}: relative error {e:.2e}"
+    e = ((x.grad.double() - x64.grad).norm() / x64.grad.norm()).item()
+    assert e < 1e-4, f"input gradient: relative error {e:.2e}"
+    # The plain path (plain.py's products and collectives, the same weights) is the same function.
+    with torch.no_grad():
+        plain_error = ((block(x, plain=True).double() - want).norm() / want.norm()).item()
+    assert plain_error < 1e-5, f"plain=True differs from the definition: {plain_error:.2e}"
+
+
+def test_a_stack_applies_its_blocks_in_turn(world_of_one_on_the_cpu):
+    torch.manual_seed(4)
+    stack = wt.DecoderStack(TINY, 3, device="cpu", dtype=torch.float64)
+    x = torch.rand(8, 1, TINY.hidden, dtype=torch.float64)
+    want = x
+    for block in stack.blocks:
+        want = definition(want, dict(block.named_parameters()), TINY)
+    assert torch.allclose(stack(x), want, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="layers=0"):
+        wt.DecoderStack(TINY, 0, device="cpu")
+    with pytest.raises(ValueError, match="mixture of experts"):
+        wt.DecoderBlock(models.config("mixtral-8x7b"), device="cpu")
+
+
+# --- on GPUs: weft's block against the same block through plain torch, every rank -----------------
+
+
+@pytest.fixture(scope="module")
+def gpu_communicator():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if "WORLD_SIZE" in os.environ and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    return wt.init()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sequence_parallel", [True, False], ids=["sequence-parallel", "tensor-parallel"])
+def test_block_through_weft_matches_plain_torch(gpu_communicator, sequence_parallel):
+    world, rank = wt.world_size(), gpu_communicator.rank
+    cfg = TINY if world <= 2 else models.ModelConfig("tiny-gqa-w", hidden=128, ffn=64 * world, heads=2 * world, kv_heads=world, head_dim=16)
+    torch.manual_seed(11 + rank)  # each rank its own weight shards
+    block = randomised(wt.DecoderBlock(cfg, sequence_parallel=sequence_parallel), 7)  # norms replicated, as in a model
+    s, b = 64 * world, 2
+    g = torch.Generator().manual_seed(5 if not sequence_parallel else 5 + rank)  # tensor parallel: the same x everywhere
+    x = ((torch.rand(s // world if sequence_parallel else s, b, cfg.hidden, generator=g) * 2 - 1).to(torch.bfloat16).cuda()).requires_grad_()
+    x_plain = x.detach().clone().requires_grad_()
+    y, y_plain = block(x), block(x_plain, plain=True)
+    # A replicated output (tensor parallel) gets the same gradient on every rank, as from a real loss.
+    grad_seed = 9 + rank if sequence_parallel else 9
+    grad = (torch.rand(y.shape, generator=torch.Generator().manual_seed(grad_seed)) * 2 - 1).to(torch.bfloat16).cuda()
+    y.backward(grad)
+    weft_grads = {n: p.grad.clone() for n, p in block.named_parameters()}
+    block.zero_grad()
+    y_plain.backward(grad)
+
+    def rel(got, want, what):
+        assert not torch.isnan(got).any(), f"{what}: NaN"
+        e = ((got.float() - want.float()).norm() / want.float().norm()).item()
+        assert e < 2e-2, f"{what} on rank {rank}: relative error {e:.2e} against plain torch"
+
+    rel(y, y_plain, "output")
+    rel(x.grad, x_plain.grad, "input gradient")
+    for name, p in block.named_parameters():
+        rel(weft_grads[name], p.grad, f"gradient of {name}")
