@@ -276,3 +276,18 @@ def test_the_benchmark_runs_and_writes_its_table(tmp_path):
     for variant in ("torch", "weft:default", "weft:sequential", "weft MLP fwd+bwd", "torch MLP fwd+bwd"):
         assert variant in text, text
     assert "speedup" in done.stdout
+
+
+def test_the_model_step_benchmark_verifies_and_times_both_variants(tmp_path):
+    if wt.world_size() > 1:
+        pytest.skip("run by hand under torchrun at world > 1")
+    csv_path = tmp_path / "model.csv"
+    done = subprocess.run([sys.executable, "-m", "weft.benchmark", "--model", "llama3-8b", "--layers", "1", "--tokens", "512",
+                           "--mode", "train", "--iterations", "3", "--warmup", "1", "--csv", str(csv_path)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(__import__("csv").DictReader(csv_path.open()))
+    assert {r["variant"] for r in rows} == {"weft train step", "torch train step"}, rows
+    for r in rows:
+        assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2, r
+        assert "tokens/s" in r["note"], r

@@ -1,8 +1,11 @@
 """Side by side, under torchrun: weft's ops (each strategy and the default), torch.mm with
 torch.distributed, and PyTorch AsyncTP's fused ops, for the suites' rows; then the tensor-parallel
-MLP layer, forward and backward, weft against the same layer in plain torch.
+MLP layer, forward and backward, weft against the same layer in plain torch. With --model, a model's
+step instead: --layers decoder blocks (weft.torch.DecoderStack) in prefill or train mode, weft's
+against the same blocks through plain torch.
 
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --suite default --csv out.csv
+    torchrun --standalone --nproc_per_node=4 -m weft.benchmark --model llama3-8b --layers 2 --mode train --tokens 8192
 
 Timing follows `weft bench`: CUDA events around one call, a device barrier before each call, the
 median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
@@ -318,6 +321,54 @@ def bench_mlp(args, world, rank, writer, table):
             writer.writerow(line)
 
 
+def bench_model(args, world, rank, writer, table):
+    """A model's step: `--layers` decoder blocks of `--model` (random weights), prefill (forward) or
+    train (forward + backward), weft's blocks against the same blocks through plain torch (same
+    weights), verified first (output, and in train the input gradient); step ms and tokens/s."""
+    from . import models
+
+    cfg = models.config(args.model)
+    sequence_parallel = world > 1
+    if args.tokens % (args.batch * world):
+        raise ValueError(f"--tokens {args.tokens} must be a multiple of --batch {args.batch} x the world size {world}")
+    seq = args.tokens // args.batch  # positions per sequence; each rank holds seq / W of them
+    stack = wt.DecoderStack(cfg, args.layers, sequence_parallel=sequence_parallel)
+    g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
+    shape = (seq // world if sequence_parallel else seq, args.batch, cfg.hidden)
+    if not sequence_parallel and world > 1:  # tensor parallel alone: every rank holds the same activations
+        g.manual_seed(args.seed)
+    x = (torch.rand(shape, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    dz = (torch.rand(shape, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    train = args.mode == "train"
+
+    def step(plain_products):
+        def run():
+            if not train:
+                with torch.no_grad():
+                    return stack(x, plain_products)
+            xi = x.detach().requires_grad_()
+            stack.zero_grad(set_to_none=True)
+            stack(xi, plain_products).backward(dz)
+            return xi.grad
+        return run
+
+    weft_step, plain_step = step(False), step(True)
+    error = _slowest(relative_error(weft_step(), plain_step()))
+    host_us = {}
+    names = {"weft": f"weft {args.mode} step", "plain": f"torch {args.mode} step"}
+    ms = time_interleaved({names["weft"]: weft_step, names["plain"]: plain_step}, args.warmup, args.iterations, args.queue_ahead_us, host_us)
+    baseline = ms[names["plain"]]
+    for name, t in ms.items():
+        line = {"row": f"{cfg.name} x{args.layers} T={args.tokens} b={args.batch}", "op": args.mode, "world": world, "m": args.tokens,
+                "n": cfg.hidden, "k": cfg.ffn, "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": baseline, "speedup": baseline / t,
+                "overlap_efficiency": None, "relative_error": error, "host_us": host_us.get(name),
+                "host_ratio": host_us[name] / host_us[names["plain"]], "b2b_us": None, "b2b_ratio": None,
+                "note": f"{args.tokens / (t / 1e3):.0f} tokens/s; " + ("input gradient compared" if train else "output compared")}
+        table.append(line)
+        if writer and rank == 0:
+            writer.writerow(line)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m weft.benchmark", description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="default", help="bench/NAME.json or a JSON file")
@@ -332,6 +383,11 @@ def main(argv=None):
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--mlp-ffn", type=int, default=14336)
     parser.add_argument("--mlp-tokens", type=int, default=8192)
+    parser.add_argument("--model", default="", help="a model's step instead of the suite: llama3-8b, llama3-70b, qwen2-72b (weft.models)")
+    parser.add_argument("--layers", type=int, default=2, help="--model: decoder blocks")
+    parser.add_argument("--mode", choices=("prefill", "train"), default="train", help="--model: forward, or forward + backward")
+    parser.add_argument("--tokens", type=int, default=8192, help="--model: tokens per step over all ranks")
+    parser.add_argument("--batch", type=int, default=1, help="--model: sequences per step")
     parser.add_argument("--queue-ahead-us", type=float, default=300,
                         help="device-side sleep before each timed call, so that the host's enqueue time is not timed (0: timed)")
     args = parser.parse_args(argv)
@@ -348,9 +404,12 @@ def main(argv=None):
     if writer:
         writer.writeheader()
     table = []
-    bench_suite(args, world, rank, writer, table)
-    if not args.no_mlp:
-        bench_mlp(args, world, rank, writer, table)
+    if args.model:
+        bench_model(args, world, rank, writer, table)
+    else:
+        bench_suite(args, world, rank, writer, table)
+        if not args.no_mlp:
+            bench_mlp(args, world, rank, writer, table)
     if rank == 0:
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "-"
         print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}; "
