@@ -5,6 +5,8 @@
     weft.torch.init()                                   # under torchrun, after init_process_group
     y = torch.ops.weft.ag_gemm(x_shard, w_up)           # gather(x) @ w_up.T, on the current stream
     mlp = weft.torch.TensorParallelMLP(4096, 14336)     # forward and backward through weft
+    block = weft.torch.DecoderBlock(weft.models.config("llama3-8b"))   # a Llama-style layer (weft/torch/blocks.py)
+    import weft.torch.compile; weft.torch.compile.enable()              # rewrite an unmodified TP model under torch.compile
 """
 
 try:
