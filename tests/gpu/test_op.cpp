@@ -559,6 +559,7 @@ TEST(Executor, ADeviceWaitThatGivesUpFailsTheCallWithItsSignal) {
       EXPECT_NE(what.find("never_raised"), std::string::npos) << what;
       EXPECT_NE(what.find(">= 1"), std::string::npos) << what;
       EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("gemm_ar m="), std::string::npos) << what << ": the error names the op";
     }
     // Reported once: the next call starts clean, fails again the same way, and is raised by run.
     exec.run(stream);
@@ -597,6 +598,8 @@ TEST(Executor, ACallThatCannotFinishRaisesAbortsAndReleasesTheDevice) {
       const std::string what = e.what();
       EXPECT_NE(what.find("never_raised"), std::string::npos) << what;
       EXPECT_NE(what.find("aborted"), std::string::npos) << what;
+      EXPECT_NE(what.find("gemm_ar m=128 n=128 k=64"), std::string::npos) << what << ": the error names the op";
+      EXPECT_NE(what.find("raised by nobody"), std::string::npos) << what << ": and who raises the unmet wait";
     }
     EXPECT_TRUE(comm.aborted());
     EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "the released call drains";
