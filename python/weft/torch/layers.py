@@ -3,7 +3,8 @@
 Shapes (W ranks, t tokens per rank, H hidden, F ffn):
     ColumnParallelLinear(H, F): weight [F/W, H].
         sequence parallel: x [t, H] -> y [W t, F/W]   forward ag_gemm;  backward dx by gemm_rs,
-                           dW = dy^T gather(x) (a plain GEMM on the gathered input)
+                           dW = dy^T gather(x) (a plain GEMM on the input gathered again by
+                           torch.distributed while dx is computed)
         otherwise:         x [T, H] -> y [T, F/W]     forward torch.mm; backward dx by gemm_ar
     RowParallelLinear(F, H): weight [H, F/W].
         sequence parallel: y [W t, F/W] -> z [t, H]   forward gemm_rs;  backward dy by ag_gemm,
@@ -22,14 +23,15 @@ from .comm import process_group, world_size
 from .ops import ag_gemm, gemm_ar, gemm_rs
 
 
-def all_gather_rows(x):
-    """Every rank's x stacked by rank (torch.distributed on weft's group; x itself at world 1)."""
+def all_gather_rows(x, async_op=False):
+    """Every rank's x stacked by rank (torch.distributed on weft's group; x itself at world 1). With
+    async_op, (the tensor, a handle to wait() on before reading it; None at world 1)."""
     world = world_size()
     if world == 1:
-        return x
+        return (x, None) if async_op else x
     out = x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))
-    torch.distributed.all_gather_into_tensor(out, x.contiguous(), group=process_group())
-    return out
+    work = torch.distributed.all_gather_into_tensor(out, x.contiguous(), group=process_group(), async_op=async_op)
+    return (out, work) if async_op else out
 
 
 class _ColumnParallel(torch.autograd.Function):
@@ -44,6 +46,11 @@ class _ColumnParallel(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         dy = dy.contiguous()
         dx = dw = None
+        # dW needs the gathered input again: its all-gather (torch's stream) runs while dx is
+        # computed (weft's ops on the current stream), as Megatron overlaps it with the dgrad GEMM.
+        gathered, gathering = (None, None)
+        if ctx.needs_input_grad[1] and ctx.sequence_parallel:
+            gathered, gathering = all_gather_rows(x, async_op=True)
         if ctx.needs_input_grad[0]:
             # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W].
             if world_size() == 1:
@@ -52,7 +59,9 @@ class _ColumnParallel(torch.autograd.Function):
                 weight_t = weight.t().contiguous()
                 dx = gemm_rs(dy, weight_t, ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight_t, ctx.strategy)
         if ctx.needs_input_grad[1]:
-            dw = torch.mm(dy.t(), all_gather_rows(x) if ctx.sequence_parallel else x)
+            if gathering is not None:
+                gathering.wait()
+            dw = torch.mm(dy.t(), gathered if ctx.sequence_parallel else x)
         return dx, dw, None, None
 
 
