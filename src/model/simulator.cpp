@@ -270,8 +270,8 @@ class Simulator {
     return true;
   }
 
-  // FlashAttention's work: a CTA per (query tile, head), persistent over the SMs the step may use,
-  // each walking the KV tiles in the step's order and waiting for each before it loads it. A query
+  // FlashAttention's work: a unit per (query tile, head) on CTAs persistent over the SMs the step may
+  // use, each walking the KV tiles in the step's order and waiting for each before it loads it. A query
   // tile skips the KV tiles its causal mask hides wholly (their first key after its last query): no
   // FLOPs, no wait. A KV tile it reads costs 4 q_rows kv_rows head_dim FLOPs (Q K^T and P V) at the
   // machine's attention rate, and no less than its keys and values streamed from HBM by every CTA.
@@ -292,17 +292,36 @@ class Simulator {
     run->queue.resize(static_cast<size_t>(run->grid));
     const double per_cta_rate = m_.peak_flops * m_.attention_efficiency / m_.sm_count;
     const double per_cta_bytes = m_.memory_bytes_per_s / run->grid;
+    // Each unit's entries and work, then the units to CTAs heaviest first, each to the CTA with the
+    // least work so far: causal query tiles differ in work, and FlashAttention-3's scheduler hands the
+    // heaviest out first so that no CTA is left with the longest ones at the end.
+    struct Unit {
+      double seconds = 0;
+      size_t first = 0, count = 0;  // its entries
+    };
+    std::vector<Unit> units;
     for (int64_t unit = 0; unit < query_tiles * heads; ++unit) {
       const int64_t first = (unit / heads) * a.tile_q, q_rows = std::min<int64_t>(a.tile_q, rows - first);
+      Unit u;
+      u.first = run->entries.size();
       for (const KvTile& t : a.kv_tiles) {
         if (a.causal && a.kv_position + t.row > a.q_position + first + q_rows - 1) continue;
         GemmRun::Entry e;
         const double flops = 4.0 * static_cast<double>(q_rows * t.rows * d);
         e.seconds = std::max(flops / per_cta_rate, 2.0 * 2.0 * static_cast<double>(t.rows * d) / per_cta_bytes);
         e.wait = t.wait;
-        run->queue[static_cast<size_t>(unit % run->grid)].push_back(run->entries.size());
+        u.seconds += e.seconds;
         run->entries.push_back(e);
       }
+      u.count = run->entries.size() - u.first;
+      units.push_back(u);
+    }
+    std::stable_sort(units.begin(), units.end(), [](const Unit& x, const Unit& y) { return x.seconds > y.seconds; });
+    std::vector<double> load(static_cast<size_t>(run->grid), 0.0);
+    for (const Unit& u : units) {
+      const size_t cta = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[cta] += u.seconds;
+      for (size_t e = u.first; e < u.first + u.count; ++e) run->queue[cta].push_back(e);
     }
     if (run->entries.empty()) {
       schedule(0, r, index, now_);
