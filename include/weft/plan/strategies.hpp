@@ -65,15 +65,18 @@ struct ChunkedOptions {
 // tilelink (TileLink): communication on SMs, in a companion kernel beside a GEMM limited to the
 // other SMs, with its own tile (rows per communication tile) and order.
 struct TileLinkOptions {
-  int comm_sms = 20;           // CTAs of the companion kernel; the GEMM keeps sm_count - comm_sms
+  int comm_sms = 20;           // CTAs of the companion kernel; the GEMM keeps sm_count - comm_sms (ag_attention has
+                               // no companion: the copy engine moves its keys and values)
   int64_t comm_tile_rows = 0;  // rows per communication tile (0: the model's pick, a multiple of the GEMM tile;
                                // ag_attention: a rank's whole block, as tilelink.txt §5.3)
-  bool ring = true;            // ag_gemm: peers in ring order (false: all-to-all, chunk c of every peer in turn)
+  bool ring = true;            // ag_gemm, ag_moe: peers in ring order (false: all-to-all, chunk c of every peer in turn);
+                               // ag_attention pulls in ring order always
 };
 
 struct TuningTable;
 
 struct PlanOptions {
+  // The GEMM tile; ag_attention's score tile (Q K^T): tile_m queries by tile_n keys (its KV tiles).
   int tile_m = 128;
   int tile_n = 128;
   // Pieces along K of each overlap GEMM tile (GemmStep::k_splits), and of the tiles of its partial
