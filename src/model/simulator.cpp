@@ -306,11 +306,20 @@ class Simulator {
       u.first = run->entries.size();
       for (const KvTile& t : a.kv_tiles) {
         if (a.causal && a.kv_position + t.row > a.q_position + first + q_rows - 1) continue;
-        GemmRun::Entry e;
         const double flops = 4.0 * static_cast<double>(q_rows * t.rows * d);
-        e.seconds = std::max(flops / per_cta_rate, 2.0 * 2.0 * static_cast<double>(t.rows * d) / per_cta_bytes);
+        const double seconds = std::max(flops / per_cta_rate, 2.0 * 2.0 * static_cast<double>(t.rows * d) / per_cta_bytes);
+        u.seconds += seconds;
+        // A KV tile whose wait is met once the unit's previous one has started (none, or the same
+        // counter at no higher value) runs on from it: one entry, so that a long sequence's
+        // thousands of KV tiles per query tile cost entries per wait, not per tile.
+        GemmRun::Entry* previous = run->entries.size() > u.first ? &run->entries.back() : nullptr;
+        if (previous && (!t.wait || (previous->wait && previous->wait->signal == t.wait->signal && t.wait->value <= previous->wait->value))) {
+          previous->seconds += seconds;
+          continue;
+        }
+        GemmRun::Entry e;
+        e.seconds = seconds;
         e.wait = t.wait;
-        u.seconds += e.seconds;
         run->entries.push_back(e);
       }
       u.count = run->entries.size() - u.first;
