@@ -1,4 +1,5 @@
-// Text form of a plan: one line per buffer, signal and step; GEMM tile tables one line per tile.
+// Text form of a plan: one line per buffer, signal and step; GEMM tile tables one line per tile, an
+// attention step's KV tiles one line each.
 #include <sstream>
 #include <stdexcept>
 
@@ -73,6 +74,12 @@ std::string body_text(const Plan& plan, const StepBody& body) {
         } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
           out << "move_boxes " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.moves.size() << " boxes)";
+        } else if constexpr (std::is_same_v<T, AttentionStep>) {
+          out << (b.merge ? "attention+= q=" : "attention q=") << describe_region(plan, b.q) << " k=" << describe_region(plan, b.k)
+              << " v=" << describe_region(plan, b.v) << " -> o=" << describe_region(plan, b.o) << " lse=" << describe_region(plan, b.lse)
+              << " head_dim=" << b.head_dim << " positions q@" << b.q_position << " kv@" << b.kv_position << (b.causal ? " causal" : "")
+              << " tile_q=" << b.tile_q << " kv_tiles=" << b.kv_tiles.size();
+          if (b.sm_limit > 0) out << " on " << b.sm_limit << " SMs";
         } else if constexpr (std::is_same_v<T, CollectiveStep>) {
           out << to_string(b.kind) << "#" << b.id << " " << describe_region(plan, b.src) << " -> "
               << describe_region(plan, b.dst);
@@ -142,6 +149,15 @@ std::string to_string(const Plan& plan) {
           if (t.wait) waits.push_back(*t.wait);
           if (t.notify) notifies.push_back(*t.notify);
           sync_text(out, plan, waits, notifies);
+          out << "\n";
+        }
+      }
+      if (const auto* attention = std::get_if<AttentionStep>(&step.body)) {
+        for (const KvTile& t : attention->kv_tiles) {
+          out << "      kv [" << t.row << ":" << t.row + t.rows << "]";
+          std::vector<Wait> waits;
+          if (t.wait) waits.push_back(*t.wait);
+          sync_text(out, plan, waits, {});
           out << "\n";
         }
       }

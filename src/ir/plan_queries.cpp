@@ -28,6 +28,8 @@ bool reaches_across_ranks(const Plan& plan) {
               for (const Region& r : b.srcs)
                 if (foreign(r)) return true;
               return foreign(b.dst);
+            } else if constexpr (std::is_same_v<T, AttentionStep>) {
+              return foreign(b.q) || foreign(b.k) || foreign(b.v) || foreign(b.o) || foreign(b.lse);
             } else {
               return false;  // collectives and joins touch only their own rank's memory
             }

@@ -25,6 +25,7 @@ std::string_view to_string(OpKind op) {
     case OpKind::a2a_gemm: return "a2a_gemm";
     case OpKind::ag_moe: return "ag_moe";
     case OpKind::moe_rs: return "moe_rs";
+    case OpKind::ag_attention: return "ag_attention";
   }
   return "?";
 }
@@ -41,23 +42,55 @@ const std::vector<OpKind>& all_ops() {
   return ops;
 }
 
+const std::vector<OpKind>& attention_ops() {
+  static const std::vector<OpKind> ops{OpKind::ag_attention};
+  return ops;
+}
+
+bool is_attention(OpKind op) { return op == OpKind::ag_attention; }
+
 OpKind parse_op(std::string_view text) {
   std::string known;
-  for (OpKind o : all_ops()) {
-    if (to_string(o) == text) return o;
-    known += (known.empty() ? "" : ", ") + std::string(to_string(o));
-  }
+  for (const auto* ops : {&all_ops(), &attention_ops()})
+    for (OpKind o : *ops) {
+      if (to_string(o) == text) return o;
+      known += (known.empty() ? "" : ", ") + std::string(to_string(o));
+    }
   throw std::invalid_argument("unknown op '" + std::string(text) + "' (expected one of " + known + ")");
 }
 
 int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+namespace {
+
+template <class Fail>
+void check_attention(const Problem& p, Fail fail) {
+  if (p.m < 1) fail("ag_attention needs m (tokens per rank) >= 1, got " + std::to_string(p.m));
+  if (p.n != 0 || p.k != 0)
+    fail("n and k are the GEMM ops' sizes; ag_attention's columns come from batch, heads and head_dim (leave n and k 0, got n=" +
+         std::to_string(p.n) + " k=" + std::to_string(p.k) + ")");
+  if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.head_dim < 1)
+    fail("ag_attention needs batch, heads, kv_heads and head_dim >= 1, got " + std::to_string(p.batch) + ", " + std::to_string(p.heads) + ", " +
+         std::to_string(p.kv_heads) + ", " + std::to_string(p.head_dim));
+  if (p.heads % p.kv_heads != 0)
+    fail("heads (" + std::to_string(p.heads) + ") must be a multiple of kv_heads (" + std::to_string(p.kv_heads) +
+         "): each key/value head serves the same number of query heads");
+}
+
+}  // namespace
 
 void check_problem(const Problem& p) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("invalid problem " + describe(p) + ": " + what);
   };
   if (p.world_size < 1) fail("world_size must be >= 1");
-  if (p.m < 1 || p.n < 1 || p.k < 1) fail("m, n and k must be >= 1");
+  if (is_attention(p.op)) {
+    check_attention(p, fail);
+  } else {
+    if (p.m < 1 || p.n < 1 || p.k < 1) fail("m, n and k must be >= 1");
+    if (p.batch != 0 || p.heads != 0 || p.kv_heads != 0 || p.head_dim != 0 || p.causal)
+      fail("batch, heads, kv_heads, head_dim and causal are only meaningful for ag_attention (leave them 0 and false)");
+  }
   if (p.op == OpKind::gemm_rs && p.m % p.world_size != 0)
     fail("gemm_rs needs m (" + std::to_string(p.m) + ") divisible by world_size (" +
          std::to_string(p.world_size) + ") so every rank gets an equal block of rows");
@@ -129,6 +162,10 @@ MoeRows moe_rows(const Problem& p) {
 
 int64_t a_rows(const Problem& p) { return p.op == OpKind::moe_rs ? p.m * p.world_size * p.topk : p.m; }
 
+int64_t query_cols(const Problem& p) { return int64_t{p.batch} * p.heads * p.head_dim; }
+int64_t key_cols(const Problem& p) { return int64_t{p.batch} * p.kv_heads * p.head_dim; }
+int64_t lse_cols(const Problem& p) { return int64_t{p.batch} * p.heads; }
+
 bool routes_rows(OpKind op) { return op == OpKind::gemm_a2a || op == OpKind::a2a_gemm; }
 
 std::vector<std::vector<int64_t>> rows_routed(const Problem& p) {
@@ -152,12 +189,19 @@ int64_t output_rows(const Problem& p, int rank) {
     }
     case OpKind::ag_moe: return p.m * p.world_size * p.topk;
     case OpKind::moe_rs: return p.m;
+    case OpKind::ag_attention: return p.m;
   }
   return 0;
 }
 
 std::string describe(const Problem& p) {
   std::ostringstream out;
+  if (is_attention(p.op)) {
+    out << to_string(p.op) << " m=" << p.m << " batch=" << p.batch << " heads=" << p.heads << " kv_heads=" << p.kv_heads
+        << " head_dim=" << p.head_dim << (p.causal ? " causal" : "") << " world=" << p.world_size << " " << to_string(p.input_dtype) << "->"
+        << to_string(p.output_dtype);
+    return out.str();
+  }
   out << to_string(p.op) << " m=" << p.m << " n=" << p.n << " k=" << p.k << " world=" << p.world_size
       << " " << to_string(p.input_dtype) << "->" << to_string(p.output_dtype);
   if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk;

@@ -84,6 +84,8 @@ void require_reachable(const Plan& plan, const Topology& t) {
               region(b.src);
               region(b.weights);
               region(b.dst);
+            } else if constexpr (std::is_same_v<T, AttentionStep>) {
+              for (const Region* r : {&b.q, &b.k, &b.v, &b.o, &b.lse}) region(*r);
             }
           },
           step.body);

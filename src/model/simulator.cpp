@@ -21,7 +21,8 @@ constexpr double kEpsilon = 1e-12;
 
 int64_t elements(const Region& r) { return r.box.rows * r.box.cols; }
 
-// One GEMM step being simulated: its entries (tiles, or K splits of tiles) on its CTAs.
+// One GEMM or attention step being simulated: its entries (GEMM tiles, K splits of tiles, or the
+// unmasked KV tiles of an attention kernel's query tiles) on its CTAs.
 struct GemmRun {
   int rank = 0;
   int step = 0;
@@ -32,8 +33,10 @@ struct GemmRun {
   };
   std::vector<Entry> entries;
   int grid = 1;
-  std::vector<size_t> next;           // per CTA: its next entry (CTA c takes c, c + grid, ...)
-  std::vector<double> busy_until;     // per CTA; kNever while waiting for nothing to start
+  // Per CTA: the entries it runs, in order (a GEMM's CTA c takes c, c + grid, ...; an attention
+  // kernel's CTA walks the KV tiles of its query tiles one after another), and its position there.
+  std::vector<std::vector<size_t>> queue;
+  std::vector<size_t> next;
   std::vector<bool> running;
   size_t done = 0;
   bool holds_every_sm = false;
@@ -163,6 +166,7 @@ class Simulator {
         [&](const auto& body) -> bool {
           using T = std::decay_t<decltype(body)>;
           if constexpr (std::is_same_v<T, GemmStep>) return start_gemm(r, index, body);
+          else if constexpr (std::is_same_v<T, AttentionStep>) return start_attention(r, index, body);
           else if constexpr (std::is_same_v<T, CopyStep>) return start_copy(r, index, step, body);
           else if constexpr (std::is_same_v<T, CollectiveStep>) return arrive_at_collective(r, index, body);
           else if constexpr (std::is_same_v<T, JoinStep>) {
@@ -258,8 +262,82 @@ class Simulator {
         }
     }
     run->holds_every_sm = g.persistent && g.sm_limit == 0;
-    run->next.resize(static_cast<size_t>(run->grid));
-    for (int c = 0; c < run->grid; ++c) run->next[static_cast<size_t>(c)] = static_cast<size_t>(c);
+    run->queue.resize(static_cast<size_t>(run->grid));
+    for (size_t e = 0; e < run->entries.size(); ++e) run->queue[e % static_cast<size_t>(run->grid)].push_back(e);
+    run->next.assign(static_cast<size_t>(run->grid), 0);
+    run->running.assign(static_cast<size_t>(run->grid), false);
+    rk.gemm = std::move(run);
+    return true;
+  }
+
+  // FlashAttention's work: a unit per (query tile, head) on CTAs persistent over the SMs the step may
+  // use, each walking the KV tiles in the step's order and waiting for each before it loads it. A query
+  // tile skips the KV tiles its causal mask hides wholly (their first key after its last query): no
+  // FLOPs, no wait. A KV tile it reads costs 4 q_rows kv_rows head_dim FLOPs (Q K^T and P V) at the
+  // machine's attention rate, and no less than its keys and values streamed from HBM by every CTA.
+  bool start_attention(int r, int index, const AttentionStep& a) {
+    Rank& rk = ranks_[static_cast<size_t>(r)];
+    if (rk.gemm) return false;  // one compute kernel at a time per GPU
+    const int64_t d = a.head_dim, rows = a.q.box.rows, heads = a.q.box.cols / std::max<int64_t>(d, 1);
+    const int64_t query_tiles = (rows + a.tile_q - 1) / a.tile_q;
+    if (a.kv_tiles.empty() || query_tiles * heads == 0) {
+      schedule(0, r, index, now_);
+      return true;
+    }
+    auto run = std::make_unique<GemmRun>();
+    run->rank = r;
+    run->step = index;
+    const int sms = a.sm_limit > 0 ? std::min(a.sm_limit, m_.sm_count) : m_.sm_count;
+    run->grid = static_cast<int>(std::min<int64_t>(query_tiles * heads, sms));
+    run->queue.resize(static_cast<size_t>(run->grid));
+    const double per_cta_rate = m_.peak_flops * m_.attention_efficiency / m_.sm_count;
+    const double per_cta_bytes = m_.memory_bytes_per_s / run->grid;
+    // Each unit's entries and work, then the units to CTAs heaviest first, each to the CTA with the
+    // least work so far: causal query tiles differ in work, and FlashAttention-3's scheduler hands the
+    // heaviest out first so that no CTA is left with the longest ones at the end.
+    struct Unit {
+      double seconds = 0;
+      size_t first = 0, count = 0;  // its entries
+    };
+    std::vector<Unit> units;
+    for (int64_t unit = 0; unit < query_tiles * heads; ++unit) {
+      const int64_t first = (unit / heads) * a.tile_q, q_rows = std::min<int64_t>(a.tile_q, rows - first);
+      Unit u;
+      u.first = run->entries.size();
+      for (const KvTile& t : a.kv_tiles) {
+        if (a.causal && a.kv_position + t.row > a.q_position + first + q_rows - 1) continue;
+        const double flops = 4.0 * static_cast<double>(q_rows * t.rows * d);
+        const double seconds = std::max(flops / per_cta_rate, 2.0 * 2.0 * static_cast<double>(t.rows * d) / per_cta_bytes);
+        u.seconds += seconds;
+        // A KV tile whose wait is met once the unit's previous one has started (none, or the same
+        // counter at no higher value) runs on from it: one entry, so that a long sequence's
+        // thousands of KV tiles per query tile cost entries per wait, not per tile.
+        GemmRun::Entry* previous = run->entries.size() > u.first ? &run->entries.back() : nullptr;
+        if (previous && (!t.wait || (previous->wait && previous->wait->signal == t.wait->signal && t.wait->value <= previous->wait->value))) {
+          previous->seconds += seconds;
+          continue;
+        }
+        GemmRun::Entry e;
+        e.seconds = seconds;
+        e.wait = t.wait;
+        run->entries.push_back(e);
+      }
+      u.count = run->entries.size() - u.first;
+      units.push_back(u);
+    }
+    std::stable_sort(units.begin(), units.end(), [](const Unit& x, const Unit& y) { return x.seconds > y.seconds; });
+    std::vector<double> load(static_cast<size_t>(run->grid), 0.0);
+    for (const Unit& u : units) {
+      const size_t cta = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[cta] += u.seconds;
+      for (size_t e = u.first; e < u.first + u.count; ++e) run->queue[cta].push_back(e);
+    }
+    if (run->entries.empty()) {
+      schedule(0, r, index, now_);
+      return true;
+    }
+    run->holds_every_sm = a.sm_limit == 0;
+    run->next.assign(static_cast<size_t>(run->grid), 0);
     run->running.assign(static_cast<size_t>(run->grid), false);
     rk.gemm = std::move(run);
     return true;
@@ -271,8 +349,9 @@ class Simulator {
     bool started = false;
     const double slowdown = rk.peer_copies > 0 ? m_.gemm_slowdown_beside_copies : 1.0;
     for (int c = 0; c < g.grid; ++c) {
-      if (g.running[static_cast<size_t>(c)] || g.next[static_cast<size_t>(c)] >= g.entries.size()) continue;
-      const GemmRun::Entry& e = g.entries[g.next[static_cast<size_t>(c)]];
+      const auto& queue = g.queue[static_cast<size_t>(c)];
+      if (g.running[static_cast<size_t>(c)] || g.next[static_cast<size_t>(c)] >= queue.size()) continue;
+      const GemmRun::Entry& e = g.entries[queue[g.next[static_cast<size_t>(c)]]];
       if (e.wait && signal(e.wait->signal) < e.wait->value) continue;
       g.running[static_cast<size_t>(c)] = true;
       schedule(1, r, g.step, now_ + e.seconds * slowdown, c);
@@ -284,10 +363,10 @@ class Simulator {
   void complete_entry(int r, int cta) {
     Rank& rk = ranks_[static_cast<size_t>(r)];
     GemmRun& g = *rk.gemm;
-    const GemmRun::Entry& e = g.entries[g.next[static_cast<size_t>(cta)]];
+    const GemmRun::Entry& e = g.entries[g.queue[static_cast<size_t>(cta)][g.next[static_cast<size_t>(cta)]]];
     if (e.notify) raise(*e.notify);
     g.running[static_cast<size_t>(cta)] = false;
-    g.next[static_cast<size_t>(cta)] += static_cast<size_t>(g.grid);
+    ++g.next[static_cast<size_t>(cta)];
     if (++g.done == g.entries.size()) {
       const int step = g.step;
       rk.gemm.reset();

@@ -11,13 +11,17 @@ namespace weft {
 Plan steps_of_kind(Plan plan, StepKind kind) {
   plan.strategy += kind == StepKind::gemm ? "/gemm-only" : "/communication-only";
   for (RankPlan& rp : plan.ranks) {
+    // An attention step is the computation of an attention plan, as a GEMM is of the others.
     std::erase_if(rp.steps, [&](const Step& s) {
-      return kind == StepKind::gemm ? !std::holds_alternative<GemmStep>(s.body) : !std::holds_alternative<CollectiveStep>(s.body);
+      return kind == StepKind::gemm ? !std::holds_alternative<GemmStep>(s.body) && !std::holds_alternative<AttentionStep>(s.body)
+                                    : !std::holds_alternative<CollectiveStep>(s.body);
     });
     for (Step& s : rp.steps) {
       s.waits.clear();
       if (auto* gemm = std::get_if<GemmStep>(&s.body))
         for (GemmTile& t : gemm->tiles) t.wait.reset();
+      if (auto* attention = std::get_if<AttentionStep>(&s.body))
+        for (KvTile& t : attention->kv_tiles) t.wait.reset();
     }
   }
   return plan;

@@ -24,6 +24,15 @@ std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<RankTensors> inputs(static_cast<size_t>(p.world_size));
+  if (is_attention(p.op)) {
+    for (auto& rank : inputs)
+      for (const auto& [name, cols] : {std::pair{"Q", query_cols(p)}, std::pair{"K", key_cols(p)}, std::pair{"V", key_cols(p)}}) {
+        HostMatrix x(p.m, cols);
+        for (auto& v : x.data) v = round_to_bf16(uniform(rng));
+        rank[name] = std::move(x);
+      }
+    return inputs;
+  }
   for (auto& rank : inputs) {
     HostMatrix a(a_rows(p), p.k), b(b_rows(p), p.k);
     for (auto& x : a.data) x = round_to_bf16(uniform(rng));
@@ -69,10 +78,54 @@ std::vector<int64_t> moe_row_of(const Problem& p) {
   return row_of;
 }
 
+// ag_attention from its definition (problem.hpp): every rank's queries against the keys and values of
+// all ranks in sequence order, the softmax written out whole (no online rescaling, no blocks: those
+// are the plans' business), kv head h / (heads / kv_heads) of the same batch entry.
+std::vector<HostMatrix> attention_outputs(const Problem& p, const std::vector<RankTensors>& inputs) {
+  const int world = p.world_size;
+  const int64_t d = p.head_dim, group = p.heads / p.kv_heads, keys = p.m * world;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<HostMatrix> out;
+  std::vector<double> weight(static_cast<size_t>(keys));
+  for (int r = 0; r < world; ++r) {
+    const HostMatrix& q = inputs.at(static_cast<size_t>(r)).at("Q");
+    HostMatrix o(p.m, query_cols(p));
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.heads; ++h) {
+          const int64_t q_col = (int64_t{b} * p.heads + h) * d, kv_col = (int64_t{b} * p.kv_heads + h / group) * d;
+          const int64_t position = r * p.m + i;
+          const int64_t visible = p.causal ? position + 1 : keys;  // keys 0 .. visible - 1
+          double top = -std::numeric_limits<double>::infinity(), total = 0.0;
+          for (int64_t t = 0; t < visible; ++t) {
+            const HostMatrix& k = inputs.at(static_cast<size_t>(t / p.m)).at("K");
+            double score = 0.0;
+            for (int64_t e = 0; e < d; ++e) score += static_cast<double>(q.at(i, q_col + e)) * k.at(t % p.m, kv_col + e);
+            weight[static_cast<size_t>(t)] = score * scale;
+            top = std::max(top, score * scale);
+          }
+          for (int64_t t = 0; t < visible; ++t) {
+            double& w = weight[static_cast<size_t>(t)];
+            w = std::exp(w - top);
+            total += w;
+          }
+          for (int64_t e = 0; e < d; ++e) {
+            double sum = 0.0;
+            for (int64_t t = 0; t < visible; ++t)
+              sum += weight[static_cast<size_t>(t)] * inputs.at(static_cast<size_t>(t / p.m)).at("V").at(t % p.m, kv_col + e);
+            o.at(i, q_col + e) = static_cast<float>(sum / total);
+          }
+        }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<RankTensors>& inputs) {
   check_problem(p);
+  if (is_attention(p.op)) return attention_outputs(p, inputs);
   const int world = p.world_size;
   std::vector<HostMatrix> out;
   for (int r = 0; r < world; ++r) out.emplace_back(output_rows(p, r), p.n);
@@ -173,14 +226,18 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
             out[static_cast<size_t>(r)].at(i, c) = static_cast<float>(z[static_cast<size_t>((r * p.m + i) * p.n + c)]);
       break;
     }
+    case OpKind::ag_attention: break;  // attention_outputs, above
   }
   return out;
 }
 
 std::vector<HostMatrix> expected_magnitudes(const Problem& p, std::vector<RankTensors> inputs) {
+  // Attention's terms are the values weighted by the softmax of the real scores: their sizes are the
+  // op with |V| (the absolute scores would weigh other keys).
   for (RankTensors& rank : inputs)
     for (auto& [name, matrix] : rank)
-      for (float& v : matrix.data) v = std::fabs(v);
+      if (!is_attention(p.op) || name == "V")
+        for (float& v : matrix.data) v = std::fabs(v);
   return expected_outputs(p, inputs);
 }
 

@@ -1,5 +1,6 @@
 #include "weft/reference/reference_executor.hpp"
 
+#include <cmath>
 #include <condition_variable>
 #include <set>
 #include <limits>
@@ -238,6 +239,62 @@ class ReferenceRun {
     for (size_t i = 0; i < s.moves.size(); ++i)
       for (int64_t r = 0; r < boxes[i].rows; ++r)
         for (int64_t c = 0; c < boxes[i].cols; ++c) at(s.dst, s.moves[i].to.row + r, s.moves[i].to.col + c) = boxes[i].at(r, c);
+  }
+
+  // The online softmax in double, KV tile by KV tile in the step's order, each read right after its
+  // wait (as the kernel's producer loads it): a plan whose wait lets a tile be read before it lands
+  // reads NaN here. Per (query row, head): the running maximum, the sum of exponentials relative to
+  // it, and the weighted sum of values.
+  void execute(int, const std::string& who, const AttentionStep& s) {
+    const int64_t rows = s.q.box.rows, d = s.head_dim, heads = s.q.box.cols / d, group = heads / (s.k.box.cols / d);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double none = -std::numeric_limits<double>::infinity();
+    std::vector<double> top(static_cast<size_t>(rows * heads), none), total(static_cast<size_t>(rows * heads), 0.0);
+    std::vector<double> acc(static_cast<size_t>(rows * heads * d), 0.0);
+    for (size_t i = 0; i < s.kv_tiles.size(); ++i) {
+      const KvTile& t = s.kv_tiles[i];
+      if (t.wait) wait(*t.wait, who + " KV tile " + std::to_string(i));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < heads; ++h) {
+          const size_t cell = static_cast<size_t>(r * heads + h);
+          const int64_t kv_col = (h / group) * d;
+          for (int64_t j = t.row; j < t.row + t.rows; ++j) {
+            if (s.causal && s.kv_position + j > s.q_position + r) continue;
+            double score = 0.0;
+            for (int64_t e = 0; e < d; ++e) score += static_cast<double>(at(s.q, r, h * d + e)) * at(s.k, j, kv_col + e);
+            score *= scale;
+            const double new_top = std::max(top[cell], score);
+            const double rescale = std::exp(top[cell] - new_top), weight = std::exp(score - new_top);  // exp(-inf) = 0 at the first key
+            total[cell] = total[cell] * rescale + weight;
+            for (int64_t e = 0; e < d; ++e) {
+              double& a = acc[cell * static_cast<size_t>(d) + static_cast<size_t>(e)];
+              a = a * rescale + weight * at(s.v, j, kv_col + e);
+            }
+            top[cell] = new_top;
+          }
+        }
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h) {
+        const size_t cell = static_cast<size_t>(r * heads + h);
+        const double lse = total[cell] > 0 ? top[cell] + std::log(total[cell]) : none;
+        // This step's share and the one already there: weights e^(lse - lse') (0 for a side that saw
+        // no key; a NaN already there stays NaN, so merging into an unwritten result shows).
+        double mine = 1.0, theirs = 0.0, merged = lse;
+        if (s.merge) {
+          const double before = at(s.lse, r, h);
+          merged = before == none ? lse : lse == none ? before : std::max(before, lse) + std::log1p(std::exp(-std::fabs(before - lse)));
+          mine = lse == none ? 0.0 : std::exp(lse - merged);
+          theirs = before == none ? 0.0 : std::exp(before - merged);
+          if (std::isnan(before)) theirs = before;
+        }
+        for (int64_t e = 0; e < d; ++e) {
+          const double step = total[cell] > 0 ? acc[cell * static_cast<size_t>(d) + static_cast<size_t>(e)] / total[cell] : 0.0;
+          const double old = s.merge ? theirs * at(s.o, r, h * d + e) : 0.0;
+          at(s.o, r, h * d + e) = static_cast<float>(mine * step + old);
+        }
+        at(s.lse, r, h) = static_cast<float>(merged);
+      }
   }
 
   void execute(int, const std::string&, const JoinStep&) {}

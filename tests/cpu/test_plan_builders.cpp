@@ -1,6 +1,8 @@
 // Property tests: for random shapes (tiny ones, and ones that are not multiples of the tile size),
 // world sizes 1 to 8 and random seeds, every builder's plan validates and the reference executor's
-// result equals the op computed directly. The seed of a failing case is printed.
+// result equals the op computed directly. The seed of a failing case is printed. ag_attention is
+// among the ops: causal on odd seeds, grouped-query on every other pair of seeds, head dims 8 and 16,
+// token counts ragged against the score tile.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -31,14 +33,33 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OpKind op : all_ops())
-    for (const auto& s : strategies())
-      if (s.supports(op))
-        for (int world = 1; world <= 8; ++world) cases.push_back({op, s.name, world});
+  for (const auto* ops : {&all_ops(), &attention_ops()})
+    for (OpKind op : *ops)
+      for (const auto& s : strategies())
+        if (s.supports(op))
+          for (int world = 1; world <= 8; ++world) cases.push_back({op, s.name, world});
   return cases;
 }
 
-Problem random_problem(OpKind op, int world, std::mt19937_64& rng) {
+// ag_attention's shapes: a few tokens per rank, 1 or 2 batch entries, head dim 8 or 16; causal on odd
+// seeds; on every other pair of seeds grouped-query (2 or 4 query heads per key/value head), else
+// multi-head.
+Problem random_attention_problem(int world, uint64_t seed, std::mt19937_64& rng) {
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+  Problem p;
+  p.op = OpKind::ag_attention;
+  p.world_size = world;
+  p.m = pick(1, 13);
+  p.batch = pick(1, 2);
+  p.kv_heads = pick(1, 2);
+  p.heads = p.kv_heads * ((seed / 2) % 2 ? 2 * pick(1, 2) : 1);
+  p.head_dim = rng() % 2 ? 8 : 16;
+  p.causal = seed % 2 == 1;
+  return p;
+}
+
+Problem random_problem(OpKind op, int world, std::mt19937_64& rng, uint64_t seed = 0) {
+  if (is_attention(op)) return random_attention_problem(world, seed, rng);
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
   Problem p;
   p.op = op;
@@ -64,7 +85,7 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
   const Strategy& strategy = find_strategy(c.strategy);
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(c.world));
-    const Problem problem = random_problem(c.op, c.world, rng);
+    const Problem problem = random_problem(c.op, c.world, rng, seed);
     PlanOptions o;
     const int tiles[] = {4, 8, 16, 32};
     o.tile_m = tiles[rng() % 4];
@@ -88,7 +109,8 @@ TEST_P(BuilderProperty, PlansValidateAndComputeTheOp) {
       o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 4);
       if (p.op == OpKind::gemm_rs) p.m = int64_t{c.world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
     }
-    if (c.strategy == "decomposed" || c.strategy == "fused") o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
+    if ((c.strategy == "decomposed" || c.strategy == "fused") && !is_attention(c.op))  // attention pulls
+      o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
     SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " tile " + std::to_string(o.tile_m) + "x" +
                  std::to_string(o.tile_n) + " AllGather " + std::string(to_string(o.all_gather_source)));
     const Plan plan = strategy.build(p, o);

@@ -146,13 +146,40 @@ std::vector<std::string> Arguments::unread() const {
   return names;
 }
 
+namespace {
+
+// ag_attention's shape: --batch, --heads, --kv-heads, --head-dim, --causal; n and k are not its.
+void attention_shape_from(const Arguments& args, Problem& p) {
+  const bool attention = is_attention(p.op);
+  const std::string n = args.text("n", ""), k = args.text("k", "");
+  if (attention && (!n.empty() || !k.empty()))
+    throw std::invalid_argument("--n and --k are the GEMM ops' sizes; ag_attention's come from --batch, --heads, --kv-heads and --head-dim");
+  const int64_t batch = args.integer("batch", 0), heads = args.integer("heads", 0), kv_heads = args.integer("kv-heads", 0),
+                head_dim = args.integer("head-dim", 0);
+  const bool causal = args.flag("causal");
+  if (!attention) {
+    if (batch || heads || kv_heads || head_dim || causal)
+      throw std::invalid_argument("--batch, --heads, --kv-heads, --head-dim and --causal are for ag_attention, not " + std::string(to_string(p.op)));
+    p.n = args.integer("n", 128);
+    p.k = args.integer("k", 64);
+    return;
+  }
+  p.batch = static_cast<int>(batch ? batch : 1);
+  p.heads = static_cast<int>(heads ? heads : 8);
+  p.kv_heads = static_cast<int>(kv_heads ? kv_heads : p.heads);
+  p.head_dim = static_cast<int>(head_dim ? head_dim : 64);
+  p.causal = causal;
+  require_problem_fits(p);  // Q's columns (batch x heads x head_dim) before anything is laid out
+}
+
+}  // namespace
+
 Problem problem_from(const Arguments& args) {
   Problem p;
   p.op = parse_op(args.text("op", "gemm_ar"));
   p.m = args.integer("m", 256);
-  p.n = args.integer("n", 128);
-  p.k = args.integer("k", 64);
   p.world_size = static_cast<int>(args.integer("world", 2));
+  attention_shape_from(args, p);
   p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
   p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
@@ -173,9 +200,13 @@ Problem problem_from(const Arguments& args) {
   return p;
 }
 
-std::vector<OpKind> ops_from(const Arguments& args) {
+std::vector<OpKind> ops_from(const Arguments& args, bool with_attention) {
   const std::vector<std::string> names = args.list("op", {});
-  if (names.empty()) return all_ops();
+  if (names.empty()) {
+    std::vector<OpKind> ops = all_ops();
+    if (with_attention) ops.insert(ops.end(), attention_ops().begin(), attention_ops().end());
+    return ops;
+  }
   std::vector<OpKind> ops;
   for (const auto& name : names) ops.push_back(parse_op(name));
   return ops;
@@ -283,8 +314,9 @@ void require_knobs_apply(const Arguments& args, const std::vector<std::string>& 
 void require_supports(const Strategy& strategy, OpKind op) {
   if (strategy.supports(op)) return;
   std::string ops;
-  for (OpKind o : all_ops())
-    if (strategy.supports(o)) ops += (ops.empty() ? "" : ", ") + std::string(to_string(o));
+  for (const auto* list : {&all_ops(), &attention_ops()})
+    for (OpKind o : *list)
+      if (strategy.supports(o)) ops += (ops.empty() ? "" : ", ") + std::string(to_string(o));
   throw std::invalid_argument("strategy " + strategy.name + " has no plan for " + std::string(to_string(op)) + " (it takes " + ops + ")");
 }
 

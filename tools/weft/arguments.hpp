@@ -38,10 +38,13 @@ class Arguments {
 };
 
 // --op, --m, --n, --k, --world, --seed (routing for gemm_a2a, choices for the MoE ops), --experts,
-// --topk (the MoE ops), --input-dtype, --output-dtype.
+// --topk (the MoE ops), --batch, --heads, --kv-heads, --head-dim, --causal (ag_attention, instead of
+// --n and --k), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
-std::vector<OpKind> ops_from(const Arguments& args);
+// with_attention: ag_attention too by default (commands that run on the CPU only; the GPU commands'
+// default stays the GEMM family, which has kernels).
+std::vector<OpKind> ops_from(const Arguments& args, bool with_attention = false);
 std::vector<std::string> strategies_from(const Arguments& args);
 // A suite's file: NAME is bench/NAME.json, a path (with '/' or ending in .json) is taken as is.
 std::string suite_path(const std::string& name);

@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 
 #include "commands.hpp"
 #include "plan_summary.hpp"
@@ -31,7 +33,7 @@ int command_plan(const Arguments& args) {
 }
 
 int command_check(const Arguments& args) {
-  const std::vector<OpKind> ops = ops_from(args);
+  const std::vector<OpKind> ops = ops_from(args, /*with_attention=*/true);
   const std::vector<std::string> names = strategies_from(args);
   const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
   const int nodes = static_cast<int>(args.integer("nodes", 0));
@@ -41,10 +43,20 @@ int command_check(const Arguments& args) {
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
                     const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p, const std::string& command) {
   // Small shapes keep the reference executor fast; the second is ragged against the 32x32 tiles.
+  // ag_attention has shapes of its own (m: tokens per rank): causal GQA (8 query heads sharing 2
+  // key/value heads of 16) and multi-head attention (2 heads of 8, 2 batch entries), both ragged
+  // against the 32-row tiles.
   struct Shape {
     int64_t m, n, k;
   };
   const Shape shapes[] = {{64, 96, 48}, {56, 72, 40}};
+  struct AttentionShape {
+    int64_t m;
+    int batch, heads, kv_heads, head_dim;
+    bool causal;
+  };
+  const AttentionShape attention_shapes[] = {{40, 1, 8, 2, 16, true}, {21, 2, 2, 2, 8, false}};
+  static_assert(std::size(attention_shapes) == std::size(shapes), "a shape of each kind per row of the table");
   PlanOptions options;
   options.tile_m = 32;
   options.tile_n = 32;
@@ -54,6 +66,8 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
     for (const auto& name : strategy_names) total += find_strategy(name).supports(op) ? world_sizes.size() * std::size(shapes) : 0;
   Progress progress(command, "plans", total);
   std::printf("%-9s %-11s %5s %14s  %-6s %s\n", "op", "strategy", "world", "m,n,k", "result", "worst rel. error");
+  if (std::find_first_of(ops.begin(), ops.end(), attention_ops().begin(), attention_ops().end()) != ops.end())
+    std::printf("(ag_attention's shape is m,batch x heads/kv_heads x head_dim, c where causal)\n");
   for (OpKind op : ops)
     for (const auto& name : strategy_names) {
       const Strategy& strategy = find_strategy(name);
@@ -71,10 +85,21 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           else if (nodes > 0) options.topology = Topology::nodes_of(nodes, world / nodes);
           Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
-          draw_routing(p, seed + static_cast<uint64_t>(world));
           char shape[64];
           std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),
                         static_cast<long long>(p.k));
+          if (is_attention(op)) {
+            const AttentionShape& a = attention_shapes[&s - shapes];
+            p = Problem{op, a.m, 0, 0, world, DType::bf16, DType::bf16, {}};
+            p.batch = a.batch;
+            p.heads = a.heads;
+            p.kv_heads = a.kv_heads;
+            p.head_dim = a.head_dim;
+            p.causal = a.causal;
+            std::snprintf(shape, sizeof shape, "%lld,%dx%d/%dx%d%s", static_cast<long long>(p.m), p.batch, p.heads, p.kv_heads, p.head_dim,
+                          p.causal ? ",c" : "");
+          }
+          draw_routing(p, seed + static_cast<uint64_t>(world));
           try {
             check_problem(p);
           } catch (const std::invalid_argument& e) {

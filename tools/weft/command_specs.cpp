@@ -34,13 +34,18 @@ Options timing(int64_t iterations) {
 }
 
 Options one_problem() {
-  return {text("op", "OP", "ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe or moe_rs (gemm_ar)"),
-          integer("m", "M", "rows of A per rank (ag_gemm, gemm_a2a, a2a_gemm, MoE: tokens per rank) (256)", 1, kMaxDimension),
+  return {text("op", "OP", "ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs or ag_attention (gemm_ar)"),
+          integer("m", "M", "rows of A per rank (ag_gemm, gemm_a2a, a2a_gemm, MoE, ag_attention: tokens per rank) (256)", 1, kMaxDimension),
           integer("n", "N", "columns of C (128)", 1, kMaxDimension),
           integer("k", "K", "columns of A (64)", 1, kMaxDimension),
           integer("seed", "S", "seed of the routing of the routed and MoE ops (1)", 0, std::numeric_limits<int64_t>::max()),
           integer("experts", "E", "MoE ops: experts (8)", 1, 1024),
           integer("topk", "K", "MoE ops: experts per token (2)", 1, 64),
+          integer("batch", "B", "ag_attention: sequences side by side (1)", 1, kMaxDimension),
+          integer("heads", "H", "ag_attention: query heads (8)", 1, kMaxAttentionHeads),
+          integer("kv-heads", "G", "ag_attention: key/value heads, dividing --heads (GQA; default: --heads)", 1, kMaxAttentionHeads),
+          integer("head-dim", "D", "ag_attention: the head dimension (64)", 1, kMaxHeadDim),
+          flag("causal", "ag_attention: a query attends only the keys at or before its global position"),
           text("input-dtype", "T", "bf16 (the executor's only dtype so far), f16 or f32"),
           text("output-dtype", "T", "as --input-dtype")};
 }

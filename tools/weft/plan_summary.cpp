@@ -8,12 +8,12 @@ namespace weft::cli {
 namespace {
 
 struct Counts {
-  int64_t gemms = 0, tiles = 0, copies = 0, reduces = 0, row_moves = 0, collectives = 0, joins = 0;
+  int64_t gemms = 0, tiles = 0, attentions = 0, kv_tiles = 0, copies = 0, reduces = 0, row_moves = 0, collectives = 0, joins = 0;
   int64_t waits = 0, notifies = 0;
   double bytes_to_peers = 0, bytes_local = 0, collective_bytes = 0;
 
   void add(const Counts& o) {
-    gemms += o.gemms, tiles += o.tiles, copies += o.copies, reduces += o.reduces, row_moves += o.row_moves;
+    gemms += o.gemms, tiles += o.tiles, attentions += o.attentions, kv_tiles += o.kv_tiles, copies += o.copies, reduces += o.reduces, row_moves += o.row_moves;
     collectives += o.collectives, joins += o.joins, waits += o.waits, notifies += o.notifies;
     bytes_to_peers += o.bytes_to_peers, bytes_local += o.bytes_local, collective_bytes += o.collective_bytes;
   }
@@ -45,6 +45,10 @@ Counts count(const Plan& plan, const RankPlan& rank) {
               c.waits += t.wait.has_value();
               c.notifies += t.notify.has_value();
             }
+          } else if constexpr (std::is_same_v<T, AttentionStep>) {
+            ++c.attentions;
+            c.kv_tiles += static_cast<int64_t>(body.kv_tiles.size());
+            for (const KvTile& t : body.kv_tiles) c.waits += t.wait.has_value();
           } else if constexpr (std::is_same_v<T, CopyStep>) {
             ++c.copies;
             moved(body.src, body.dst);
@@ -67,11 +71,16 @@ Counts count(const Plan& plan, const RankPlan& rank) {
 }
 
 std::string line(const char* who, size_t steps, const Counts& c) {
-  char buf[512];
+  // Attention steps only where the plan has them (an attention plan has no GEMM).
+  char attention[64] = "";
+  if (c.attentions > 0)
+    std::snprintf(attention, sizeof attention, "%lld attention (%lld KV tiles), ", static_cast<long long>(c.attentions),
+                  static_cast<long long>(c.kv_tiles));
+  char buf[576];
   std::snprintf(buf, sizeof buf,
-                "%-8s %7zu steps: %lld gemm (%lld tiles), %lld copy, %lld reduce, %lld row move, %lld collective, %lld join; "
+                "%-8s %7zu steps: %lld gemm (%lld tiles), %s%lld copy, %lld reduce, %lld row move, %lld collective, %lld join; "
                 "%lld waits, %lld notifies; %.3g MB to/from peers, %.3g MB local, %.3g MB into collectives\n",
-                who, steps, static_cast<long long>(c.gemms), static_cast<long long>(c.tiles), static_cast<long long>(c.copies),
+                who, steps, static_cast<long long>(c.gemms), static_cast<long long>(c.tiles), attention, static_cast<long long>(c.copies),
                 static_cast<long long>(c.reduces), static_cast<long long>(c.row_moves), static_cast<long long>(c.collectives),
                 static_cast<long long>(c.joins), static_cast<long long>(c.waits), static_cast<long long>(c.notifies), c.bytes_to_peers * 1e-6,
                 c.bytes_local * 1e-6, c.collective_bytes * 1e-6);

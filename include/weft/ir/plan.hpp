@@ -7,7 +7,8 @@
 // Order across streams and ranks comes only from signals (a counter per SignalRef: notify adds,
 // wait blocks until the counter reaches a value; acquire/release) and from collectives (every
 // rank joins collective #id; it completes on all ranks together). A GEMM step carries a tile table:
-// its tiles run in table order, each may wait before loading and notify after storing.
+// its tiles run in table order, each may wait before loading and notify after storing. An attention
+// step carries its KV tiles, each of which may wait before its keys and values are loaded.
 //
 // Conventions the validator (plan/validation.hpp) enforces: a rank only waits on its own signals;
 // memory of another rank is touched only through symmetric buffers; every signal is raised exactly as
@@ -221,12 +222,62 @@ struct CollectiveStep {
   bool operator==(const CollectiveStep&) const = default;
 };
 
+// Rows [row, row + rows) of an attention step's k and v boxes, read as one unit: the step loads them
+// only once `wait` is met (acquire), as a GEMM tile loads its rows after its wait. The kernel walks a
+// KV tile in pieces of its own KV tile height where it is taller.
+struct KvTile {
+  int64_t row = 0;
+  int64_t rows = 0;
+  std::optional<Wait> wait;
+
+  bool operator==(const KvTile&) const = default;
+};
+
+// Self-attention of the queries in `q` over the keys and values of the KV tiles, FlashAttention's
+// online softmax (ag_attention's layout, ir/problem.hpp): q and o are [T, C * head_dim] boxes of C
+// query heads (a batch's heads side by side), k and v [S, G * head_dim] boxes of G key/value heads,
+// C a multiple of G; query head c reads key/value head c / (C / G). For query row i and head c:
+//   s_j = q[i, c] . k[j, c / (C/G)] / sqrt(head_dim) over the keys j of `kv_tiles` that are visible:
+//         all of them, or with `causal` those with kv_position + j <= q_position + i (global token
+//         positions of the rows, so that a block of a sequence masks as the whole sequence would);
+//   o[i, c] = sum_j softmax(s)_j v[j, c / (C/G)],  lse[i, c] = log sum_j exp(s_j)  (natural log);
+//   a row that sees no key gets o = 0 and lse = -infinity (it adds nothing to a merge).
+// lse is a [T, C] box of an f32 buffer: the log-sum-exp each partial result carries, so that partial
+// results over disjoint key sets combine exactly (RingAttention's combine). With `merge`, the step's
+// result is combined into what o and lse hold: lse' = log(e^lse + e^lse_step), o' = e^(lse - lse') o +
+// e^(lse_step - lse') o_step. Keys of the boxes in no KV tile are not read: a key may be left out
+// only where it is masked for every query of the step (the structure check enforces it), which is
+// how causal plans skip the blocks a query never needs.
+struct AttentionStep {
+  Region q;
+  Region k;
+  Region v;
+  Region o;
+  Region lse;
+  int head_dim = 64;
+  // Query rows per CTA tile: the kernel's, which the simulator costs (a CTA per query tile and head,
+  // each skipping the KV tiles its causal mask hides).
+  int tile_q = 128;
+  int64_t q_position = 0;   // global token position of q's first row
+  int64_t kv_position = 0;  // global token position of k's (and v's) first row
+  bool causal = false;
+  bool merge = false;
+  // In the order every query tile reads them (the online softmax's order; the own keys first, so that
+  // the first tiles need no transfer).
+  std::vector<KvTile> kv_tiles;
+  // SMs the kernel may occupy (0: all), as GemmStep::sm_limit.
+  int sm_limit = 0;
+
+  bool operator==(const AttentionStep&) const = default;
+};
+
 // Does nothing but wait: makes a rank's end depend on signals raised by peers.
 struct JoinStep {
   bool operator==(const JoinStep&) const = default;
 };
 
-using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CombineRowsStep, MoveBoxesStep, CollectiveStep, JoinStep>;
+using StepBody =
+    std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CombineRowsStep, MoveBoxesStep, CollectiveStep, JoinStep, AttentionStep>;
 
 struct Step {
   std::string label;  // names the step in messages and traces

@@ -21,6 +21,19 @@
 //             experts' inner dimension), B [E*N, K], topk_weights [W*M, topk]. Z[t] = sum_j
 //             w[t][j] * (A[row(t, j)] * B_e^T) for every token t (the top-k reduction of the
 //             scattered rows); C_r = rows [r*M, (r+1)*M) of the sum over ranks of Z, [M, N].
+//
+// ag_attention is sequence-parallel self-attention (TileLink §5.3, RingAttention), not a GEMM: A, B
+// and C do not apply, n and k are 0, and batch, heads, kv_heads, head_dim and causal say its shape.
+// A sequence of W*M tokens is sharded by sequence: rank r holds tokens [r*M, (r+1)*M). Layouts are
+// token-major, sequence first (Megatron's [s, b, h*d]), so that a rank's shard is a row block and
+// the row boxes, copies and NCCL's all_gather (which stacks rows) move it as they move A:
+//   Q, O [M, batch*heads*head_dim]; K, V [M, batch*kv_heads*head_dim]; column (b*H + h)*D + e is
+//   element e of head h (of H) of batch entry b. Rank r's O = softmax(Q K^T / sqrt(D)) V for every
+//   (b, h), over the keys and values of all W*M tokens gathered, of the same b and of kv head
+//   h / (heads / kv_heads) (GQA; kv_heads == heads is plain multi-head attention). causal: the query
+//   at global position r*M + i attends only the keys at global positions <= r*M + i.
+//   Since b*H + h over (heads / kv_heads) is b*kv_heads + h / (heads / kv_heads), a step needs no
+//   batch: query head block c (of D columns) reads key/value head block c / (heads / kv_heads).
 #pragma once
 
 #include <cstdint>
@@ -31,9 +44,14 @@
 namespace weft {
 
 enum class DType { bf16, f16, f32 };
-enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs };
-// Every op, in declaration order (defaults of --op, test sweeps).
+enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs, ag_attention };
+// The GEMM-family ops, in declaration order: defaults of --op and the sweeps of the GPU tests and
+// tools, which run every op they list on GPUs. ag_attention is not among them: it has plans, proofs
+// and costs on the CPU but no GPU kernel yet (attention_ops()).
 const std::vector<OpKind>& all_ops();
+// The attention ops (ag_attention): planned, proved on the CPU and simulated like the others.
+const std::vector<OpKind>& attention_ops();
+bool is_attention(OpKind op);
 // The ops whose rows travel by a routing table (all-to-all): gemm_a2a and a2a_gemm.
 bool routes_rows(OpKind op);
 // The MoE ops: ag_moe and moe_rs (experts, topk and choices).
@@ -67,6 +85,14 @@ struct Problem {
   int experts = 0;
   int topk = 0;
   std::vector<std::vector<int>> choices = {};
+  // ag_attention only (its layout is above; m is tokens per rank): batch entries, query heads,
+  // key/value heads (heads a multiple of kv_heads), head dimension, and causal masking by global
+  // token position.
+  int batch = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  bool causal = false;
 
   bool operator==(const Problem&) const = default;
 };
@@ -79,6 +105,12 @@ void check_problem(const Problem& problem);
 int64_t a_rows(const Problem& problem);
 int64_t b_rows(const Problem& problem);
 int64_t output_rows(const Problem& problem, int rank);
+// ag_attention's column counts: of Q and O (batch*heads*head_dim), of K and V
+// (batch*kv_heads*head_dim), and of the log-sum-exp a partial result carries (batch*heads, one per
+// query head).
+int64_t query_cols(const Problem& problem);
+int64_t key_cols(const Problem& problem);
+int64_t lse_cols(const Problem& problem);
 // For the routed ops: rows_routed[s][d] = how many rows rank s sends to rank d.
 std::vector<std::vector<int64_t>> rows_routed(const Problem& problem);
 

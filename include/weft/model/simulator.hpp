@@ -17,6 +17,10 @@
 //     whole GEMM is no faster than its bytes at memory_bytes_per_s; tiles run gemm_slowdown_beside_copies
 //     slower while peer copies run on the GPU. A plain table on cuBLASLt is costed the same way with
 //     128x256 tiles;
+//   - an attention step is simulated as a GEMM is: a CTA per (query tile, head) on the SMs it may
+//     use, each walking the KV tiles in the step's order, waiting for each; a KV tile costs 4 q k d
+//     FLOPs at peak_flops * attention_efficiency / sm_count, and is skipped (no FLOPs, no wait) where
+//     the causal mask hides it from the whole query tile;
 //   - copies move their bytes with fair sharing: a transfer between two GPUs gets at most
 //     link_bytes_per_s and shares each GPU's nvlink_bytes_per_s, per direction, with the others
 //     (SM copies: sm_copy_bytes_per_s_per_sm per SM); a local copy reads and writes HBM;

@@ -27,9 +27,13 @@ struct AutoChoice {
 };
 
 // The strategies auto chooses among by default: sequential, decomposed, signal, fused, chunked and
-// ficco (FiCCO's heuristic picks its schedule).
+// ficco (FiCCO's heuristic picks its schedule); for ag_attention, sequential, decomposed and
+// tilelink, by the simulator alone (nothing measured yet: no attention kernel has run).
 const std::vector<std::string>& auto_candidates();
+const std::vector<std::string>& auto_candidates(OpKind op);
 
-AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options, const std::vector<std::string>& candidates = auto_candidates());
+AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options, const std::vector<std::string>& candidates);
+// Among auto_candidates(problem.op).
+AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options);
 
 }  // namespace weft

@@ -65,14 +65,18 @@ struct ChunkedOptions {
 // tilelink (TileLink): communication on SMs, in a companion kernel beside a GEMM limited to the
 // other SMs, with its own tile (rows per communication tile) and order.
 struct TileLinkOptions {
-  int comm_sms = 20;           // CTAs of the companion kernel; the GEMM keeps sm_count - comm_sms
-  int64_t comm_tile_rows = 0;  // rows per communication tile (0: the model's pick, a multiple of the GEMM tile)
-  bool ring = true;            // ag_gemm: peers in ring order (false: all-to-all, chunk c of every peer in turn)
+  int comm_sms = 20;           // CTAs of the companion kernel; the GEMM keeps sm_count - comm_sms (ag_attention has
+                               // no companion: the copy engine moves its keys and values)
+  int64_t comm_tile_rows = 0;  // rows per communication tile (0: the model's pick, a multiple of the GEMM tile;
+                               // ag_attention: a rank's whole block, as tilelink.txt §5.3)
+  bool ring = true;            // ag_gemm, ag_moe: peers in ring order (false: all-to-all, chunk c of every peer in turn);
+                               // ag_attention pulls in ring order always
 };
 
 struct TuningTable;
 
 struct PlanOptions {
+  // The GEMM tile; ag_attention's score tile (Q K^T): tile_m queries by tile_n keys (its KV tiles).
   int tile_m = 128;
   int tile_n = 128;
   // Pieces along K of each overlap GEMM tile (GemmStep::k_splits), and of the tiles of its partial
@@ -148,18 +152,23 @@ const Strategy& find_strategy(std::string_view name);
 PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, const PlanOptions& base);
 // The one way from a problem to a runnable plan: strategy.build(problem, resolve_options(...)), and
 // where base.topology is given, require_reachable (std::invalid_argument naming the ranks). At world 1
-// (not the MoE ops) the GEMM alone, labelled with the strategy's name, unless
-// base.keep_strategy_at_world_one.
+// (not the MoE ops) the GEMM alone (ag_attention: the attention alone), labelled with the strategy's
+// name, unless base.keep_strategy_at_world_one.
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
 
 // Whether make_plan runs `problem` as its GEMM alone: a world of one, an op that is one GEMM there.
 bool runs_as_gemm_alone(const Problem& problem);
 // One step: C = A B^T from the caller's A into the caller's C, nothing else (a world of one).
 Plan plan_gemm_alone(const Problem& problem, const PlanOptions& options, const std::string& strategy);
+// ag_attention's counterpart at world 1, which make_plan gives whatever the strategy (unless
+// keep_strategy_at_world_one): one attention step from the caller's Q, K and V into O.
+Plan plan_attention_alone(const Problem& problem, const PlanOptions& options, const std::string& strategy);
 
 // Library GEMM, then the NCCL collective: the baseline every figure is measured against.
+// ag_attention: all_gather of K and of V, then the attention (plan/strategies/attention.cpp).
 Plan plan_sequential(const Problem& problem, const PlanOptions& options);
 // AsyncTP-style: per-shard GEMMs on one stream, per-shard transfers on another, ordered by signals.
+// ag_attention: RingAttention, an attention step per peer's pulled keys, merged by log-sum-exp.
 Plan plan_decomposed(const Problem& problem, const PlanOptions& options);
 
 // FiCCO's four schedules (ficco.txt Figure 11(b)) for ag_gemm; plan/strategies/ficco.cpp says what each does.
@@ -189,6 +198,7 @@ Plan plan_chunked(const Problem& problem, const PlanOptions& options);
 // peers' A tiles (ring or all-to-all order), GEMM tiles wait per communication tile; gemm_rs: GEMM
 // tiles are stored locally and notify their rows' owner, whose companion reduces each communication
 // tile from every rank's partials (NVLink loads) as it completes. plan/strategies/tilelink.cpp.
+// ag_attention (§5.3): one attention step whose KV tiles wait for the copy-engine pulls of their rows.
 Plan plan_tilelink(const Problem& problem, const PlanOptions& options);
 
 // Flux and TileLink across nodes (two_level.cpp): load/store within groups of ranks that reach each

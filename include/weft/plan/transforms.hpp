@@ -10,7 +10,7 @@
 
 namespace weft {
 
-// The plan with only its GEMM steps, or only its collectives, on the same streams, without waits
+// The plan with only its GEMM steps (and attention steps: an attention plan's computation), or only its collectives, on the same streams, without waits
 // (what they waited for is gone) but with their notifies (a GEMM timed alone still pays for its
 // epilogue's). It is for timing one part of the plan: it does not validate (its GEMMs read buffers
 // nobody writes now) and computes nothing meaningful, so it runs with ExecutorOptions::validate off. The strategy's name gets "/gemm-only" or

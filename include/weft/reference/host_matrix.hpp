@@ -25,15 +25,15 @@ struct HostMatrix {
 // Buffers of one rank by name ("A", "B", "C", ...).
 using RankTensors = std::map<std::string, HostMatrix>;
 
-// Fresh random A and B for every rank (uniform in [-1, 1], rounded to bf16 so that a GPU run on the
-// same values computes the same function). Deterministic in seed.
+// Fresh random A and B (ag_attention: Q, K and V) for every rank (uniform in [-1, 1], rounded to
+// bf16 so that a GPU run on the same values computes the same function). Deterministic in seed.
 std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
 
 // The op's result on every rank, computed directly from its definition (problem.hpp) in double.
 std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vector<RankTensors>& inputs);
 
 // The size of the terms summed into each element of every rank's result: the op on the inputs'
-// absolute values. Against it a reordered float sum differs by a few roundings even where the terms
+// absolute values (ag_attention: with |V|, the values weighted by the real softmax). Against it a reordered float sum differs by a few roundings even where the terms
 // cancel, while a race or a missing step is off by the size of the terms.
 std::vector<HostMatrix> expected_magnitudes(const Problem& problem, std::vector<RankTensors> inputs);
 

@@ -2,7 +2,8 @@
 //
 // Signals only grow and a blocked stream only waits for signals or collectives, so whether a plan
 // can finish does not depend on which ready stream moves first: one greedy run decides it. Tiles of
-// a GEMM are taken in table order, as a persistent kernel hands them out.
+// a GEMM are taken in table order, as a persistent kernel hands them out; KV tiles of an attention
+// step in their order, as every query tile reads them.
 #include <map>
 #include <sstream>
 
@@ -66,6 +67,15 @@ void check_liveness(const Plan& plan, ValidationReport& report) {
               progress = true;
             }
             if (c.next_tile < gemm->tiles.size()) break;
+          } else if (const auto* attention = std::get_if<AttentionStep>(&step->body)) {
+            // KV tiles in their order, each after its wait (they notify nothing).
+            while (c.next_tile < attention->kv_tiles.size()) {
+              const KvTile& t = attention->kv_tiles[c.next_tile];
+              if (t.wait && !met(*t.wait)) break;
+              ++c.next_tile;
+              progress = true;
+            }
+            if (c.next_tile < attention->kv_tiles.size()) break;
           } else if (const auto* coll = std::get_if<CollectiveStep>(&step->body)) {
             // Completes once every rank has some stream whose started head is this collective.
             std::vector<std::pair<int, Cursor*>> joined;
@@ -106,6 +116,9 @@ void check_liveness(const Plan& plan, ValidationReport& report) {
       } else if (const auto* gemm = std::get_if<GemmStep>(&step->body)) {
         why << " tile " << c.next_tile;
         describe_wait(*gemm->tiles[c.next_tile].wait);
+      } else if (const auto* attention = std::get_if<AttentionStep>(&step->body)) {
+        why << " KV tile " << c.next_tile;
+        describe_wait(*attention->kv_tiles[c.next_tile].wait);
       } else if (const auto* coll = std::get_if<CollectiveStep>(&step->body)) {
         why << " waits in collective #" << coll->id << " for ranks that never join it at this point";
       }
@@ -129,6 +142,9 @@ void check_signal_balance(const Plan& plan, ValidationReport& report) {
           if (t.wait) note_wait(*t.wait);
           if (t.notify) note_notify(*t.notify);
         }
+      if (const auto* attention = std::get_if<AttentionStep>(&step.body))
+        for (const KvTile& t : attention->kv_tiles)
+          if (t.wait) note_wait(*t.wait);
     }
   for (int r = 0; r < plan.world_size(); ++r)
     for (SignalId id = 0; id < static_cast<SignalId>(plan.ranks[static_cast<size_t>(r)].signals.size()); ++id) {

@@ -3,7 +3,7 @@
 // exactly once and before its rank ends.
 //
 // Nodes are steps (a GEMM is begin -> tiles -> end; tiles of one GEMM are unordered among themselves,
-// as on the GPU) and collectives (one node shared by all ranks). Edges come from stream order and from
+// as on the GPU; an attention step is begin -> its KV tiles that wait -> end) and collectives (one node shared by all ranks). Edges come from stream order and from
 // signals. A wait for `s >= v` is known to follow notify X only if the notifies of s that could have
 // fired without X (those not ordered after X and not ordered after the wait) add up to less than v;
 // since that test uses happens-before itself, edges are added until nothing changes.
@@ -177,6 +177,33 @@ class OrderingChecker {
             for (const Region& addend : t.addends) access(tile, addend, AccessKind::read, actor);
             access(tile, t.store, gemm->accumulate ? AccessKind::update : AccessKind::define, actor);
           }
+        } else if (const auto* attention = std::get_if<AttentionStep>(&step.body)) {
+          // start -> KV tiles -> end: a KV tile with a wait is a node of its own that reads its keys
+          // and values after that wait; the rest read at the start. The result is written at the end.
+          entry = add_node(what + " (start)");
+          nodes_[static_cast<size_t>(entry)].waits = step.waits;
+          exit = add_node(what);
+          nodes_[static_cast<size_t>(exit)].notifies = step.notifies;
+          add_edge(entry, exit);
+          access(entry, attention->q, AccessKind::read);
+          for (size_t i = 0; i < attention->kv_tiles.size(); ++i) {
+            const KvTile& t = attention->kv_tiles[i];
+            int tile = entry;
+            if (t.wait) {
+              tile = add_node(what + " KV tile " + std::to_string(i));
+              nodes_[static_cast<size_t>(tile)].waits.push_back(*t.wait);
+              add_edge(entry, tile);
+              add_edge(tile, exit);
+            }
+            Region k = attention->k, v = attention->v;
+            k.box = {attention->k.box.row + t.row, attention->k.box.col, t.rows, attention->k.box.cols};
+            v.box = {attention->v.box.row + t.row, attention->v.box.col, t.rows, attention->v.box.cols};
+            access(tile, k, AccessKind::read);
+            access(tile, v, AccessKind::read);
+          }
+          const AccessKind result = attention->merge ? AccessKind::update : AccessKind::define;
+          access(exit, attention->o, result);
+          access(exit, attention->lse, result);
         } else if (const auto* coll = std::get_if<CollectiveStep>(&step.body)) {
           auto [it, fresh] = collective_node.try_emplace(coll->id, -1);
           if (fresh) it->second = add_node(std::string(to_string(coll->kind)) + " #" + std::to_string(coll->id));

@@ -1,5 +1,6 @@
 // Structural checks: everything a plan names exists, shapes agree, peers are reached only through
 // symmetric buffers, and every rank joins every collective with matching arguments.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -103,6 +104,67 @@ struct StructureChecker {
     }
   }
 
+  void attention(const std::string& where, int rank, const AttentionStep& s) {
+    bool ok = region(where, rank, s.q, "queries");
+    ok = region(where, rank, s.k, "keys") && ok;
+    ok = region(where, rank, s.v, "values") && ok;
+    ok = region(where, rank, s.o, "output") && ok;
+    ok = region(where, rank, s.lse, "log-sum-exp") && ok;
+    if (!ok) return;
+    if (s.head_dim < 1 || s.tile_q < 1 || s.sm_limit < 0) {
+      fail(where, "head_dim (" + std::to_string(s.head_dim) + ") and tile_q (" + std::to_string(s.tile_q) + ") must be positive and sm_limit (" +
+                      std::to_string(s.sm_limit) + ") 0 (all SMs) or positive");
+      return;
+    }
+    if (s.q.box.cols % s.head_dim != 0 || s.k.box.cols % s.head_dim != 0) {
+      fail(where, "queries have " + std::to_string(s.q.box.cols) + " columns and keys " + std::to_string(s.k.box.cols) +
+                      ": both must be whole heads of head_dim " + std::to_string(s.head_dim));
+      return;
+    }
+    const int64_t heads = s.q.box.cols / s.head_dim, kv_heads = s.k.box.cols / s.head_dim;
+    if (kv_heads < 1 || heads % kv_heads != 0)
+      fail(where, std::to_string(heads) + " query heads cannot share " + std::to_string(kv_heads) +
+                      " key/value heads evenly (query heads must be a multiple of key/value heads)");
+    same_shape(where, s.k.box, s.v.box, "values against keys");
+    same_shape(where, s.q.box, s.o.box, "output against queries");
+    same_shape(where, Rect{0, 0, s.q.box.rows, heads}, s.lse.box, "log-sum-exp (query rows x query heads)");
+    if (const BufferDecl* lse = buffer(s.lse); lse->dtype != DType::f32)
+      fail(where, "log-sum-exp buffer '" + lse->name + "' is " + std::string(to_string(lse->dtype)) +
+                      "; declare it f32 (merged partial results are only as exact as their log-sum-exp)");
+    if (s.q_position < 0 || s.kv_position < 0)
+      fail(where, "token positions must be >= 0, got q_position " + std::to_string(s.q_position) + " and kv_position " + std::to_string(s.kv_position));
+    std::vector<std::pair<int64_t, int64_t>> spans;  // [row, row_end) of every KV tile
+    for (size_t i = 0; i < s.kv_tiles.size(); ++i) {
+      const KvTile& t = s.kv_tiles[i];
+      const std::string tile_where = where + " KV tile " + std::to_string(i);
+      if (t.rows < 1 || t.row < 0 || t.row + t.rows > s.k.box.rows)
+        fail(tile_where, "rows [" + std::to_string(t.row) + ", " + std::to_string(t.row + t.rows) + ") are empty or outside the " +
+                             std::to_string(s.k.box.rows) + " key rows");
+      if (t.wait) signal(tile_where, t.wait->signal, rank, true);
+      spans.push_back({t.row, t.row + t.rows});
+    }
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      if (spans[i].first < spans[i - 1].second)
+        fail(where, "KV tiles overlap at key row " + std::to_string(spans[i].first) + " (each key may be read once: it would count twice)");
+    // Keys left out of every KV tile must be masked for every query: those after the last query's
+    // position, where causal.
+    const int64_t needed = s.q.box.rows == 0 ? 0
+                           : s.causal       ? std::clamp<int64_t>(s.q_position + s.q.box.rows - s.kv_position, 0, s.k.box.rows)
+                                            : s.k.box.rows;
+    int64_t covered = 0;
+    for (const auto& [first, end] : spans) {
+      if (first > covered) break;
+      covered = std::max(covered, end);
+    }
+    if (covered < needed)
+      fail(where, "key row " + std::to_string(covered) + " of " + describe_region(plan, s.k) + " is in no KV tile but " +
+                      (s.causal ? "the step's last query (position " + std::to_string(s.q_position + s.q.box.rows - 1) + ") sees it (position " +
+                                      std::to_string(s.kv_position + covered) + ")"
+                                : std::string("a step that is not causal sees every key")) +
+                      "; leave out only keys masked for every query");
+  }
+
   void run() {
     if (plan.ranks.empty()) {
       fail("plan", "has no ranks");
@@ -193,6 +255,8 @@ struct StructureChecker {
                     }
                   }
                 }
+              } else if constexpr (std::is_same_v<T, AttentionStep>) {
+                attention(where, rank, body);
               } else if constexpr (std::is_same_v<T, CollectiveStep>) {
                 if (body.src.rank != rank || body.dst.rank != rank)
                   fail(where, "a collective's src and dst must be on its own rank");

@@ -14,6 +14,13 @@ const std::vector<std::string>& auto_candidates() {
   return names;
 }
 
+const std::vector<std::string>& auto_candidates(OpKind op) {
+  static const std::vector<std::string> attention = {"sequential", "decomposed", "tilelink"};
+  return is_attention(op) ? attention : auto_candidates();
+}
+
+AutoChoice choose_strategy(const Problem& p, const PlanOptions& o) { return choose_strategy(p, o, auto_candidates(p.op)); }
+
 namespace {
 
 std::string format_ms(double ms) {

@@ -12,6 +12,9 @@
 //   a2a_gemm: group the tokens by destination, push each destination's block into its gathered
 //             tokens at this rank's offset; every rank GEMMs its own block at once and each peer's
 //             block as it arrives.
+//   ag_attention: RingAttention, attention over each peer's keys as they arrive, merged by
+//             log-sum-exp (attention.cpp).
+#include "attention.hpp"
 #include "builder_support.hpp"
 
 namespace weft {
@@ -233,6 +236,7 @@ Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
       case OpKind::gemm_ar: build_gemm_ar(p, options, b); break;
       case OpKind::gemm_a2a: build_gemm_a2a(p, options, b); break;
       case OpKind::a2a_gemm: build_a2a_gemm(p, options, b); break;
+      case OpKind::ag_attention: detail::build_attention_ring(p, options, b); break;
       case OpKind::ag_moe:
       case OpKind::moe_rs: break;  // refused above
     }

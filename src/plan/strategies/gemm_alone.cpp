@@ -8,7 +8,7 @@ namespace weft {
 
 using detail::RankPlanBuilder;
 
-bool runs_as_gemm_alone(const Problem& p) { return p.world_size == 1 && !is_moe(p.op); }
+bool runs_as_gemm_alone(const Problem& p) { return p.world_size == 1 && !is_moe(p.op) && !is_attention(p.op); }
 
 Plan plan_gemm_alone(const Problem& p, const PlanOptions& options, const std::string& strategy) {
   check_problem(p);

@@ -25,11 +25,12 @@ Strategy ficco(const std::string& schedule_name, FiccoSchedule schedule, const s
 const std::vector<Strategy>& strategies() {
   static const std::vector<Strategy> all = {
       {"sequential", "-", "library GEMM, then the NCCL collective: the baseline every figure is measured against",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_moe, OpKind::moe_rs},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_moe, OpKind::moe_rs,
+        OpKind::ag_attention},
        plan_sequential, false},
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_decomposed, false},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_attention}, plan_decomposed, false},
       {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
        {OpKind::ag_gemm, OpKind::a2a_gemm},
        [](const Problem& p, const PlanOptions& o) {
@@ -54,7 +55,7 @@ const std::vector<Strategy>& strategies() {
       {"auto", "-",
        "the strategy and knobs measured fastest at the nearest tuned shape, else predicted fastest by the simulator; "
        "sequential wherever nothing is faster",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm}, plan_auto, false},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_attention}, plan_auto, false},
       {"chunked", "AutoOverlap",
        "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
        "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
@@ -62,7 +63,7 @@ const std::vector<Strategy>& strategies() {
       {"tilelink", "TileLink",
        "tile-centric notify/wait: the GEMM on the SMs the companion kernel leaves; the companion pulls A tiles (AG) or "
        "reduces each communication tile of partials from every rank as it completes (RS)",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::ag_moe, OpKind::moe_rs}, plan_tilelink, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::ag_moe, OpKind::moe_rs, OpKind::ag_attention}, plan_tilelink, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
        /*gemm_beside_companion=*/true},
       ficco("uniform_fused_1d", FiccoSchedule::uniform_fused_1d,
             "finer-than-shard pulls; per step one GEMM over sub-chunk j of every shard, scattered into place"),
@@ -101,7 +102,8 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
       if (best) o = apply_candidate(o, *best);
     }
   }
-  if (!strategy.overlap_gemm) return o;
+  // An attention plan has no GEMM: its score tile is the options' tile as given.
+  if (!strategy.overlap_gemm || is_attention(problem.op)) return o;
   const MachineProfile& machine = o.machine;
   const int sms = strategy.gemm_beside_companion ? machine.sm_count - o.tilelink.comm_sms
                   : !strategy.gemm_beside_nccl    ? machine.sm_count
@@ -124,6 +126,11 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
     if (!strategy.supports(problem.op))  // declines as its builder would
       throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
     return plan_gemm_alone(problem, base, strategy.name);
+  }
+  if (is_attention(problem.op) && problem.world_size == 1 && !base.keep_strategy_at_world_one) {
+    if (!strategy.supports(problem.op))
+      throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
+    return plan_attention_alone(problem, base, strategy.name);
   }
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);

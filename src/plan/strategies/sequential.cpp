@@ -1,5 +1,7 @@
-// `sequential`: one library GEMM, then one NCCL collective, on one stream. Every figure weft reports
+// `sequential`: one library GEMM, then one NCCL collective, on one stream (ag_attention: the
+// collectives, then the attention; attention.cpp). Every figure weft reports
 // is measured against this plan.
+#include "attention.hpp"
 #include "builder_support.hpp"
 #include "moe_support.hpp"
 
@@ -15,6 +17,11 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
   plan.problem = p;
   for (int r = 0; r < world; ++r) {
     RankPlanBuilder b(r, 1);
+    if (is_attention(p.op)) {  // no A and B: its own operands
+      detail::build_attention_gathered(p, options, b);
+      plan.ranks.push_back(b.finish());
+      continue;
+    }
     const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
     const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
     switch (p.op) {
@@ -97,6 +104,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         b.set_output(b.whole(c));
         break;
       }
+      case OpKind::ag_attention: break;  // built above
     }
     plan.ranks.push_back(b.finish());
   }

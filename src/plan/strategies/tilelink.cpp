@@ -26,9 +26,12 @@
 //            the top-k weighted reduction of the block's rows to its tokens) and counts each block on
 //            its owner, whose companion reduces the block from every rank as it completes (pull mode,
 //            as gemm_rs); the last block's reduction is all that remains after the GEMMs.
+//   ag_attention: one attention step whose KV tiles wait for the copy-engine pulls of their rows
+//            (§5.3; attention.cpp).
 #include <algorithm>
 #include <stdexcept>
 
+#include "attention.hpp"
 #include "builder_support.hpp"
 #include "moe_support.hpp"
 #include "weft/model/tiling.hpp"
@@ -284,8 +287,8 @@ void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 
 Plan plan_tilelink(const Problem& p, const PlanOptions& options) {
   check_problem(p);
-  if (p.op != OpKind::ag_gemm && p.op != OpKind::gemm_rs && !is_moe(p.op))
-    throw std::invalid_argument("tilelink plans are built for ag_gemm, gemm_rs, ag_moe and moe_rs, not " + std::string(to_string(p.op)));
+  if (p.op != OpKind::ag_gemm && p.op != OpKind::gemm_rs && !is_moe(p.op) && !is_attention(p.op))
+    throw std::invalid_argument("tilelink plans are built for ag_gemm, gemm_rs, ag_moe, moe_rs and ag_attention, not " + std::string(to_string(p.op)));
   Plan plan;
   plan.strategy = "tilelink";
   plan.problem = p;
@@ -294,6 +297,7 @@ Plan plan_tilelink(const Problem& p, const PlanOptions& options) {
     if (p.op == OpKind::ag_gemm) build_ag_gemm(p, options, b);
     else if (p.op == OpKind::gemm_rs) build_gemm_rs(p, options, b);
     else if (p.op == OpKind::ag_moe) build_ag_moe(p, options, b);
+    else if (is_attention(p.op)) detail::build_attention_tile_waits(p, options, b);
     else build_moe_rs(p, options, b);
     plan.ranks.push_back(b.finish());
   }
