@@ -74,6 +74,10 @@ Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
       p.m = split(row.m, "m");
       p.k = split(row.k, "k");
       break;
+    case OpKind::ag_attention:
+      // A suite row has a GEMM's m, n, k; attention's shape (batch, heads, head dim) is not one.
+      throw std::invalid_argument("suite row '" + row.name + "': ag_attention rows are not taken by the GEMM suites (weft plan and "
+                                  "simulate take --op ag_attention with --batch, --heads, --kv-heads, --head-dim)");
   }
   p.experts = row.experts;
   p.topk = row.topk;

@@ -8,6 +8,8 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "weft/ir/plan.hpp"
 #include "weft/model/tiling.hpp"
@@ -36,6 +38,13 @@ weft::NcclUniqueId unique_id_from(const nb::bytes& bytes) {
 }
 
 cudaStream_t stream_from(uintptr_t stream) { return reinterpret_cast<cudaStream_t>(stream); }
+
+// The Python functions take a GEMM's (m, n, k); attention's shape is the tool's (weft plan and simulate).
+void refuse_attention(weft::OpKind op) {
+  if (weft::is_attention(op))
+    throw std::invalid_argument(std::string(weft::to_string(op)) + " is shaped by batch, heads, kv heads and head dim, not (m, n, k): "
+                                "plan it with the weft tool (weft plan --op ag_attention --batch B --heads H --kv-heads G --head-dim D)");
+}
 
 }  // namespace
 
@@ -160,6 +169,7 @@ NB_MODULE(_native, m) {
       "choose_strategy",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& machine, const std::string& tuning) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        refuse_attention(p.op);
         weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
         weft::check_problem(p);
@@ -175,6 +185,7 @@ NB_MODULE(_native, m) {
       "describe_plan",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        refuse_attention(p.op);
         weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
         weft::check_problem(p);

@@ -44,6 +44,12 @@ def test_bad_arguments_are_value_errors():
         weft.describe_plan("gemm_rs", 255, 128, 64, 2, "sequential")  # M not a multiple of W
     with pytest.raises(ValueError):
         weft.default_strategy("matmul", 2)
+    # Attention is shaped by heads, not (m, n, k): the tool plans it, these functions say so.
+    for call in (lambda: weft.describe_plan("ag_attention", 256, 128, 64, 2, "sequential"),
+                 lambda: weft.choose_strategy("ag_attention", 256, 128, 64, 2)):
+        with pytest.raises(ValueError, match="weft plan --op ag_attention"):
+            call()
+    assert "ag_attention" in weft.shapes.PLAN_ONLY_OPS
 
 
 def run_without_gpus(code):

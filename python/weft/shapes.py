@@ -12,8 +12,9 @@ Per op (A [rows, k] on every rank, B [n, k], W ranks; include/weft/runtime/op.hp
 
 OPS = ("ag_gemm", "gemm_rs", "gemm_ar", "gemm_a2a", "a2a_gemm")
 # Ops weft plans, proves and benchmarks (weft plan / check / bench) but does not take per call yet:
-# tensor-parallel MoE's two halves (routing per call is not part of the op API).
-PLAN_ONLY_OPS = ("ag_moe", "moe_rs")
+# tensor-parallel MoE's two halves (routing per call is not part of the op API) and sequence-parallel
+# attention (planned and proved on the CPU; no kernel yet).
+PLAN_ONLY_OPS = ("ag_moe", "moe_rs", "ag_attention")
 ROUTED = ("gemm_a2a", "a2a_gemm")
 
 

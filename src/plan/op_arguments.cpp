@@ -6,6 +6,10 @@
 namespace weft {
 
 void check_op_shape(const OpShape& s, int world_size) {
+  if (is_attention(s.op))
+    throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
+                                " runs as a plan so far (weft plan, check and simulate; the reference executor): weft has no attention "
+                                "kernel yet, and the op API takes GEMM shapes");
   if (is_moe(s.op))
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
                                 " runs as a plan so far (weft plan, check and bench; CudaExecutor): the op API does not take "

@@ -196,7 +196,8 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   const RankPlan& mine = rank_plan();
   std::vector<bool> computes(static_cast<size_t>(mine.stream_count), false);
   for (const Step& step : mine.steps)
-    if (std::holds_alternative<GemmStep>(step.body)) computes[static_cast<size_t>(step.stream)] = true;
+    if (std::holds_alternative<GemmStep>(step.body) || std::holds_alternative<AttentionStep>(step.body))
+      computes[static_cast<size_t>(step.stream)] = true;
   int lowest_priority = 0, highest_priority = 0;
   WEFT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
   for (int s = 0; s < mine.stream_count; ++s) {
@@ -345,7 +346,12 @@ void CudaExecutor::lower_steps() {
           else if constexpr (std::is_same_v<T, CombineRowsStep>) return lowering::lower_combine_rows(body, step.label, context);
           else if constexpr (std::is_same_v<T, MoveBoxesStep>) return lowering::lower_move_boxes(body, step.label, context);
           else if constexpr (std::is_same_v<T, CollectiveStep>) return lowering::lower_collective(body, step.label, context);
-          else return {};  // a join only waits
+          else if constexpr (std::is_same_v<T, AttentionStep>)
+            throw std::invalid_argument("CudaExecutor: attention step '" + step.label +
+                                        "': weft has no attention kernel yet; ag_attention plans run on the CPU (reference executor, "
+                                        "weft plan / check / simulate)");
+          else if constexpr (std::is_same_v<T, JoinStep>) return {};  // a join only waits
+          else static_assert(sizeof(T) == 0, "a step kind the CUDA executor does not lower");
         },
         step.body);
     im.steps.push_back(std::move(lowered));

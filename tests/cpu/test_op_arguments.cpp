@@ -28,6 +28,7 @@ TEST(OpArguments, TheShapesTheApiTakes) {
     EXPECT_NO_THROW(check_op_shape(shape(op), 4)) << to_string(op);
   expect_refused([] { check_op_shape(shape(OpKind::ag_moe), 2); }, "ag_moe runs as a plan so far");
   expect_refused([] { check_op_shape(shape(OpKind::moe_rs), 2); }, "moe_rs runs as a plan so far");
+  expect_refused([] { check_op_shape(shape(OpKind::ag_attention), 2); }, "ag_attention runs as a plan so far");
 }
 
 TEST(OpArguments, BadShapesAreRefusedNamingTheValues) {

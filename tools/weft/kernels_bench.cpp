@@ -254,6 +254,7 @@ int run_kernels_bench(const std::vector<BenchSuite>& suites, const KernelsBenchO
           break;
         case OpKind::ag_moe:
         case OpKind::moe_rs: cases.combine(p.m, p.m * std::max(p.topk, 1), p.n, std::max(p.topk, 1)); break;
+        case OpKind::ag_attention: break;  // no auxiliary kernel around it (problem_for refuses such rows anyway)
       }
       for (const auto& c : cases.take()) {
         // The copy engine moving the same bytes: half read, half written.
