@@ -16,3 +16,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def weft_on_this_gpu():
+    """weft's communicator for the GPU tests, made once per process: this rank's GPU (LOCAL_RANK),
+    torch.distributed over NCCL first where torchrun started several ranks."""
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import weft.torch as wt
+
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if "WORLD_SIZE" in os.environ and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
+    return wt.communicator() if wt.is_initialized() else wt.init()

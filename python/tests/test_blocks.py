@@ -5,7 +5,6 @@ forward and every gradient; on GPUs (world 1, and every rank under torchrun) wef
 the same block through plain torch (torch.mm + torch.distributed) with the same weights."""
 
 import math
-import os
 import types
 
 import pytest
@@ -122,20 +121,10 @@ def test_a_stack_applies_its_blocks_in_turn(world_of_one_on_the_cpu):
 # --- on GPUs: weft's block against the same block through plain torch, every rank -----------------
 
 
-@pytest.fixture(scope="module")
-def gpu_communicator():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    if "WORLD_SIZE" in os.environ and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-    return wt.init()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("sequence_parallel", [True, False], ids=["sequence-parallel", "tensor-parallel"])
-def test_block_through_weft_matches_plain_torch(gpu_communicator, sequence_parallel):
-    world, rank = wt.world_size(), gpu_communicator.rank
+def test_block_through_weft_matches_plain_torch(weft_on_this_gpu, sequence_parallel):
+    world, rank = wt.world_size(), weft_on_this_gpu.rank
     cfg = TINY if world <= 2 else models.ModelConfig("tiny-gqa-w", hidden=128, ffn=64 * world, heads=2 * world, kv_heads=world, head_dim=16)
     torch.manual_seed(11 + rank)  # each rank its own weight shards
     block = randomised(wt.DecoderBlock(cfg, sequence_parallel=sequence_parallel), 7)  # norms replicated, as in a model
