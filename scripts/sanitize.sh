@@ -23,8 +23,8 @@ for w in "${what[@]}"; do
         { grep -E "error" -A3 "$build.build.log" | head -40; exit 1; }
       export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
       # Every CPU test but those that build other projects or need Python, and the replay of every
-      # recorded bench row through auto (the tool's readers and auto run under ASan in other tests;
-      # this one alone took 259 s of the run's 1,508 test-seconds): they run in the plain build.
+      # recorded bench row through auto, the slowest case by far under ASan (the readers and auto it
+      # uses run under ASan in other tests): they run in the plain build.
       ctest --test-dir "$build" -L cpu -E "python|pip|consumer|ci_runs|weft_cli_auto_never_slower_on_recorded_rows" -j2 --timeout 900 \
         --output-on-failure > "$build.ctest.log" 2>&1 || status=1
       grep -E "tests passed|tests failed|Failed|ERROR: AddressSanitizer|runtime error" "$build.ctest.log" | head -20

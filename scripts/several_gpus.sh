@@ -5,7 +5,8 @@
 #   WORLDS="4 2" STAGES=tests,python,bench,suites,torch,nccl-only bash scripts/several_gpus.sh
 # WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES_W: the stages at
 # world W (default STAGES). STAGES (default: all):
-#   probe      the world-4 hang of 2026-11-26 under scripts/hang_probe.sh (host stacks if it hangs)
+#   probe      weft bench (threads in one process, decomposed ag_gemm) under scripts/hang_probe.sh:
+#              the host stacks if it stalls
 #   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
 #              under torchrun with W ranks, the GPU command-line tests once
 #   python     pytest -m gpu under torchrun with W ranks
@@ -65,8 +66,8 @@ for w in $worlds; do
   d="$out/w$w"; mkdir -p "$d"
   cvd=$(visible "$w")
   if wants tests; then
-    # The call-timeout test hung at world 4 (2026-11-26) and took the whole process with it: it runs
-    # apart, under the hang probe, which prints the host stacks if it hangs again.
+    # The call-timeout test runs apart, under the hang probe: where it hangs, the rest of the binary
+    # still runs and the probe prints the host stacks.
     WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
       bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
     say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
@@ -84,8 +85,8 @@ for w in $worlds; do
     say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
   fi
   if wants probe; then
-    # The world-4 hang of 2026-11-26 (weft bench, decomposed ag_gemm, one process, with and without
-    # replayed calls): device waits long enough that the host stacks show where each rank is.
+    # weft bench with a thread per GPU, with and without replayed calls; device waits longer than the
+    # probe, so that a stall is still there when it takes the host stacks.
     printf '{"name": "probe", "description": "one AllGather row", "rows": [{"name": "MLP-1 AG", "op": "ag_gemm", "m": 8192, "n": 11008, "k": 4096, "source": "TileLink Table 4"}]}' > "$d/probe_suite.json"
     for replay in 1 0; do
       WEFT_REPLAY_CALLS=$replay WEFT_DEVICE_WAIT_TIMEOUT_MS=200000 WEFT_COLLECTIVE_TIMEOUT_S=150 OUT=$d bash scripts/hang_probe.sh --command 60 \

@@ -20,7 +20,7 @@ struct Aborted {};  // unwinds a worker once another worker has failed
 class ReferenceRun {
  public:
   ReferenceRun(const Plan& plan, const std::vector<RankTensors>& inputs, const ReferenceOptions& options)
-      : plan_(plan), options_(options) {
+      : plan_(plan), options_(options), reaches_peers_(reaches_across_ranks(plan)) {
     const int world = plan.world_size();
     if (static_cast<int>(inputs.size()) != world)
       throw std::invalid_argument("run_reference: " + std::to_string(inputs.size()) + " input sets for " +
@@ -65,6 +65,7 @@ class ReferenceRun {
 
   const Plan& plan_;
   ReferenceOptions options_;
+  bool reaches_peers_;  // the plan touches another rank's memory: a call starts with a barrier
   std::vector<std::vector<HostMatrix>> memory_;
   std::vector<std::vector<uint64_t>> signals_;
   std::map<int, CollectiveState> collectives_;
@@ -120,7 +121,7 @@ class ReferenceRun {
   // before every rank has started the call (its device barrier), so a rank that skips the call
   // holds every peer there instead of letting them read its buffers unsynchronized.
   void start_call(const RankPlan& rp, int stream) {
-    if (!reaches_across_ranks(plan_)) return;
+    if (!reaches_peers_) return;
     const int world = plan_.world_size();
     std::unique_lock lock(mutex_);
     at_call_barrier_.insert(rp.rank);

@@ -59,11 +59,8 @@ int main(int argc, char** argv) {
     auto comm = Communicator::from_environment();
     rank = comm->rank();
     const int world = comm->world_size();
-    OpKind op_kind = OpKind::ag_gemm;
-    bool known = false;
-    for (OpKind k : all_ops())
-      if (to_string(k) == o.op) op_kind = k, known = true;
-    if (!known || op_kind == OpKind::gemm_a2a || op_kind == OpKind::a2a_gemm || op_kind == OpKind::ag_moe || op_kind == OpKind::moe_rs)
+    const OpKind op_kind = parse_op(o.op);  // names the known ops where o.op is none
+    if (op_kind != OpKind::ag_gemm && op_kind != OpKind::gemm_rs && op_kind != OpKind::gemm_ar)
       throw std::invalid_argument("weft_fault_drill: --op is ag_gemm, gemm_rs or gemm_ar (got '" + o.op + "')");
     const int64_t rows = 256 * world, n = 512, k = 256;
     OpSpec spec{op_kind, n, k, rows, DType::bf16, DType::bf16, o.strategy, {}, 0, 0};
