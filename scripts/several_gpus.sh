@@ -4,7 +4,7 @@
 # across device-tool calls). Usage:
 #   WORLDS="4 2" STAGES=tests,python,bench,suites,torch,nccl-only bash scripts/several_gpus.sh
 # WORLDS: the world sizes, each on the first W GPUs (default: every GPU). STAGES_W: the stages at
-# world W (default STAGES). STAGES (default: all):
+# world W (default STAGES), run in the order named. STAGES (default: all):
 #   probe      weft bench (threads in one process, decomposed ag_gemm) under scripts/hang_probe.sh:
 #              the host stacks if it stalls
 #   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
@@ -13,7 +13,8 @@
 #   bench      weft bench --suite default, every strategy and auto
 #   suites     weft bench over the paper suites (flux_gpt3, tilelink_mlp, tilelink_moe_tp,
 #              flashoverlap_ar) and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
-#   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP)
+#   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
+#              and the model step (llama3-8b prefill and train, llama3-70b train; 2 blocks)
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
 #              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
 #              network rounds run for real)
@@ -41,11 +42,16 @@ timed() {  # timed LABEL LOG SECONDS CMD...: runs CMD bounded, logs, says the ex
 }
 visible() { seq -s, 0 $(( $1 - 1 )); }
 
+# The simulator's machine description for these GPUs: h100.json where there is one, else h200.json.
+machine_file=bench/machines/h200.json
+if nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H100 && [ -f bench/machines/h100.json ]; then
+  machine_file=bench/machines/h100.json
+fi
 nvidia-smi -L > "$out/gpus.txt"; nvidia-smi topo -m >> "$out/gpus.txt" 2>&1
 # The device's copy of .git may lag the working tree: the sources' fingerprint says what was built
 # (the same command here gives the commit's).
 fingerprint=$(git ls-files -z src include tools bench/lib tests python/src python/weft scripts CMakeLists.txt | xargs -0 cat | sha1sum | cut -c1-12)
-say "machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); worlds: $worlds; stages: $stages; sources $fingerprint"
+say "machine: $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); worlds: $worlds; stages: $stages; sources $fingerprint; model $machine_file"
 cmake -S . -B build-device -G Ninja -DWEFT_GPU_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" > "$out/configure.log" 2>&1 ||
   { say "configure failed"; tail -30 "$out/configure.log"; exit 1; }
 timed "build" "$out/build.log" 900 cmake --build build-device || { grep -E "error" -A3 "$out/build.log" | head -40; exit 1; }
@@ -59,86 +65,111 @@ if wants tests; then
   say "  $(grep -E 'tests passed|tests failed' "$out/cli_gpu_tests.log" | tail -1)"
 fi
 
+# The stages; each reads w (the world size), d (its results folder), cvd (its GPUs) and wbench.
+stage_tests() {
+  # The call-timeout test runs apart, under the hang probe: where it hangs, the rest of the binary
+  # still runs and the probe prints the host stacks.
+  WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
+    bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
+  say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*' || status=1
+  say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
+  say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
+    torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_multiprocess_check || status=1
+  say "  $(grep -c ' ok' "$d/multiprocess.log") ok lines, $(grep -c MISMATCH "$d/multiprocess.log") mismatches"
+}
+
+stage_python() {
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" 600 \
+    torchrun --standalone --nproc_per_node=$w -m pytest -q -p no:cacheprovider -m gpu python/tests || status=1
+  say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
+}
+
+stage_probe() {
+  # weft bench with a thread per GPU, with and without replayed calls; device waits longer than the
+  # probe, so that a stall is still there when it takes the host stacks.
+  printf '{"name": "probe", "description": "one AllGather row", "rows": [{"name": "MLP-1 AG", "op": "ag_gemm", "m": 8192, "n": 11008, "k": 4096, "source": "TileLink Table 4"}]}' > "$d/probe_suite.json"
+  for replay in 1 0; do
+    WEFT_REPLAY_CALLS=$replay WEFT_DEVICE_WAIT_TIMEOUT_MS=200000 WEFT_COLLECTIVE_TIMEOUT_S=150 OUT=$d bash scripts/hang_probe.sh --command 60 \
+      "$d/probe_bench_replay$replay.log" -- $weft bench --world $w --suite "$d/probe_suite.json" --strategy decomposed --iterations 5 --warmup 2 \
+      > "$d/probe_replay$replay.txt" 2>&1
+    say "world $w bench probe (WEFT_REPLAY_CALLS=$replay): $(head -1 "$d/probe_replay$replay.txt")"
+  done
+}
+
+stage_bench() {
+  timed "world $w weft bench default" "$d/bench_default.txt" 900 $wbench --suite default --json "$d/bench_default.json" \
+    --csv "$d/bench_default.csv" --machine "$machine_file" || status=1
+  grep -E " (ok|MISMATCH)$" "$d/bench_default.txt" | head -80 >> "$progress"
+}
+
+stage_torch() {
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
+  # The model step: decoder blocks of weft.torch.blocks against the same blocks on plain torch.
+  for model_mode in llama3-8b:prefill llama3-8b:train llama3-70b:train; do
+    CUDA_VISIBLE_DEVICES=$cvd timed "world $w model step ${model_mode/:/ }" "$d/model_${model_mode/:/_}.txt" 300 \
+      torchrun --standalone --nproc_per_node=$w -m weft.benchmark --model ${model_mode%%:*} --mode ${model_mode##*:} --layers 2 \
+      --csv "$d/model_${model_mode/:/_}.csv" || status=1
+    tail -4 "$d/model_${model_mode/:/_}.txt" >> "$progress"
+  done
+}
+
+stage_suites() {
+  for suite in tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp; do
+    timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
+      --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
+  done
+  timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
+    --op ag_gemm --strategy decomposed,fused --ag-source push --csv "$d/bench_ag_push.csv" --machine "$machine_file" || status=1
+  timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $wbench --suite flux_gpt3 --op ag_gemm \
+    --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
+    --csv "$d/bench_flux_gpt3_ficco.csv" --machine "$machine_file" || status=1
+}
+
+stage_nccl_only() {
+  ( export WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+    WEFT_TEST_WORLD=$w timed "world $w NCCL-only op tests" "$d/nccl_only_tests.log" 420 $binary \
+      --gtest_filter='*OpOnCallerBuffers*:Op.*:OpGraph.*:*ExecutorMatchesReference*:-*Thousand*'
+    say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/nccl_only_tests.log" | tr '\n' ' ')"
+    timed "world $w NCCL-only bench" "$d/nccl_only_bench.txt" 600 $wbench --suite default \
+      --strategy sequential,signal,two_level,decomposed,chunked,auto --csv "$d/nccl_only_bench.csv" --machine "$machine_file" ) || status=1
+}
+
+stage_endurance() {
+  [ -x build-device/tests/gpu/weft_endurance ] || { say "world $w endurance: not built, skipped"; return; }
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w endurance (10,000 calls per op x strategy, eager and replayed)" "$d/endurance.log" 900 \
+    torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_endurance --calls ${ENDURANCE_CALLS:-10000} || status=1
+  grep -E "^rank 0:" "$d/endurance.log" | tail -40 >> "$progress"
+}
+
+stage_faults() {
+  [ -f scripts/fault_drill.sh ] || { say "world $w faults: not built, skipped"; return; }
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w fault drill" "$d/faults.log" 600 bash scripts/fault_drill.sh $w || status=1
+  grep -E "^drill" "$d/faults.log" >> "$progress"
+}
+
+stage_simulate() {
+  timed "world $w simulate vs measured" "$d/simulate_check.txt" 300 $weft simulate --check-results "$d" --machine "$machine_file" || true
+  tail -3 "$d/simulate_check.txt" >> "$progress"
+}
+
 all_stages=$stages
 for w in $worlds; do
   [ "$w" -le "$gpus" ] || { say "world $w: only $gpus GPUs, skipped"; continue; }
   per_world="STAGES_$w"; stages=${!per_world:-$all_stages}  # STAGES_2=bench,... : other stages at world 2
   d="$out/w$w"; mkdir -p "$d"
   cvd=$(visible "$w")
-  if wants tests; then
-    # The call-timeout test runs apart, under the hang probe: where it hangs, the rest of the binary
-    # still runs and the probe prints the host stacks.
-    WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
-      bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
-    say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
-    WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" 420 $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*' || status=1
-    say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
-    WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
-    say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
-    CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
-      torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_multiprocess_check || status=1
-    say "  $(grep -c ' ok' "$d/multiprocess.log") ok lines, $(grep -c MISMATCH "$d/multiprocess.log") mismatches"
-  fi
-  if wants python; then
-    CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" 600 \
-      torchrun --standalone --nproc_per_node=$w -m pytest -q -p no:cacheprovider -m gpu python/tests || status=1
-    say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
-  fi
-  if wants probe; then
-    # weft bench with a thread per GPU, with and without replayed calls; device waits longer than the
-    # probe, so that a stall is still there when it takes the host stacks.
-    printf '{"name": "probe", "description": "one AllGather row", "rows": [{"name": "MLP-1 AG", "op": "ag_gemm", "m": 8192, "n": 11008, "k": 4096, "source": "TileLink Table 4"}]}' > "$d/probe_suite.json"
-    for replay in 1 0; do
-      WEFT_REPLAY_CALLS=$replay WEFT_DEVICE_WAIT_TIMEOUT_MS=200000 WEFT_COLLECTIVE_TIMEOUT_S=150 OUT=$d bash scripts/hang_probe.sh --command 60 \
-        "$d/probe_bench_replay$replay.log" -- $weft bench --world $w --suite "$d/probe_suite.json" --strategy decomposed --iterations 5 --warmup 2 \
-        > "$d/probe_replay$replay.txt" 2>&1
-      say "world $w bench probe (WEFT_REPLAY_CALLS=$replay): $(head -1 "$d/probe_replay$replay.txt")"
-    done
-  fi
-  # weft bench one process per GPU under torchrun, as users run weft (rank 0 prints; the slowest
+  # weft bench one process per GPU under torchrun, as users run weft (rank 0 prints the slowest
   # rank's figures); the probe stage runs it with a thread per GPU.
   wbench="env CUDA_VISIBLE_DEVICES=$cvd torchrun --standalone --nproc_per_node=$w --no-python $weft bench --world $w"
-  if wants bench; then
-    timed "world $w weft bench default" "$d/bench_default.txt" 900 $wbench --suite default --json "$d/bench_default.json" \
-      --csv "$d/bench_default.csv" --machine bench/machines/h200.json || status=1
-    grep -E " (ok|MISMATCH)$" "$d/bench_default.txt" | head -80 >> "$progress"
-  fi
-  if wants torch; then
-    CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
-      torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
-  fi
-  if wants suites; then
-    for suite in tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp; do
-      timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
-        --csv "$d/bench_$suite.csv" --machine bench/machines/h200.json || status=1
-    done
-    timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
-      --op ag_gemm --strategy decomposed,fused --ag-source push --csv "$d/bench_ag_push.csv" --machine bench/machines/h200.json || status=1
-    timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $wbench --suite flux_gpt3 --op ag_gemm \
-      --strategy decomposed,ficco,ficco_uniform_fused_1d,ficco_hetero_fused_1d,ficco_hetero_unfused_1d,ficco_uniform_fused_2d \
-      --csv "$d/bench_flux_gpt3_ficco.csv" --machine bench/machines/h200.json || status=1
-  fi
-  if wants nccl-only; then
-    ( export WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
-      WEFT_TEST_WORLD=$w timed "world $w NCCL-only op tests" "$d/nccl_only_tests.log" 420 $binary \
-        --gtest_filter='*OpOnCallerBuffers*:Op.*:OpGraph.*:*ExecutorMatchesReference*:-*Thousand*'
-      say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/nccl_only_tests.log" | tr '\n' ' ')"
-      timed "world $w NCCL-only bench" "$d/nccl_only_bench.txt" 600 $wbench --suite default \
-        --strategy sequential,signal,two_level,decomposed,chunked,auto --csv "$d/nccl_only_bench.csv" --machine bench/machines/h200.json ) || status=1
-  fi
-  if wants endurance && [ -x build-device/tests/gpu/weft_endurance ]; then
-    CUDA_VISIBLE_DEVICES=$cvd timed "world $w endurance (10,000 calls per op x strategy, eager and replayed)" "$d/endurance.log" 900 \
-      torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_endurance --calls ${ENDURANCE_CALLS:-10000} || status=1
-    grep -E "^rank 0:" "$d/endurance.log" | tail -40 >> "$progress"
-  fi
-  if wants faults && [ -f scripts/fault_drill.sh ]; then
-    CUDA_VISIBLE_DEVICES=$cvd timed "world $w fault drill" "$d/faults.log" 600 bash scripts/fault_drill.sh $w || status=1
-    grep -E "^drill" "$d/faults.log" >> "$progress"
-  fi
-  if wants simulate; then
-    timed "world $w simulate vs measured" "$d/simulate_check.txt" 300 $weft simulate --check-results "$d" --machine bench/machines/h200.json || true
-    tail -3 "$d/simulate_check.txt" >> "$progress"
-  fi
+  # The stages run in the order they are named, so that a run cut short has done the first ones.
+  for stage in ${stages//,/ }; do
+    declare -F "stage_${stage//-/_}" > /dev/null || { say "unknown stage '$stage' (skipped)"; continue; }
+    "stage_${stage//-/_}"
+  done
 done
 say "several_gpus: done, status $status"
 exit $status
