@@ -60,7 +60,10 @@ binary=build-device/tests/gpu/weft_gpu_tests
 export PYTHONPATH="$PWD/build-device/python:$PWD/.deps/python${PYTHONPATH:+:$PYTHONPATH}"
 status=0
 
-if wants tests; then
+# The command-line tests once, where some world's stages (STAGES_W, else STAGES) name tests.
+cli_tests=0
+for w in $worlds; do per_world="STAGES_$w"; [[ ",${!per_world:-$stages}," == *",tests,"* ]] && cli_tests=1; done
+if [ $cli_tests = 1 ]; then
   timed "GPU command-line tests (GPU 0)" "$out/cli_gpu_tests.log" 300 ctest --test-dir build-device -L gpu -R 'weft_cli_gpu' --timeout 120 --output-on-failure || status=1
   say "  $(grep -E 'tests passed|tests failed' "$out/cli_gpu_tests.log" | tail -1)"
 fi

@@ -333,12 +333,19 @@ __global__ void device_barrier_kernel(DeviceBarrier barrier) {
   __shared__ uint64_t epoch;
   if (threadIdx.x == 0) epoch = ++*barrier.epoch;
   __syncthreads();
+  const int slot = static_cast<int>(epoch & 1) * barrier.world;
+  // The signature is stored before the release below, so a peer that sees the arrival reads it.
+  for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x))
+    if (q != barrier.rank) *reinterpret_cast<volatile uint64_t*>(barrier.signatures_on[q] + slot + barrier.rank) = barrier.signature;
   __threadfence_system();
   for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x))
     if (q != barrier.rank) atomicAdd_system(reinterpret_cast<unsigned long long*>(barrier.arrivals_on[q] + barrier.rank), 1ull);
   const tile::WaitPolicy policy{barrier.timeout_ns, barrier.error, tile::kWaitInBarrier};
-  for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x))
-    if (q != barrier.rank) tile::wait_at_least<true>(barrier.arrivals_on[barrier.rank] + q, q, epoch, policy, barrier.rank);
+  for (int q = static_cast<int>(threadIdx.x); q < barrier.world; q += static_cast<int>(blockDim.x)) {
+    if (q == barrier.rank || !tile::wait_at_least<true>(barrier.arrivals_on[barrier.rank] + q, q, epoch, policy, barrier.rank)) continue;
+    const uint64_t theirs = *reinterpret_cast<const volatile uint64_t*>(barrier.signatures_on[barrier.rank] + slot + q);
+    if (theirs != barrier.signature) tile::record_timeout(barrier.error, tile::kOtherCallInBarrier, q, barrier.rank, barrier.signature, theirs);
+  }
 }
 
 __global__ void difference_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t count, double* sums) {

@@ -33,6 +33,14 @@ int env_int(std::initializer_list<const char*> names, const char* what) {
 
 uint64_t hash_text(const std::string& text) { return std::hash<std::string>{}(text); }
 
+// NCCL (2.22 and later) connects ranks lazily, inside the first collective of each kind and the
+// first send/recv to each peer: that call then blocks on the host until the peer makes it too, and
+// a peer that never does (it failed, or skipped the call) blocks it forever, out of reach of every
+// timeout weft sets. So weft's own communicators connect at creation: NCCL_RUNTIME_CONNECT=0 for
+// the collectives (unless the user chose a value; NCCL reads it once per process, so a communicator
+// made earlier by another library keeps lazy connections), and a send/recv with every peer.
+void connect_at_creation() { setenv("NCCL_RUNTIME_CONNECT", "0", 0); }
+
 }  // namespace
 
 int64_t Communicator::timeout_ms() {
@@ -107,6 +115,11 @@ Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm
   WEFT_NCCL_CHECK(ncclCommCount(comm_, &world_));
   WEFT_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int32_t)));
   WEFT_CUDA_CHECK(cudaMemset(barrier_word_, 0, sizeof(int32_t)));
+  // connect_peers' words and small host all-gathers: allocated here, before any rank has work on
+  // its device (see barrier_word_).
+  scratch_bytes_ = 4096;
+  WEFT_CUDA_CHECK(cudaMalloc(&scratch_, scratch_bytes_));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -141,6 +154,7 @@ std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::
       throw std::invalid_argument("Communicator::local_group: device " + std::to_string(d) + " is not one of the " +
                                   std::to_string(visible) + " visible GPUs");
   std::vector<ncclComm_t> comms(devices.size());
+  connect_at_creation();
   WEFT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
   std::vector<std::unique_ptr<Communicator>> group;
   auto barrier = std::make_shared<ProcessBarrier>(static_cast<int>(devices.size()));
@@ -149,7 +163,10 @@ std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::
     group.back()->process_barrier_ = barrier;
   }
   // Learning peers is collective: every rank's thread takes part.
-  for_each_rank(group, [](Communicator& comm) { comm.learn_peers(); });
+  for_each_rank(group, [](Communicator& comm) {
+    comm.learn_peers();
+    comm.connect_peers();
+  });
   return group;
 }
 
@@ -170,9 +187,11 @@ std::unique_ptr<Communicator> Communicator::from_environment() {
   ncclUniqueId id;
   WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
   ncclComm_t comm;
+  connect_at_creation();
   WEFT_NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
   std::unique_ptr<Communicator> result(new Communicator(comm, local, true));
   result->learn_peers();
+  result->connect_peers();
   return result;
 }
 
@@ -192,9 +211,11 @@ std::unique_ptr<Communicator> Communicator::from_unique_id(const NcclUniqueId& u
   ncclUniqueId id;
   std::memcpy(&id, unique_id.bytes.data(), sizeof id);
   ncclComm_t comm;
+  connect_at_creation();
   WEFT_NCCL_CHECK(ncclCommInitRank(&comm, world_size, id, rank));
   std::unique_ptr<Communicator> result(new Communicator(comm, device, true));
   result->learn_peers();
+  result->connect_peers();
   return result;
 }
 
@@ -202,6 +223,26 @@ std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, int device) {
   std::unique_ptr<Communicator> result(new Communicator(comm, device, false));
   result->learn_peers();
   return result;
+}
+
+void Communicator::connect_peers() {
+  if (world_ == 1) return;
+  // Every peer has passed learn_peers (an all-gather), so every rank is here too: the connections
+  // that NCCL makes inside this group complete.
+  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  auto* words = static_cast<uint16_t*>(scratch_);
+  WEFT_NCCL_CHECK(ncclGroupStart());
+  for (int p = 0; p < world_; ++p) {
+    if (p == rank_) continue;
+    WEFT_NCCL_CHECK(ncclSend(words + p, 1, ncclBfloat16, p, comm_, host_stream_));
+    WEFT_NCCL_CHECK(ncclRecv(words + world_ + p, 1, ncclBfloat16, p, comm_, host_stream_));
+  }
+  WEFT_NCCL_CHECK(ncclGroupEnd());
+  if (!synchronize_with_timeout(host_stream_, timeout_ms())) {
+    abort("connecting to peers timed out");
+    throw Error("Communicator: rank " + std::to_string(rank_) + " could not exchange a word with every peer within " +
+                std::to_string(timeout_ms() / 1000) + " s while connecting; a peer failed during creation (WEFT_COLLECTIVE_TIMEOUT_S sets the limit)");
+  }
 }
 
 void Communicator::learn_peers() {
@@ -257,12 +298,16 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   WEFT_CUDA_CHECK(cudaMemcpy(send, data, bytes, cudaMemcpyHostToDevice));
   WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
   // A rank that failed (or took another path) never joins: say so instead of waiting forever.
-  if (!synchronize_with_timeout(host_stream_, timeout_ms()))
-    throw Error("Communicator: rank " + std::to_string(rank_) + " waited " +
-                             std::to_string(timeout_ms() / 1000) +
-                             " s for its peers in a host-side all-gather of " + std::to_string(bytes) +
-                             " bytes; a peer failed or made different calls (see its error above; "
-                             "WEFT_COLLECTIVE_TIMEOUT_S sets the limit). The communicator is unusable now.");
+  if (!synchronize_with_timeout(host_stream_, timeout_ms())) {
+    // NCCL's kernel still waits for the peer: abort it, as NCCL's watchdog in PyTorch does, so that
+    // the device drains and nothing later (a destructor's barrier) waits on this communicator again.
+    const std::string why = "Communicator: rank " + std::to_string(rank_) + " waited " + std::to_string(timeout_ms() / 1000) +
+                            " s for its peers in a host-side all-gather of " + std::to_string(bytes) +
+                            " bytes; a peer failed or made different calls (see its error above; "
+                            "WEFT_COLLECTIVE_TIMEOUT_S sets the limit). The communicator was aborted.";
+    abort(why);
+    throw Error(why);
+  }
   std::vector<uint8_t> result(bytes * static_cast<size_t>(world_));
   WEFT_CUDA_CHECK(cudaMemcpy(result.data(), recv, result.size(), cudaMemcpyDeviceToHost));
   return result;

@@ -41,24 +41,24 @@ void throw_cublas_error(cublasStatus_t status, const char* call, const char* fil
                   std::to_string(static_cast<int>(status)) + "; hint: " + hint);
 }
 
-bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms) {
+bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms, const std::function<bool()>& give_up) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     const cudaError_t status = cudaEventQuery(event);
     if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) WEFT_CUDA_CHECK(status);
-    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (std::chrono::steady_clock::now() > deadline || (give_up && give_up())) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
-bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms) {
+bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms, const std::function<bool()>& give_up) {
   cudaEvent_t done;
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventRecord(done, stream));
   bool finished = false;
   try {
-    finished = wait_for_event_with_timeout(done, timeout_ms);
+    finished = wait_for_event_with_timeout(done, timeout_ms, give_up);
   } catch (...) {
     cudaEventDestroy(done);
     throw;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -142,6 +143,7 @@ struct CudaExecutor::Impl {
   cudaStream_t capture_stream = nullptr;
   uint64_t replayed = 0;
   uint64_t device_wait_timeout_ns = 0;  // the bound of every device-side wait, the call's barriers' too
+  uint64_t call_signature = 0;          // what the call's barriers compare between ranks (the op, shapes and strategy)
 };
 
 namespace {
@@ -314,6 +316,7 @@ void CudaExecutor::lower_steps() {
   const int64_t wait_ms = options_.device_wait_timeout_ms > 0 ? options_.device_wait_timeout_ms : env_ms("WEFT_DEVICE_WAIT_TIMEOUT_MS", 10000);
   context.device_wait_timeout_ns = static_cast<uint64_t>(wait_ms) * 1'000'000ull;
   im.device_wait_timeout_ns = context.device_wait_timeout_ns;
+  im.call_signature = std::hash<std::string>{}(call_context());
   context.plain_gemm_on_overlap = options_.plain_gemm == ExecutorOptions::PlainGemm::overlap;
 
   const std::vector<std::vector<uint64_t>> written = single_writer_values(plan_, comm_.rank());
@@ -497,10 +500,27 @@ void CudaExecutor::check() {
   const std::string rank = "rank " + std::to_string(comm_.rank()) + " (" + call_context() + ")";
   const auto& names = rank_plan().signals;
   auto signal_name = [&](int32_t id) { return id >= 0 && static_cast<size_t>(id) < names.size() ? names[static_cast<size_t>(id)] : std::string("?"); };
-  if (e.source == tile::kWaitInBarrier)
-    throw DeviceWaitTimeout(rank + ": the call's device barrier gave up waiting for rank " + std::to_string(e.signal) + " (it had arrived " +
+  // The ranks are out of step (a peer is gone, late, or in another call): this rank's waits are
+  // released (the rest of its call would wait for peers' signals that will not come) and the
+  // communicator aborted, so that nothing later (the next call, a destructor's barrier) waits on
+  // them again.
+  if (e.source == tile::kWaitInBarrier || e.source == tile::kOtherCallInBarrier) impl_->signals->release_every_wait();
+  if (e.source == tile::kWaitInBarrier) {
+    const std::string why = rank + ": the call's device barrier gave up waiting for rank " + std::to_string(e.signal) + " (it had arrived " +
                             std::to_string(e.observed) + " times, " + std::to_string(e.expected) +
-                            " expected), so the call's result is wrong (the peer is late or gone; WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
+                            " expected), so the call's result is wrong (the peer is late or gone; WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit); "
+                            "the communicator was aborted";
+    comm_.abort(why);
+    throw DeviceWaitTimeout(why);
+  }
+  if (e.source == tile::kOtherCallInBarrier) {
+    const std::string why = rank + ": rank " + std::to_string(e.signal) + " is making another call (its call signature " +
+                            std::to_string(e.observed) + ", this call's " + std::to_string(e.expected) +
+                            "): every rank must call the same op with the same shapes and strategy in the same order, so the call's "
+                            "result is wrong; the communicator was aborted";
+    comm_.abort(why);
+    throw DeviceWaitTimeout(why);
+  }
   if (e.source == tile::kWaitInTileProgram) {
     const auto& steps = rank_plan().steps;
     const std::string step = e.where >= 0 && static_cast<size_t>(e.where) < steps.size() ? steps[static_cast<size_t>(e.where)].label : "?";
@@ -640,14 +660,14 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   if (!rank_plan().signals.empty()) im.signals->reset(stream);
   // A peer may still be reading buffers we are about to overwrite in its previous call, and no peer
   // may raise our counters before they are reset.
-  if (im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
+  if (im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
   for (const auto& [buffer, source] : im.copied_in) {
     const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
     WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
   }
   // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
   // rank's copy has landed.
-  if (!im.copied_in.empty() && im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
+  if (!im.copied_in.empty() && im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
   if (!im.on_caller_stream) {
     WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
     for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));
@@ -678,11 +698,19 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   // A symmetric input written in place by the caller's producer: no rank may overwrite it for the
   // next call while a peer still reads it in this one.
   if (options_.symmetric_inputs_in_place && im.plan_touches_peers)
-    im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns);
+    im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
 }
 
 void CudaExecutor::finish(cudaStream_t stream) {
-  if (!synchronize_with_timeout(stream, impl_->call_timeout_ms)) fail_stuck_call("the last call");
+  Impl& im = *impl_;
+  // Once a barrier of the call found the ranks out of step, the rest of the call waits for peers'
+  // signals that will not come: check() says so (and releases those waits) without waiting out
+  // the call timeout.
+  auto out_of_step = [&] {
+    const WaitRecord e = im.workspace->peek_error();
+    return e.failed && (e.source == tile::kWaitInBarrier || e.source == tile::kOtherCallInBarrier);
+  };
+  if (!synchronize_with_timeout(stream, im.call_timeout_ms, out_of_step) && !out_of_step()) fail_stuck_call("the last call");
   check();
 }
 

@@ -43,13 +43,15 @@ StreamValue64 write_value_64() {
 }  // namespace
 
 SignalSet::SignalSet(Communicator& comm, int count, bool shared)
-    : comm_(comm), count_(count), memory_(comm, (static_cast<size_t>(count) + static_cast<size_t>(comm.world_size()) + 1) * sizeof(uint64_t), shared) {
+    : comm_(comm), count_(count), memory_(comm, (static_cast<size_t>(count) + 3 * static_cast<size_t>(comm.world_size()) + 1) * sizeof(uint64_t), shared) {
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
   if (shared) {
-    std::vector<uint64_t*> arrivals;
-    for (int r = 0; r < comm.world_size(); ++r) arrivals.push_back(on(r) + count_);
-    WEFT_CUDA_CHECK(cudaMalloc(&arrivals_on_, arrivals.size() * sizeof(uint64_t*)));
-    WEFT_CUDA_CHECK(cudaMemcpy(arrivals_on_, arrivals.data(), arrivals.size() * sizeof(uint64_t*), cudaMemcpyHostToDevice));
+    const int world = comm.world_size();
+    std::vector<uint64_t*> words_on;  // every rank's arrival words, then every rank's signature words
+    for (int r = 0; r < world; ++r) words_on.push_back(on(r) + count_);
+    for (int r = 0; r < world; ++r) words_on.push_back(on(r) + count_ + world + 1);
+    WEFT_CUDA_CHECK(cudaMalloc(&arrivals_on_, words_on.size() * sizeof(uint64_t*)));
+    WEFT_CUDA_CHECK(cudaMemcpy(arrivals_on_, words_on.data(), words_on.size() * sizeof(uint64_t*), cudaMemcpyHostToDevice));
   }
   preload_step_kernels();
   preload_tile_program_kernel();  // even under lazy loading, no step kernel's first launch may wait for an idle device
@@ -63,12 +65,14 @@ SignalSet::~SignalSet() {
   if (arrivals_on_) cudaFree(arrivals_on_);
 }
 
-size_t SignalSet::words() const { return static_cast<size_t>(count_) + static_cast<size_t>(comm_.world_size()) + 1; }
+size_t SignalSet::words() const { return static_cast<size_t>(count_) + 3 * static_cast<size_t>(comm_.world_size()) + 1; }
 
-void SignalSet::barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns) const {
+void SignalSet::barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns, uint64_t signature) const {
   if (!shared()) throw std::logic_error("SignalSet::barrier: a set of this rank's alone has no peers to meet");
   DeviceBarrier b;
   b.arrivals_on = arrivals_on_;
+  b.signatures_on = arrivals_on_ + comm_.world_size();
+  b.signature = signature;
   b.epoch = local() + count_ + comm_.world_size();
   b.rank = comm_.rank();
   b.world = comm_.world_size();
@@ -109,8 +113,9 @@ void SignalSet::reset(cudaStream_t stream) const {
 }
 
 void SignalSet::release_every_wait() const {
-  // The counters and the arrival words (a barrier waiting for a peer that is gone), not the count.
-  std::vector<uint64_t> released(words() - 1, uint64_t{1} << 62);
+  // The counters and the arrival words (a barrier waiting for a peer that is gone), not the count
+  // or the signatures after it.
+  std::vector<uint64_t> released(static_cast<size_t>(count_) + static_cast<size_t>(comm_.world_size()), uint64_t{1} << 62);
   std::memcpy(host_copy_, released.data(), released.size() * sizeof(uint64_t));
   cudaStream_t writer;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));

@@ -49,6 +49,12 @@ void Workspace::reserve(const WorkspaceSize& wanted) {
 
 void* Workspace::symmetric_on(int rank) const { return symmetric_.back()->on(rank); }
 
+WaitRecord Workspace::peek_error() const {
+  WaitRecord seen;
+  std::memcpy(static_cast<void*>(&seen), static_cast<const void*>(device_error_host_), sizeof seen);
+  return seen;
+}
+
 WaitRecord Workspace::take_error() {
   WaitRecord seen;
   std::memcpy(static_cast<void*>(&seen), static_cast<const void*>(device_error_host_), sizeof seen);

@@ -512,6 +512,44 @@ TEST(Op, ACallAPeerNeverJoinsFailsWithinTheCallTimeout) {
   EXPECT_LT(seconds, 10.0) << "the spec's call_timeout_ms (1 s) bounds the call, not the 120 s default";
 }
 
+// One rank calls with other rows than its peers (each row count prepared by every rank, so no
+// collective set-up catches it): the call's device barrier compares the ranks' call signatures, and
+// every rank raises naming the one in the other call, with its communicator aborted, instead of
+// exchanging buffers laid out for another shape.
+TEST(Op, RanksCallingWithOtherRowsFailNamingThePeer) {
+  if (group().size() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  auto own = Communicator::local_group({0, 1});
+  OpSpec spec{OpKind::ag_gemm, 256, 128, 128, DType::bf16, DType::bf16, "decomposed", {}, 0, 0};
+  std::vector<std::string> errors(2);
+  std::vector<int> aborted(2, 0);
+  for_each_rank(own, [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      CallerBuffers buffers(spec, 2);
+      op.prepare(128);
+      op.prepare(64);
+      const int64_t rows = comm.rank() == 1 ? 64 : 128;
+      buffers.fill(spec, comm.rank(), rows, 3, buffers.a.data, stream);
+      try {
+        op.run({buffers.a.data, buffers.b.data, buffers.c.data, rows, {}}, stream);
+        op.finish(stream);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(comm.rank())] = e.what();
+      }
+      aborted[static_cast<size_t>(comm.rank())] = comm.aborted();
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < 2; ++r) {
+    const std::string& what = errors[static_cast<size_t>(r)];
+    EXPECT_NE(what.find("rank " + std::to_string(1 - r) + " is making another call"), std::string::npos) << "rank " << r << ": " << what;
+    EXPECT_NE(what.find("ag_gemm m="), std::string::npos) << "rank " << r << ": the error names the op: " << what;
+    EXPECT_EQ(aborted[static_cast<size_t>(r)], 1) << "rank " << r << "'s communicator is aborted";
+  }
+}
+
 TEST(Op, RanksThatDisagreeOnTheSpecFailBeforeLaunching) {
   const int world = static_cast<int>(group().size());
   if (world < 2) GTEST_SKIP() << "needs 2 GPUs";

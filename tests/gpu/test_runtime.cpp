@@ -87,11 +87,13 @@ TEST(Runtime, DeviceBarrierOrdersEveryRanksStream) {
     for (uint16_t round = 1; round <= 20; ++round) {
       for (int q = 0; q < world; ++q)  // this rank's slot in every rank's buffer, its own included
         fill_u16(static_cast<uint16_t*>(data.on(q)) + comm.rank() * 256, 256, round, stream);
-      signals.barrier(stream, record.device, 10'000'000'000ull);
+      // Each barrier's signature differs from the one before (as consecutive calls' may): every rank
+      // reads its peer's of this barrier, never the next one's.
+      signals.barrier(stream, record.device, 10'000'000'000ull, 2u * round);
       WEFT_CUDA_CHECK(cudaMemcpyAsync(mine.data(), data.local(), mine.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
       ASSERT_TRUE(synchronize_with_timeout(stream, 10000)) << "rank " << comm.rank() << " round " << round;
       for (uint16_t v : mine) mismatches += v != round;
-      signals.barrier(stream, record.device, 10'000'000'000ull);  // nobody writes round + 1 before all have read
+      signals.barrier(stream, record.device, 10'000'000'000ull, 2u * round + 1);  // nobody writes round + 1 before all have read
     }
     ASSERT_TRUE(synchronize_with_timeout(stream, 10000));
     wrong[static_cast<size_t>(comm.rank())] = mismatches + static_cast<int>(record.host->failed);
@@ -112,7 +114,7 @@ TEST(Runtime, DeviceBarrierThatAPeerMissesTimesOutNamingIt) {
     MappedWaitRecord record;
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    signals.barrier(stream, record.device, 200'000'000ull);
+    signals.barrier(stream, record.device, 200'000'000ull, 1);
     EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "a missed barrier must end in its timeout";
     seen = *record.host;
     cudaStreamDestroy(stream);
@@ -122,6 +124,41 @@ TEST(Runtime, DeviceBarrierThatAPeerMissesTimesOutNamingIt) {
   EXPECT_EQ(seen.signal, 1) << "the rank waited for";
   EXPECT_EQ(seen.expected, 1u);
   EXPECT_EQ(seen.observed, 0u);
+}
+
+// Ranks that meet in a barrier while making different calls (another shape, another plan): each
+// records the peer it disagrees with, its own signature and the peer's, instead of going on.
+TEST(Runtime, DeviceBarrierOfRanksInOtherCallsRecordsTheDisagreement) {
+  auto group = make_group();
+  if (group.size() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const int world = static_cast<int>(group.size());
+  std::vector<WaitRecord> seen(static_cast<size_t>(world));
+  for_each_rank(group, [&](Communicator& comm) {
+    SignalSet signals(comm, 1);
+    MappedWaitRecord record;
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const uint64_t signature = comm.rank() == world - 1 ? 99 : 42;  // the last rank is in another call
+    signals.barrier(stream, record.device, 10'000'000'000ull, signature);
+    EXPECT_TRUE(synchronize_with_timeout(stream, 10000)) << "a disagreement does not wait";
+    seen[static_cast<size_t>(comm.rank())] = *record.host;
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r) {
+    const WaitRecord& e = seen[static_cast<size_t>(r)];
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(e.failed, 1u);
+    EXPECT_EQ(e.source, tile::kOtherCallInBarrier);
+    if (r == world - 1) {
+      EXPECT_NE(e.signal, world - 1) << "the last rank names a peer";
+      EXPECT_EQ(e.expected, 99u);
+      EXPECT_EQ(e.observed, 42u);
+    } else {
+      EXPECT_EQ(e.signal, world - 1) << "the rank in the other call";
+      EXPECT_EQ(e.expected, 42u);
+      EXPECT_EQ(e.observed, 99u);
+    }
+  }
 }
 
 TEST(Runtime, UnmetWaitTimesOutAndIsDiagnosable) {

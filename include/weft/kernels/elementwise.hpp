@@ -52,10 +52,16 @@ void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
 // reaches this barrier's number (acquire), counted by the device itself in *epoch, so that a
 // captured barrier replays unchanged. Arrival words only grow. A wait that gives up after
 // timeout_ns is recorded in `error` (source kWaitInBarrier, signal: the late rank) and the kernel
-// returns. Every rank must pass the same barriers in the same order.
+// returns. Every rank must pass the same barriers in the same order, in the same call: before
+// arriving, each rank writes its call's signature on every peer (in one of two slots, by the
+// barrier's parity: a peer can be at most one barrier ahead), and after a peer arrives compares the
+// peer's with its own; a difference (ranks making calls of other shapes or plans) is recorded as
+// kOtherCallInBarrier, so that it fails instead of exchanging buffers laid out for another call.
 struct DeviceBarrier {
-  uint64_t* const* arrivals_on = nullptr;  // device array: rank q's arrival words (world of them), as this GPU sees them
-  uint64_t* epoch = nullptr;               // this rank's barrier count (device memory)
+  uint64_t* const* arrivals_on = nullptr;    // device array: rank q's arrival words (world of them), as this GPU sees them
+  uint64_t* const* signatures_on = nullptr;  // device array: rank q's signature words (2 x world of them), as this GPU sees them
+  uint64_t signature = 0;                    // this call's (call_signature in cuda_executor)
+  uint64_t* epoch = nullptr;                 // this rank's barrier count (device memory)
   int rank = 0, world = 1;
   WaitRecord* error = nullptr;
   uint64_t timeout_ns = 10'000'000'000ull;

@@ -92,6 +92,9 @@ class Communicator {
  private:
   Communicator(ncclComm_t comm, int device, bool owned);
   void learn_peers();
+  // Makes NCCL connect to every peer now (a send/recv of one word each way) rather than inside a
+  // call, where a peer that never joins would block the host (communicator.cpp: connect_at_creation).
+  void connect_peers();
 
   ncclComm_t comm_ = nullptr;
   int device_ = -1;

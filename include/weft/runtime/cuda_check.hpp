@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <functional>
 #include <string>
 
 #include "weft/runtime/errors.hpp"
@@ -21,10 +22,11 @@ namespace weft {
 
 // Waits for `stream` to finish for at most `timeout_ms`; returns false on timeout (the work stays
 // queued). Every host-side wait on work that depends on another rank goes through this, so a missing
-// peer becomes an error instead of a hang.
-bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms);
+// peer becomes an error instead of a hang. `give_up`, polled while waiting, ends the wait early
+// (false) when it says the work cannot finish.
+bool synchronize_with_timeout(cudaStream_t stream, int64_t timeout_ms, const std::function<bool()>& give_up = {});
 // The same for one recorded event: true once it has completed, false after `timeout_ms`.
-bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms);
+bool wait_for_event_with_timeout(cudaEvent_t event, int64_t timeout_ms, const std::function<bool()>& give_up = {});
 
 }  // namespace weft
 

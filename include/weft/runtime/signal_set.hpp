@@ -50,8 +50,9 @@ class SignalSet {
   void reset(cudaStream_t stream) const;
   // Every rank's stream waits here until every rank's stream has arrived (device_barrier in
   // kernels/elementwise.hpp): no host call, no NCCL. Waits give up after timeout_ns, recorded in
-  // `error`. Shared sets only; collective in the order of calls.
-  void barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns) const;
+  // `error`. Shared sets only; collective in the order of calls. `signature` says which call this
+  // is (every rank passes the same in the same call): a peer's that differs is recorded in `error`.
+  void barrier(cudaStream_t stream, WaitRecord* error, uint64_t timeout_ns, uint64_t signature) const;
   // Sets every counter of this rank to a value no wait expects, from a private stream: a call that
   // cannot finish (a peer is gone) is released instead of leaving the device stuck.
   void release_every_wait() const;
@@ -63,9 +64,10 @@ class SignalSet {
   int count_;
   SymmetricMemory memory_;
   uint64_t* host_copy_ = nullptr;  // pinned, so reading values never blocks the host on a stuck device
-  // After the counters: one arrival word per rank, then this rank's barrier count.
+  // After the counters: one arrival word per rank, this rank's barrier count, then two call
+  // signature words per rank (DeviceBarrier).
   size_t words() const;
-  uint64_t** arrivals_on_ = nullptr;  // device array of every rank's arrival words (shared sets)
+  uint64_t** arrivals_on_ = nullptr;  // device array of every rank's arrival words, then of its signature words (shared sets)
 };
 
 // Sets CUDA_DEVICE_MAX_CONNECTIONS=32 and CUDA_MODULE_LOADING=EAGER unless the user chose values;

@@ -61,6 +61,8 @@ class Workspace {
   WaitRecord* device_error() const { return device_error_device_; }
   // The record so far, cleared for the next call; failed == 0 when nothing gave up.
   WaitRecord take_error();
+  // The record so far, left in place.
+  WaitRecord peek_error() const;
 
  private:
   struct LocalArena {

@@ -9,8 +9,16 @@ namespace weft {
 namespace tile {
 
 // Who waited: a kernel of the user's (TileLink's primitives), the overlap GEMM, weft's companion
-// kernel of SM-driven tile steps, the device barrier at the start of a call (signal: the late rank).
-enum WaitSource : int32_t { kWaitInUserKernel = 0, kWaitInOverlapGemm = 1, kWaitInTileProgram = 2, kWaitInBarrier = 3 };
+// kernel of SM-driven tile steps, the device barrier at the start of a call (signal: the late rank);
+// and not a wait but a disagreement: a peer met in the device barrier is making another call
+// (signal: that rank; expected: this rank's call signature, observed: the peer's).
+enum WaitSource : int32_t {
+  kWaitInUserKernel = 0,
+  kWaitInOverlapGemm = 1,
+  kWaitInTileProgram = 2,
+  kWaitInBarrier = 3,
+  kOtherCallInBarrier = 4,
+};
 
 struct WaitRecord {
   uint32_t failed = 0;
