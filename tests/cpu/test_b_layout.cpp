@@ -5,7 +5,10 @@
 // the end, and the CPU proof checks that those rows are the ranks' shards.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
+
+#include "../support/strategy_cases.hpp"
 
 #include "weft/plan/op_arguments.hpp"
 #include "weft/plan/strategies.hpp"
@@ -15,27 +18,11 @@
 namespace weft {
 namespace {
 
-struct Case {
-  OpKind op;
-  std::string strategy;
-  int world;
-};
-
-void PrintTo(const Case& c, std::ostream* out) { *out << to_string(c.op) << " " << c.strategy << " world " << c.world; }
-
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  return std::string(to_string(info.param.op)) + "_" + info.param.strategy + "_w" + std::to_string(info.param.world);
-}
+using Case = testing_support::StrategyCase;
+using testing_support::case_name;
 
 // Every (GEMM op, strategy) pair; ag_attention has no B.
-std::vector<Case> gemm_cases() {
-  std::vector<Case> cases;
-  for (OpKind op : all_ops())
-    for (const auto& s : strategies())
-      if (s.supports(op))
-        for (int world = 1; world <= 4; ++world) cases.push_back({op, s.name, world});
-  return cases;
-}
+std::vector<Case> gemm_cases() { return testing_support::strategy_cases(all_ops(), 4); }
 
 // A small problem whose N and K differ (a plan that ignored the layout would declare B [N, K] and
 // the reference executor would refuse its [K, N] input), sizes ragged against the tiles.
@@ -55,7 +42,6 @@ Problem random_problem(OpKind op, int world, std::mt19937_64& rng) {
     p.topk = static_cast<int>(pick(1, std::min(3, p.experts)));
     p.choices = random_choices(world, p.m, p.experts, p.topk, rng());
   }
-  p.b_layout = BLayout::kn;
   return p;
 }
 
@@ -91,27 +77,35 @@ void expect_b_column_major(const Plan& plan) {
   }
 }
 
-class BLayoutProperty : public testing::TestWithParam<Case> {};
-
-TEST_P(BLayoutProperty, EveryStrategyTakesBStoredKByN) {
-  const Case c = GetParam();
+// For seeds 1..4: a random problem of the case (B laid out as `layout` says, or alternating by seed)
+// and the case's two plans of it: the strategy's own (at world 1 too), and the one an Op runs
+// (make_plan: at world 1 the GEMM alone); `check` gets each.
+template <class Check>
+void for_each_plan(const Case& c, uint64_t mix, std::optional<BLayout> layout, Check check) {
   const Strategy& strategy = find_strategy(c.strategy);
   for (uint64_t seed = 1; seed <= 4; ++seed) {
-    std::mt19937_64 rng(seed * 104729 + static_cast<uint64_t>(c.world));
+    std::mt19937_64 rng(seed * mix + static_cast<uint64_t>(c.world));
     Problem p = random_problem(c.op, c.world, rng);
+    p.b_layout = layout.value_or(seed % 2 ? BLayout::kn : BLayout::nk);
     const PlanOptions o = random_options(c.strategy, p, rng);
-    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p));
-    // The strategy's own plan (at world 1 too), and the one an Op runs (make_plan: at world 1 the
-    // GEMM alone).
+    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " AllGather " + std::string(to_string(o.all_gather_source)));
     PlanOptions own = o;
     own.keep_strategy_at_world_one = true;
     for (const Plan& plan : {strategy.build(p, own), make_plan(strategy, p, o)}) {
       SCOPED_TRACE("plan " + plan.strategy);
-      expect_b_column_major(plan);
-      const CpuProof proof = prove_on_cpu(plan, seed);
-      ASSERT_TRUE(proof.passed()) << proof.explain() << to_string(plan);
+      check(plan, seed);
     }
   }
+}
+
+class BLayoutProperty : public testing::TestWithParam<Case> {};
+
+TEST_P(BLayoutProperty, EveryStrategyTakesBStoredKByN) {
+  for_each_plan(GetParam(), 104729, BLayout::kn, [](const Plan& plan, uint64_t seed) {
+    expect_b_column_major(plan);
+    const CpuProof proof = prove_on_cpu(plan, seed);
+    ASSERT_TRUE(proof.passed()) << proof.explain() << to_string(plan);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, BLayoutProperty, testing::ValuesIn(gemm_cases()), case_name);
@@ -127,22 +121,11 @@ class GatheredAProperty : public testing::TestWithParam<Case> {};
 
 // Every ag_gemm plan keeps the gathered A somewhere; the proof compares its rows with the shards.
 TEST_P(GatheredAProperty, EveryAllGatherPlanSaysWhereTheGatheredALies) {
-  const Case c = GetParam();
-  const Strategy& strategy = find_strategy(c.strategy);
-  for (uint64_t seed = 1; seed <= 4; ++seed) {
-    std::mt19937_64 rng(seed * 7907 + static_cast<uint64_t>(c.world));
-    Problem p = random_problem(c.op, c.world, rng);
-    p.b_layout = seed % 2 ? BLayout::kn : BLayout::nk;
-    const PlanOptions o = random_options(c.strategy, p, rng);
-    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + describe(p) + " AllGather " + std::string(to_string(o.all_gather_source)));
-    PlanOptions own = o;
-    own.keep_strategy_at_world_one = true;
-    for (const Plan& plan : {strategy.build(p, own), make_plan(strategy, p, o)}) {
-      for (const RankPlan& rp : plan.ranks) EXPECT_FALSE(rp.gathered_a.empty()) << plan.strategy << " rank " << rp.rank;
-      const CpuProof proof = prove_on_cpu(plan, seed);
-      ASSERT_TRUE(proof.passed()) << proof.explain() << to_string(plan);
-    }
-  }
+  for_each_plan(GetParam(), 7907, std::nullopt, [](const Plan& plan, uint64_t seed) {
+    for (const RankPlan& rp : plan.ranks) EXPECT_FALSE(rp.gathered_a.empty()) << "rank " << rp.rank;
+    const CpuProof proof = prove_on_cpu(plan, seed);
+    ASSERT_TRUE(proof.passed()) << proof.explain() << to_string(plan);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(AllGatherStrategies, GatheredAProperty, testing::ValuesIn(ag_gemm_cases()), case_name);

@@ -69,8 +69,6 @@ struct OpSpec {
   int64_t max_rows = 0;  // the largest `rows` a call will pass
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::bf16;
-  // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
-  BLayout b_layout = BLayout::nk;
   // A strategy of strategies(), or "default" (default_strategy: auto). auto chooses per row count by
   // plan.machine (else WEFT_MACHINE_PROFILE, else the built-in H200 figures) and plan.tuning (else
   // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
@@ -84,6 +82,8 @@ struct OpSpec {
   // not finished after call_timeout_ms fails (0: WEFT_COLLECTIVE_TIMEOUT_S, else 120 s).
   int64_t device_wait_timeout_ms = 0;
   int64_t call_timeout_ms = 0;
+  // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
+  BLayout b_layout = BLayout::nk;
 };
 
 struct RunArgs {
@@ -91,11 +91,11 @@ struct RunArgs {
   const void* b = nullptr;  // B [n, k], as OpSpec::b_layout lays it out
   void* c = nullptr;        // the result
   int64_t rows = 0;
-  // ag_gemm only, optional: where gather(A) lands, [W * rows, k] row-major contiguous (see the header).
-  void* gathered_a = nullptr;
   // gemm_a2a and a2a_gemm: routing[r][i] is the destination of row i of rank r, for every rank (the
   // same table on every rank); other ops: empty.
   std::vector<std::vector<int>> routing;
+  // ag_gemm only, optional: where gather(A) lands, [W * rows, k] row-major contiguous (see the header).
+  void* gathered_a = nullptr;
 };
 
 // The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and
