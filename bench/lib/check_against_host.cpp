@@ -59,9 +59,13 @@ HostMatrix download(const DeviceRegion& region, cudaStream_t stream) {
 RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream) {
   fill_buffers(exec, rank, seed, stream);
   RankTensors inputs;
+  // Each as its memory holds it (a column-major B: its [cols, rows] transpose), as RankTensors do.
   for (const BufferDecl& decl : exec.rank_plan().buffers)
-    if (decl.role == BufferRole::input)
-      inputs[decl.name] = download(DeviceRegion{exec.buffer(decl.name), decl.rows, decl.cols, decl.cols}, stream);
+    if (decl.role == BufferRole::input) {
+      const bool transposed = decl.order == MemoryOrder::column_major;
+      const int64_t rows = transposed ? decl.cols : decl.rows, cols = transposed ? decl.rows : decl.cols;
+      inputs[decl.name] = download(DeviceRegion{exec.buffer(decl.name), rows, cols, cols}, stream);
+    }
   return inputs;
 }
 

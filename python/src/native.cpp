@@ -94,11 +94,12 @@ NB_MODULE(_native, m) {
       .def(
           "__init__",
           [](weft::Op* self, weft::Communicator& comm, const std::string& op, int64_t n, int64_t k, int64_t max_rows,
-             const std::string& strategy, int64_t device_wait_timeout_ms, int64_t call_timeout_ms) {
+             const std::string& strategy, int64_t device_wait_timeout_ms, int64_t call_timeout_ms, const std::string& b_layout) {
             weft::OpSpec spec;
             spec.op = weft::parse_op(op);
             spec.n = n;
             spec.k = k;
+            spec.b_layout = weft::parse_b_layout(b_layout);
             spec.max_rows = max_rows;
             spec.strategy = strategy;
             spec.device_wait_timeout_ms = device_wait_timeout_ms;
@@ -107,23 +108,28 @@ NB_MODULE(_native, m) {
             new (self) weft::Op(comm, std::move(spec));
           },
           "communicator"_a, "op"_a, "n"_a, "k"_a, "max_rows"_a, "strategy"_a = "default", "device_wait_timeout_ms"_a = 0,
-          "call_timeout_ms"_a = 0, nb::keep_alive<1, 2>(), "Collective: every rank makes its op with the same arguments.")
+          "call_timeout_ms"_a = 0, "b_layout"_a = "nk", nb::keep_alive<1, 2>(),
+          "Collective: every rank makes its op with the same arguments. b_layout: how b is laid out, \"nk\" (row-major [n, k], a "
+          "linear layer's weight) or \"kn\" (row-major [k, n]: B^T, e.g. that weight for its input gradient).")
       .def_prop_ro("strategy", &weft::Op::strategy, "The strategy asked for (\"default\" resolved to auto).")
       .def_prop_ro("max_rows", [](const weft::Op& op) { return op.spec().max_rows; }, "The largest row count a call may pass.")
       .def(
           "run",
           [](weft::Op& op, uintptr_t a, uintptr_t b, uintptr_t c, int64_t rows, uintptr_t stream,
-             const std::vector<std::vector<int>>& routing) {
+             const std::vector<std::vector<int>>& routing, uintptr_t gathered_a) {
             weft::RunArgs args;
             args.a = reinterpret_cast<const void*>(a);
             args.b = reinterpret_cast<const void*>(b);
             args.c = reinterpret_cast<void*>(c);
             args.rows = rows;
             args.routing = routing;
+            args.gathered_a = reinterpret_cast<void*>(gathered_a);
             op.run(args, stream_from(stream));
           },
-          "a"_a, "b"_a, "c"_a, "rows"_a, "stream"_a, "routing"_a = std::vector<std::vector<int>>{},
-          nb::call_guard<nb::gil_scoped_release>(), "Enqueues one call on the CUDA stream (an integer handle).")
+          "a"_a, "b"_a, "c"_a, "rows"_a, "stream"_a, "routing"_a = std::vector<std::vector<int>>{}, "gathered_a"_a = 0,
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Enqueues one call on the CUDA stream (an integer handle). ag_gemm: a nonzero gathered_a (an address) also receives "
+          "gather(a), [W * rows, k].")
       .def(
           "prepare", [](weft::Op& op, int64_t rows, const std::vector<std::vector<int>>& routing) { op.prepare(rows, routing); },
           "rows"_a, "routing"_a = std::vector<std::vector<int>>{}, nb::call_guard<nb::gil_scoped_release>(),
@@ -183,8 +189,9 @@ NB_MODULE(_native, m) {
       "What auto runs for this problem and why: (strategy, reason). machine, tuning: a profile and a tuning table (JSON files).");
   m.def(
       "describe_plan",
-      [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy) {
+      [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy, const std::string& b_layout) {
         weft::Problem p{weft::parse_op(op), m, n, k, world_size, weft::DType::bf16, weft::DType::bf16, {}};
+        p.b_layout = weft::parse_b_layout(b_layout);
         refuse_attention(p.op);
         weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
@@ -195,6 +202,6 @@ NB_MODULE(_native, m) {
         weft::require_valid(plan);
         return weft::to_string(plan);
       },
-      "op"_a, "m"_a, "n"_a, "k"_a, "world_size"_a, "strategy"_a,
-      "The validated plan a strategy builds for one problem, as text (routed ops: a random routing).");
+      "op"_a, "m"_a, "n"_a, "k"_a, "world_size"_a, "strategy"_a, "b_layout"_a = "nk",
+      "The validated plan a strategy builds for one problem, as text (routed ops: a random routing; b_layout \"nk\" or \"kn\").");
 }

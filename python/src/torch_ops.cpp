@@ -81,19 +81,20 @@ class Tensor {
 
 struct OpKey {
   OpKind kind;
+  BLayout b_layout;
   int64_t n, k, strategy, max_rows;
   bool operator==(const OpKey&) const = default;
 };
 struct OpKeyHash {
   size_t operator()(const OpKey& key) const {
-    size_t h = static_cast<size_t>(key.kind);
+    size_t h = static_cast<size_t>(key.kind) * 2 + static_cast<size_t>(key.b_layout);
     for (int64_t v : {key.n, key.k, key.strategy, key.max_rows}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
     return h;
   }
 };
 
-// The communicator weft.torch.init made and the ops made for it, one per (op, n, k, strategy, row
-// bucket): symmetric memory is allocated once per shape family. Ops live as long as the process:
+// The communicator weft.torch.init made and the ops made for it, one per (op, B layout, n, k,
+// strategy, row bucket): symmetric memory is allocated once per shape family. Ops live as long as the process:
 // never destroyed, so that no op frees device memory or meets its peers while the process exits.
 struct State {
   Communicator* comm = nullptr;
@@ -131,7 +132,8 @@ Communicator& communicator() {
   return *state().comm;
 }
 
-void check_operand(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
+// dtype and device.
+void check_placement(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
   const TorchShim& shim = torch_shim();
   if (t.dtype() != shim.dtype_bfloat16())
     throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not bfloat16 (dtype code " + std::to_string(t.dtype()) +
@@ -139,13 +141,42 @@ void check_operand(const char* op, const char* name, const Tensor& t, const Comm
   if (t.device_type() != shim.device_type_cuda() || t.device_index() != comm.device())
     throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not on cuda:" + std::to_string(comm.device()) +
                                 ", weft's communicator's GPU");
+}
+
+void check_aligned(const char* op, const char* name, const Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data()) % 16)
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name +
+                                " does not start on a 16-byte boundary (a view at an odd offset?); call .contiguous() on a fresh tensor");
+}
+
+// A, out: bfloat16 on the communicator's GPU, row-major contiguous, 16-byte aligned.
+void check_operand(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
+  check_placement(op, name, t, comm);
   const int64_t* s = t.sizes();
   const int64_t* st = t.strides();
   if (t.dim() != 2 || !((s[1] <= 1 || st[1] == 1) && (s[0] <= 1 || st[0] == s[1])))
     throw std::invalid_argument(std::string("weft.") + op + ": " + name + " must be a row-major contiguous 2-D tensor; call .contiguous()");
-  if (reinterpret_cast<uintptr_t>(t.data()) % 16)
-    throw std::invalid_argument(std::string("weft.") + op + ": " + name +
-                                " does not start on a 16-byte boundary (a view at an odd offset?); call .contiguous() on a fresh tensor");
+  check_aligned(op, name, t);
+}
+
+// B [n, k] in either layout the ops take, read from its strides (ir/problem.hpp, BLayout): row-major
+// [n, k] (strides (k, 1): a linear layer's weight) is nk; the transpose of a row-major [k, n]
+// (strides (1, n): X.t() of a contiguous X, e.g. weight.t()) is kn, which the GEMMs read as it lies.
+// A size-1 dimension fits both; it counts as nk. Any other view is refused, not copied.
+BLayout b_operand_layout(const char* op, const Tensor& b, const Communicator& comm) {
+  check_placement(op, "B", b, comm);
+  if (b.dim() != 2) throw std::invalid_argument(std::string("weft.") + op + ": B must be a 2-D tensor [n, k]");
+  const int64_t* s = b.sizes();
+  const int64_t* st = b.strides();
+  const bool row_major = (s[1] <= 1 || st[1] == 1) && (s[0] <= 1 || st[0] == s[1]);
+  const bool transposed = (s[0] <= 1 || st[0] == 1) && (s[1] <= 1 || st[1] == s[0]);
+  if (!row_major && !transposed)
+    throw std::invalid_argument(std::string("weft.") + op + ": B [" + std::to_string(s[0]) + ", " + std::to_string(s[1]) + "] has strides (" +
+                                std::to_string(st[0]) + ", " + std::to_string(st[1]) + "); weft takes B row-major [n, k] (strides (k, 1), "
+                                "a linear layer's weight) or as X.t() of a contiguous X [k, n] (strides (1, n), e.g. weight.t()): call "
+                                ".contiguous()");
+  check_aligned(op, "B", b);
+  return row_major ? BLayout::nk : BLayout::kn;
 }
 
 std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routing, int world, int64_t rows) {
@@ -181,9 +212,9 @@ std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routin
 }
 
 // The op of this shape family (made the first time: collective).
-Op& op_for(OpKind kind, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
+Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
   Communicator& comm = communicator();
-  const OpKey key{kind, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size())};
+  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size())};
   auto& ops = state().ops;
   auto it = ops.find(key);
   if (it == ops.end()) {
@@ -191,6 +222,7 @@ Op& op_for(OpKind kind, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
     spec.op = kind;
     spec.n = n;
     spec.k = k;
+    spec.b_layout = b_layout;
     spec.max_rows = key.max_rows;
     spec.strategy = strategy_name(to_string(kind).data(), strategy);
     it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
@@ -199,8 +231,8 @@ Op& op_for(OpKind kind, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
 }
 
 // One call: stack = [a, b, (routing), (out), strategy]; leaves the result (or nothing, for the
-// _into ops, which write `out`) on the stack.
-void call(OpKind kind, bool into, StableIValue* stack) {
+// _into ops, which write `out`; with `gathered`, ag_gemm_gathered: the result and gather(a)) on the stack.
+void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
   const char* name = to_string(kind).data();
   Communicator& comm = communicator();
   const bool routed = routes_rows(kind);
@@ -214,7 +246,7 @@ void call(OpKind kind, bool into, StableIValue* stack) {
   std::memcpy(&strategy, &stack[arg], sizeof strategy);
 
   check_operand(name, "A", a, comm);
-  check_operand(name, "B", b, comm);
+  const BLayout b_layout = b_operand_layout(name, b, comm);
   const int64_t rows = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[0];
   if (b.sizes()[1] != k)
     throw std::invalid_argument(std::string("weft.") + name + ": A is [rows, k] and B is [n, k]; A has k=" + std::to_string(k) +
@@ -239,7 +271,7 @@ void call(OpKind kind, bool into, StableIValue* stack) {
         for (int d : r) out_rows += d == comm.rank();
   }
 
-  Op& op = op_for(kind, n, k, strategy, rows);
+  Op& op = op_for(kind, b_layout, n, k, strategy, rows);
 
   const TorchShim& shim = torch_shim();
   TensorHandle result = nullptr;
@@ -258,21 +290,37 @@ void call(OpKind kind, bool into, StableIValue* stack) {
     shim_check(shim.get_data_ptr(result, &c), "aoti_torch_get_data_ptr");
   }
   std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned(result, shim.delete_tensor_object);
+  // ag_gemm_gathered: gather(a) [W * rows, k], which the call writes as it gathers.
+  TensorHandle gathered_result = nullptr;
+  void* gathered_a = nullptr;
+  if (gathered) {
+    const int64_t sizes[2] = {world * rows, k};
+    const int64_t strides[2] = {k, 1};
+    shim_check(shim.empty_strided(2, sizes, strides, shim.dtype_bfloat16(), shim.device_type_cuda(), comm.device(), &gathered_result),
+               "aoti_torch_empty_strided");
+    shim_check(shim.get_data_ptr(gathered_result, &gathered_a), "aoti_torch_get_data_ptr");
+  }
+  std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned_gathered(gathered_result, shim.delete_tensor_object);
   void* stream = nullptr;
   shim_check(shim.get_current_cuda_stream(comm.device(), &stream), "aoti_torch_get_current_cuda_stream");
   args.a = a.data();
   args.b = b.data();
   args.c = c;
+  args.gathered_a = gathered_a;
   op.run(args, static_cast<cudaStream_t>(stream));
   if (!into) {
-    const TensorHandle handed = owned.release();  // the dispatcher owns the result from here
+    const TensorHandle handed = owned.release();  // the dispatcher owns the results from here
     std::memcpy(&stack[0], &handed, sizeof handed);
+  }
+  if (gathered) {
+    const TensorHandle handed = owned_gathered.release();
+    std::memcpy(&stack[1], &handed, sizeof handed);
   }
 }
 
-template <OpKind kind, bool into>
+template <OpKind kind, bool into, bool gathered = false>
 void boxed(StableIValue* stack, uint64_t, uint64_t) {
-  call(kind, into, stack);
+  call(kind, into, gathered, stack);
 }
 
 void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_cuda) {
@@ -288,6 +336,7 @@ void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_c
       {"gemm_ar", boxed<OpKind::gemm_ar, false>},        {"gemm_a2a", boxed<OpKind::gemm_a2a, false>},
       {"a2a_gemm", boxed<OpKind::a2a_gemm, false>},      {"ag_gemm_into", boxed<OpKind::ag_gemm, true>},
       {"gemm_rs_into", boxed<OpKind::gemm_rs, true>},    {"gemm_ar_into", boxed<OpKind::gemm_ar, true>},
+      {"ag_gemm_gathered", boxed<OpKind::ag_gemm, false, true>},
   };
   for (const auto& k : kernels) shim_check(shim.library_impl(s.library, k.name, k.kernel), "aoti_torch_library_impl");
 }
@@ -325,9 +374,9 @@ void bind_torch_ops(nb::module_& m) {
   m.def("torch_ops_count", [] { return state().ops.size(); }, "How many ops torch.ops.weft.* have made (one per shape family).");
   m.def(
       "torch_symmetric_a",
-      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy) -> nb::object {
+      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy, const std::string& b_layout) -> nb::object {
         const OpKind kind = parse_op(op);
-        void* a = op_for(kind, n, k, strategy, rows).a_in_workspace(rows);
+        void* a = op_for(kind, parse_b_layout(b_layout), n, k, strategy, rows).a_in_workspace(rows);
         if (!a) return nb::none();
         const size_t shape[2] = {static_cast<size_t>(rows), static_cast<size_t>(k)};
         const nb::dlpack::dtype bf16{static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
@@ -336,15 +385,15 @@ void bind_torch_ops(nb::module_& m) {
         return nb::cast(nb::ndarray<nb::pytorch>(a, 2, shape, nb::handle(), nullptr, bf16, nb::device::cuda::value, communicator().device()),
                         nb::rv_policy::reference);
       },
-      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a,  // holds the GIL: it makes Python objects
+      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, "b_layout"_a = "nk",  // holds the GIL: it makes Python objects
       "This rank's A for a call of `rows` rows, in the op's symmetric memory, as a torch tensor (DLPack), or None where the "
       "strategy reads A from the caller's memory; collective the first time.");
   m.def(
       "torch_copies_in_last_call",
-      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy) {
-        return op_for(parse_op(op), n, k, strategy, rows).copies_in_last_call();
+      [](const std::string& op, int64_t n, int64_t k, int64_t rows, int64_t strategy, const std::string& b_layout) {
+        return op_for(parse_op(op), parse_b_layout(b_layout), n, k, strategy, rows).copies_in_last_call();
       },
-      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, "Copies of A into symmetric memory the op's last call made.");
+      "op"_a, "n"_a, "k"_a, "rows"_a, "strategy"_a, "b_layout"_a = "nk", "Copies of A into symmetric memory the op's last call made.");
 }
 
 }  // namespace weft::python

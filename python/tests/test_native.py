@@ -37,6 +37,23 @@ def test_a_plan_is_built_validated_and_printed():
     assert "fused" in weft.describe_plan("ag_gemm", 128, 12288, 12288, 4, "fused")
 
 
+def test_b_given_k_by_n_is_a_column_major_buffer_the_plans_read_in_place():
+    # B [n, k] stored as B^T [k, n] row-major (what weft.torch passes for weight.t()): declared
+    # column-major, read by the GEMMs only, for every strategy of every op with a B operand.
+    for name, _, _, ops in weft.strategies():
+        for op in ops:
+            if op not in weft.OPS:
+                continue
+            text = weft.describe_plan(op, 256, 128, 64, 2, name, b_layout="kn")
+            b_line = [line for line in text.splitlines() if " B input " in line]
+            assert b_line and all("column-major" in line for line in b_line), (op, name, text)
+            assert "column-major" not in weft.describe_plan(op, 256, 128, 64, 2, name), (op, name)
+            if op == "ag_gemm":
+                assert "gathered A at the end:" in text, (name, text)
+    with pytest.raises(ValueError, match="B layout"):
+        weft.describe_plan("gemm_ar", 256, 128, 64, 2, "sequential", b_layout="t")
+
+
 def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="unknown strategy"):
         weft.describe_plan("gemm_rs", 256, 128, 64, 2, "nonsense")

@@ -104,6 +104,40 @@ def test_every_op_and_strategy_equals_the_float64_reference(op, strategy):
         checking.assert_close(got, want, scale, terms, f"{op} {strategy} call {call}")
 
 
+@pytest.mark.parametrize("op, strategy", [c for c in cases() if c[0] in ("ag_gemm", "gemm_rs", "gemm_ar")])
+def test_b_given_as_a_transposed_view_is_read_where_it_lies(op, strategy):
+    # b = w.t() of a contiguous w [k, n] (a weight's input gradient): the same product as with a
+    # contiguous copy of it, and nothing copied (torch's allocator sees only the result).
+    world, rank = wt.world_size(), wt.communicator().rank
+    rows = 96 * world if op == "gemm_rs" else 200
+    seed = case_seed("kn", op, strategy, rank)
+    a, w = bf16(rows, 264, seed=seed), bf16(264, 136, seed=seed + 1)  # b = w.t(): [136, 264], strides (1, 136)
+    b = w.t()
+    assert b.stride() == (1, 136)
+    want, scale, terms = expected(op, a, b.contiguous())
+    getattr(wt.ops, op)(a, b, strategy)  # plans and lowers (weft's own memory, not torch's)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    got = getattr(wt.ops, op)(a, b, strategy)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before <= got.numel() * got.element_size() + 512, "b was copied"
+    checking.assert_close(got, want, scale, terms, f"{op} {strategy} with b = w.t()")
+
+
+@pytest.mark.parametrize("strategy", [s for op, s in cases() if op == "ag_gemm"])
+def test_ag_gemm_hands_back_the_input_it_gathered(strategy):
+    world, rank = wt.world_size(), wt.communicator().rank
+    seed = case_seed("return_a", strategy, rank)
+    a, b = bf16(200, 136, seed=seed), bf16(264, 136, seed=seed + 1)
+    for call in range(2):  # the second call may replay a captured graph
+        got, gathered = wt.ops.ag_gemm(a, b, strategy, return_a=True)
+        assert torch.equal(gathered, everyone(a)), f"{strategy} call {call}: the gathered A differs from every rank's A"
+        checking.assert_close(got, *expected("ag_gemm", a, b), what=f"ag_gemm {strategy} return_a call {call}")
+    with pytest.raises(ValueError, match="out="):
+        wt.ops.ag_gemm(a, b, strategy, out=checking.poisoned((world * 200, 264), a), return_a=True)
+
+
 def test_a_call_that_writes_nothing_fails_the_check():
     # The check itself: a poisoned output left as it is, and a result with one wrong 8x8 block, fail.
     a, b = bf16(200, 136, seed=3), bf16(264, 136, seed=4)
@@ -164,7 +198,7 @@ def test_wrong_inputs_are_rejected_before_any_launch():
     bad = [
         (a.half(), b, "bfloat16"),
         (a.cpu(), b, "not on cuda"),
-        (a, b.t(), "contiguous"),
+        (a, bf16(256, 256, seed=4)[:, ::2], "contiguous"),  # neither row-major nor a transposed row-major
         (a.view(-1)[1:1 + 127 * 128].view(127, 128), b, "16-byte"),
         (a, bf16(256, 64, seed=3), "k="),
         (a.unsqueeze(0), b, "2-D"),
@@ -233,11 +267,11 @@ def test_a_captured_graph_replays_100_times_with_new_inputs():
         checking.assert_close(out, *expected("gemm_rs", gathered, b_t), what=f"gemm_rs replay {i}")
 
 
-@pytest.mark.parametrize("sequence_parallel", [True, False])
-def test_the_mlp_layer_matches_plain_torch_forward_and_backward(sequence_parallel):
+@pytest.mark.parametrize("sequence_parallel, save_gathered_input", [(True, False), (True, True), (False, False)])
+def test_the_mlp_layer_matches_plain_torch_forward_and_backward(sequence_parallel, save_gathered_input):
     world = wt.world_size()
     torch.manual_seed(5)
-    layer = wt.TensorParallelMLP(512, 1024, sequence_parallel=sequence_parallel)
+    layer = wt.TensorParallelMLP(512, 1024, sequence_parallel=sequence_parallel, save_gathered_input=save_gathered_input)
     rows = 128 if sequence_parallel else 128 * world
     x = bf16(rows, 512, seed=31 + (wt.communicator().rank if sequence_parallel else 0))
     dz = bf16(rows, 512, seed=41 + (wt.communicator().rank if sequence_parallel else 0))

@@ -288,7 +288,9 @@ def bench_suite(args, world, rank, writer, table):
 def bench_mlp(args, world, rank, writer, table):
     """The TP MLP layer, forward + backward: weft's against plain torch's, same weights."""
     hidden, ffn, tokens = args.mlp_hidden, args.mlp_ffn, args.mlp_tokens
-    layer = wt.TensorParallelMLP(hidden, ffn, sequence_parallel=world > 1)
+    # The plain torch layer's autograd keeps the gathered input for dW; weft's keeps it too (from the
+    # forward's ag_gemm) unless --regather-input.
+    layer = wt.TensorParallelMLP(hidden, ffn, sequence_parallel=world > 1, save_gathered_input=not args.regather_input)
     rows = tokens // world if world > 1 else tokens
     g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     x = (torch.rand((rows, hidden), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
@@ -332,7 +334,7 @@ def bench_model(args, world, rank, writer, table):
     if args.tokens % (args.batch * world):
         raise ValueError(f"--tokens {args.tokens} must be a multiple of --batch {args.batch} x the world size {world}")
     seq = args.tokens // args.batch  # positions per sequence; each rank holds seq / W of them
-    stack = wt.DecoderStack(cfg, args.layers, sequence_parallel=sequence_parallel)
+    stack = wt.DecoderStack(cfg, args.layers, sequence_parallel=sequence_parallel, save_gathered_input=not args.regather_input)
     g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     shape = (seq // world if sequence_parallel else seq, args.batch, cfg.hidden)
     if not sequence_parallel and world > 1:  # tensor parallel alone: every rank holds the same activations
@@ -380,6 +382,8 @@ def main(argv=None):
     parser.add_argument("--csv", default="")
     parser.add_argument("--no-async-tp", action="store_true", help="leave PyTorch AsyncTP out")
     parser.add_argument("--no-mlp", action="store_true", help="leave the TP MLP layer out")
+    parser.add_argument("--regather-input", action="store_true",
+                        help="the column-parallel layers gather their input again for dW instead of keeping the forward's (less memory)")
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--mlp-ffn", type=int, default=14336)
     parser.add_argument("--mlp-tokens", type=int, default=8192)

@@ -36,6 +36,8 @@ std::string_view to_string(BufferRole role) {
   return "?";
 }
 
+std::string_view to_string(MemoryOrder order) { return order == MemoryOrder::column_major ? "column-major" : "row-major"; }
+
 BufferId find_buffer(const RankPlan& rank_plan, std::string_view name) {
   for (size_t i = 0; i < rank_plan.buffers.size(); ++i)
     if (rank_plan.buffers[i].name == name) return static_cast<BufferId>(i);
@@ -130,7 +132,13 @@ std::string to_string(const Plan& plan) {
     for (size_t i = 0; i < rp.buffers.size(); ++i) {
       const auto& b = rp.buffers[i];
       out << "  buffer " << i << " " << b.name << " " << to_string(b.role) << " [" << b.rows << "x" << b.cols << "] "
-          << to_string(b.dtype) << (b.symmetric ? " symmetric" : "") << "\n";
+          << to_string(b.dtype) << (b.symmetric ? " symmetric" : "")
+          << (b.order == MemoryOrder::column_major ? " column-major" : "") << "\n";
+    }
+    if (!rp.gathered_a.empty()) {
+      out << "  gathered A at the end:";
+      for (const Region& piece : rp.gathered_a) out << " " << describe_region(plan, piece);
+      out << "\n";
     }
     for (size_t i = 0; i < rp.signals.size(); ++i) out << "  signal " << i << " " << rp.signals[i] << "\n";
     for (const auto& step : rp.steps) {

@@ -30,6 +30,14 @@ std::string_view to_string(OpKind op) {
   return "?";
 }
 
+std::string_view to_string(BLayout layout) { return layout == BLayout::kn ? "kn" : "nk"; }
+
+BLayout parse_b_layout(std::string_view text) {
+  for (BLayout l : {BLayout::nk, BLayout::kn})
+    if (to_string(l) == text) return l;
+  throw std::invalid_argument("unknown B layout '" + std::string(text) + "' (expected nk: row-major [N, K], or kn: row-major [K, N])");
+}
+
 DType parse_dtype(std::string_view text) {
   for (DType d : {DType::bf16, DType::f16, DType::f32})
     if (to_string(d) == text) return d;
@@ -86,6 +94,7 @@ void check_problem(const Problem& p) {
   if (p.world_size < 1) fail("world_size must be >= 1");
   if (is_attention(p.op)) {
     check_attention(p, fail);
+    if (p.b_layout != BLayout::nk) fail("ag_attention has no B operand; leave b_layout nk");
   } else {
     if (p.m < 1 || p.n < 1 || p.k < 1) fail("m, n and k must be >= 1");
     if (p.batch != 0 || p.heads != 0 || p.kv_heads != 0 || p.head_dim != 0 || p.causal)
@@ -205,6 +214,7 @@ std::string describe(const Problem& p) {
   out << to_string(p.op) << " m=" << p.m << " n=" << p.n << " k=" << p.k << " world=" << p.world_size
       << " " << to_string(p.input_dtype) << "->" << to_string(p.output_dtype);
   if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk;
+  if (p.b_layout != BLayout::nk) out << " b_layout=" << to_string(p.b_layout);
   return out.str();
 }
 

@@ -111,20 +111,24 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     const char* name;
     const void* pointer;
     int64_t stride;
+    int64_t row;  // elements in a row of its memory: k, or n for an N-major B
+    const char* row_name;
   };
-  std::vector<Operand> operands = {Operand{"A", launch.a, launch.lda}, Operand{"B", launch.b, launch.ldb}};
+  std::vector<Operand> operands = {Operand{"A", launch.a, launch.lda, launch.k, "k"},
+                                   launch.b_n_major ? Operand{"B (N-major)", launch.b, launch.ldb, launch.n, "n"}
+                                                    : Operand{"B", launch.b, launch.ldb, launch.k, "k"}};
   if (launch.a2) {
     if (launch.m2 <= 0 || launch.m2 > INT32_MAX) reject("the second A operand has " + std::to_string(launch.m2) + " rows");
-    operands.push_back(Operand{"the second A operand", launch.a2, launch.lda2});
+    operands.push_back(Operand{"the second A operand", launch.a2, launch.lda2, launch.k, "k"});
   }
-  for (const auto& [name, pointer, stride] : operands) {
+  for (const auto& [name, pointer, stride, row, row_name] : operands) {
     if (!pointer) reject(std::string(name) + " is null");
     if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
       reject(std::string(name) + " starts at an address that is not 16-byte aligned; TMA needs it (a region starting at an "
                                  "odd row or column of a buffer can cause this)");
-    if (stride % 8 != 0 || stride < launch.k)
-      reject(std::string(name) + "'s row stride " + std::to_string(stride) + " must be a multiple of 8 elements and >= k=" +
-             std::to_string(launch.k));
+    if (stride % 8 != 0 || stride < row)
+      reject(std::string(name) + "'s row stride " + std::to_string(stride) + " must be a multiple of 8 elements and >= " + row_name + "=" +
+             std::to_string(row));
   }
   if (launch.target_count < 1 || launch.target_count > kMaxStoreTargets)
     reject("target_count must be 1.." + std::to_string(kMaxStoreTargets) + ", is " + std::to_string(launch.target_count));

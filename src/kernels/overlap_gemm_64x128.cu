@@ -7,7 +7,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x128(const OverlapGemmLaunch& launch) {
-  return std::make_unique<PreparedWithTile<64, 128, 128>>(launch);
+  return prepare_with_tile<64, 128, 128>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

@@ -6,7 +6,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x256(const OverlapGemmLaunch& launch) {
-  return std::make_unique<PreparedWithTile<64, 256, 64>>(launch);
+  return prepare_with_tile<64, 256, 64>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

@@ -74,7 +74,11 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
   tile::fence_proxy_async();
 }
 
-template <int TileM, int TileN, int TileK>
+// BNMajor: B arrives as B^T [K, N] row-major (OverlapGemmLaunch::b_n_major). Only the main loop
+// differs: CUTLASS's collective is built for a row-major [K, N] B (CUTLASS's names it by the K x N
+// matrix: RowMajor is N-major), whose TMA loads N-contiguous boxes into an MN-major shared-memory
+// layout that bf16 WGMMA reads as it is; the table walk, waits, stores and notifies are the same.
+template <int TileM, int TileN, int TileK, bool BNMajor>
 struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
@@ -96,7 +100,7 @@ struct OverlapGemmKernel {
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignment, Element,
-      cutlass::layout::ColumnMajor, kAlignment, float, TileShape, ClusterShape,
+      std::conditional_t<BNMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>, kAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>, MainloopSchedule>::CollectiveOp;
   using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
   using PipelineState = typename CollectiveMainloop::PipelineState;
@@ -148,7 +152,10 @@ struct OverlapGemmKernel {
     using namespace cute;
     const auto problem = make_shape(static_cast<int>(m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
     const StrideA stride_a = make_stride(lda, Int<1>{}, int64_t{0});
-    const StrideB stride_b = make_stride(launch.ldb, Int<1>{}, int64_t{0});
+    // CuTe's B is (N, K, L): K-major steps ldb between n, N-major ldb between k.
+    StrideB stride_b;
+    if constexpr (BNMajor) stride_b = make_stride(Int<1>{}, launch.ldb, int64_t{0});
+    else stride_b = make_stride(launch.ldb, Int<1>{}, int64_t{0});
     typename CollectiveMainloop::Arguments arguments{static_cast<const Element*>(a), stride_a, static_cast<const Element*>(launch.b), stride_b};
     return CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr);
   }
@@ -469,10 +476,10 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
 // shared-memory attribute and the grid size. A call only enqueues.
-template <int TileM, int TileN, int TileK>
+template <int TileM, int TileN, int TileK, bool BNMajor>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
-  using Kernel = OverlapGemmKernel<TileM, TileN, TileK>;
+  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor>;
 
   explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
     int device = 0, sm_count = 0;
@@ -494,5 +501,13 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
   typename Kernel::Params params_;
   int ctas_ = 0;
 };
+
+// The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
+// pointers only).
+template <int TileM, int TileN, int TileK>
+std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
+  if (launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, true>>(launch);
+  return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false>>(launch);
+}
 
 }  // namespace weft::overlap_gemm_detail

@@ -39,6 +39,7 @@ Problem op_call_problem(const OpShape& s, int world_size, int64_t rows, const st
   p.world_size = world_size;
   p.input_dtype = s.input_dtype;
   p.output_dtype = s.output_dtype;
+  p.b_layout = s.b_layout;
   if (routes_rows(s.op)) {
     if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs the routing of every rank");
     p.routing = routing;

@@ -19,6 +19,13 @@ float round_to_bf16(float value) {
   return value;
 }
 
+HostMatrix transposed(const HostMatrix& m) {
+  HostMatrix t(m.cols, m.rows);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t j = 0; j < m.cols; ++j) t.at(j, i) = m.at(i, j);
+  return t;
+}
+
 std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
   check_problem(p);
   std::mt19937_64 rng(seed);
@@ -38,7 +45,7 @@ std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
     for (auto& x : a.data) x = round_to_bf16(uniform(rng));
     for (auto& x : b.data) x = round_to_bf16(uniform(rng));
     rank["A"] = std::move(a);
-    rank["B"] = std::move(b);
+    rank["B"] = p.b_layout == BLayout::kn ? transposed(b) : std::move(b);
     if (p.op == OpKind::moe_rs) {
       HostMatrix w(p.m * p.world_size, p.topk);
       for (auto& x : w.data) x = round_to_bf16(uniform(rng));
@@ -130,7 +137,13 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
   std::vector<HostMatrix> out;
   for (int r = 0; r < world; ++r) out.emplace_back(output_rows(p, r), p.n);
   auto a_of = [&](int r) -> const HostMatrix& { return inputs.at(static_cast<size_t>(r)).at("A"); };
-  auto b_of = [&](int r) -> const HostMatrix& { return inputs.at(static_cast<size_t>(r)).at("B"); };
+  // B as the [N, K] matrix of the definition, whichever way its memory holds it.
+  std::vector<HostMatrix> b_matrices;
+  for (int r = 0; r < world; ++r) {
+    const HostMatrix& stored = inputs.at(static_cast<size_t>(r)).at("B");
+    b_matrices.push_back(p.b_layout == BLayout::kn ? transposed(stored) : stored);
+  }
+  auto b_of = [&](int r) -> const HostMatrix& { return b_matrices.at(static_cast<size_t>(r)); };
   switch (p.op) {
     case OpKind::ag_gemm:
       for (int r = 0; r < world; ++r)

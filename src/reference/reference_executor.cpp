@@ -30,16 +30,21 @@ class ReferenceRun {
     for (int r = 0; r < world; ++r) {
       const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
       signals_[static_cast<size_t>(r)].assign(rp.signals.size(), 0);
+      column_major_.emplace_back();
       for (const BufferDecl& decl : rp.buffers) {
-        HostMatrix m(decl.rows, decl.cols, std::numeric_limits<float>::quiet_NaN());
+        // A column-major buffer's memory: its [cols, rows] transpose, row-major (ir/plan.hpp).
+        const bool transposed = decl.order == MemoryOrder::column_major;
+        const int64_t rows = transposed ? decl.cols : decl.rows, cols = transposed ? decl.rows : decl.cols;
+        HostMatrix m(rows, cols, std::numeric_limits<float>::quiet_NaN());
         if (decl.role == BufferRole::input) {
           auto it = inputs[static_cast<size_t>(r)].find(decl.name);
-          if (it == inputs[static_cast<size_t>(r)].end() || it->second.rows != decl.rows || it->second.cols != decl.cols)
-            throw std::invalid_argument("run_reference: rank " + std::to_string(r) + " needs input '" + decl.name +
-                                        "' of " + std::to_string(decl.rows) + "x" + std::to_string(decl.cols));
+          if (it == inputs[static_cast<size_t>(r)].end() || it->second.rows != rows || it->second.cols != cols)
+            throw std::invalid_argument("run_reference: rank " + std::to_string(r) + " needs input '" + decl.name + "' of " +
+                                        std::to_string(rows) + "x" + std::to_string(cols) + (transposed ? " (column-major: its transpose)" : ""));
           m = it->second;
         }
         memory_[static_cast<size_t>(r)].push_back(std::move(m));
+        column_major_.back().push_back(transposed);
       }
     }
   }
@@ -67,6 +72,7 @@ class ReferenceRun {
   ReferenceOptions options_;
   bool reaches_peers_;  // the plan touches another rank's memory: a call starts with a barrier
   std::vector<std::vector<HostMatrix>> memory_;
+  std::vector<std::vector<bool>> column_major_;  // per rank and buffer: memory_ holds its transpose
   std::vector<std::vector<uint64_t>> signals_;
   std::map<int, CollectiveState> collectives_;
   std::mutex mutex_;
@@ -76,7 +82,9 @@ class ReferenceRun {
   std::set<int> at_call_barrier_;                // ranks that have started the call (see start_call)
 
   float& at(const Region& r, int64_t row, int64_t col) {
-    return memory_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(r.box.row + row, r.box.col + col);
+    HostMatrix& m = memory_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)];
+    if (column_major_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)]) return m.at(r.box.col + col, r.box.row + row);
+    return m.at(r.box.row + row, r.box.col + col);
   }
 
   // Blocks until `ready` holds; on timeout records `what` and aborts every worker.
@@ -376,6 +384,23 @@ class ReferenceRun {
 std::vector<RankTensors> run_reference(const Plan& plan, const std::vector<RankTensors>& inputs,
                                        const ReferenceOptions& options) {
   return ReferenceRun(plan, inputs, options).run();
+}
+
+std::vector<HostMatrix> gathered_a_of(const Plan& plan, const std::vector<RankTensors>& memory) {
+  std::vector<HostMatrix> result;
+  for (const RankPlan& rp : plan.ranks) {
+    int64_t rows = 0;
+    for (const Region& piece : rp.gathered_a) rows += piece.box.rows;
+    HostMatrix gathered(rows, rp.gathered_a.empty() ? 0 : rp.gathered_a.front().box.cols);
+    int64_t row = 0;
+    for (const Region& piece : rp.gathered_a) {
+      const HostMatrix& whole = memory.at(static_cast<size_t>(piece.rank)).at(plan.ranks.at(static_cast<size_t>(piece.rank)).buffers.at(static_cast<size_t>(piece.buffer)).name);
+      for (int64_t r = 0; r < piece.box.rows; ++r, ++row)
+        for (int64_t c = 0; c < piece.box.cols && c < gathered.cols; ++c) gathered.at(row, c) = whole.at(piece.box.row + r, piece.box.col + c);
+    }
+    result.push_back(std::move(gathered));
+  }
+  return result;
 }
 
 std::vector<HostMatrix> outputs_of(const Plan& plan, const std::vector<RankTensors>& memory) {

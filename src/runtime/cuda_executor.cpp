@@ -31,12 +31,22 @@ bool whole_buffer(const Region& r, const BufferDecl& decl) {
   return r.box.row == 0 && r.box.col == 0 && r.box.rows == decl.rows && r.box.cols == decl.cols;
 }
 
-// A caller's buffer the plan reads or writes directly: a non-symmetric input the caller names, or
-// the output where the caller gives one and it is a whole plain output buffer.
+// Where the plan gathers A into one whole plain scratch buffer (sequential's all-gather), a caller
+// who takes the gathered A back gives that buffer's memory itself.
+bool gathers_into(const RankPlan& rp, size_t b, const ExecutorOptions& options) {
+  const BufferDecl& decl = rp.buffers[b];
+  return options.caller_gathered_a && decl.role == BufferRole::scratch && rp.gathered_a.size() == 1 &&
+         rp.gathered_a.front().buffer == static_cast<BufferId>(b) && whole_buffer(rp.gathered_a.front(), decl);
+}
+
+// A caller's buffer the plan reads or writes directly: a non-symmetric input the caller names, the
+// output where the caller gives one and it is a whole plain output buffer, or the buffer A is
+// gathered into (gathers_into).
 bool direct_caller_buffer(const RankPlan& rp, size_t b, const ExecutorOptions& options) {
   const BufferDecl& decl = rp.buffers[b];
   if (decl.symmetric) return false;
   if (decl.role == BufferRole::input) return named(options.caller_buffers, decl.name);
+  if (gathers_into(rp, b, options)) return true;
   return options.caller_output && decl.role == BufferRole::output && rp.output.buffer == static_cast<BufferId>(b) &&
          whole_buffer(rp.output, decl);
 }
@@ -108,6 +118,10 @@ struct CudaExecutor::Impl {
   // copied there at the end of a call.
   void* output_target = nullptr;
   int output_buffer = -1;  // the output's buffer when it is a caller buffer, else -1
+  // bind_gathered_a: where the gathered A goes (ExecutorOptions::caller_gathered_a), and the buffer
+  // the plan gathers into when that is the caller's memory itself, else -1 (copied at the end).
+  void* gathered_a_target = nullptr;
+  int gathered_a_buffer = -1;
   std::vector<cudaStream_t> streams;
   std::vector<cudaEvent_t> joins;
   cudaEvent_t fork = nullptr;
@@ -175,6 +189,9 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     if (decl.dtype != DType::bf16)
       throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
                                   "; the executor handles bf16 buffers so far");
+  if (options_.caller_gathered_a && rank_plan().gathered_a.empty())
+    throw std::invalid_argument("CudaExecutor: the gathered A was asked for (ExecutorOptions::caller_gathered_a), but the plan of " +
+                                call_context() + " keeps none" + (plan_.problem.op == OpKind::ag_gemm ? "" : " (only ag_gemm gathers A)"));
   for (const std::string& name : options_.caller_buffers) {
     const BufferDecl& decl = rank_plan().buffers.at(static_cast<size_t>(find_buffer(rank_plan(), name)));
     if (decl.role != BufferRole::input)
@@ -227,7 +244,9 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   const bool copies_in = std::any_of(options_.caller_buffers.begin(), options_.caller_buffers.end(), [&](const std::string& name) {
     return mine.buffers.at(static_cast<size_t>(find_buffer(mine, name))).symmetric;
   });
-  if (im.cannot_wait && mine.steps.size() == 1 && !copies_in && !(options_.caller_output && im.output_buffer < 0)) im.replay = false;
+  if (im.cannot_wait && mine.steps.size() == 1 && !copies_in && !(options_.caller_output && im.output_buffer < 0) &&
+      !(options_.caller_gathered_a && im.gathered_a_buffer < 0))
+    im.replay = false;
 }
 
 void CudaExecutor::place_buffers() {
@@ -251,6 +270,7 @@ void CudaExecutor::place_buffers() {
     const bool caller = offset == std::string::npos;
     im.caller_owned.push_back(caller);
     if (caller && decl.role == BufferRole::output) im.output_buffer = static_cast<int>(b);
+    if (caller && gathers_into(mine, b, options_)) im.gathered_a_buffer = static_cast<int>(b);
     if (caller) {
       // A stand-in until the caller binds its memory: the constructor's warm-up runs every library
       // GEMM once on real memory.
@@ -293,10 +313,11 @@ void CudaExecutor::lower_steps() {
         throw std::invalid_argument("CudaExecutor: region of non-symmetric buffer '" + decl.name + "' on rank " + std::to_string(r.rank));
       bound.base = &it->second;
     }
-    bound.offset = r.box.row * decl.cols + r.box.col;
     bound.rows = r.box.rows;
     bound.cols = r.box.cols;
-    bound.stride = decl.cols;
+    bound.column_major = decl.order == MemoryOrder::column_major;
+    bound.offset = bound.column_major ? r.box.col * decl.rows + r.box.row : r.box.row * decl.cols + r.box.col;
+    bound.stride = bound.column_major ? decl.rows : decl.cols;
     return bound;
   };
   context.whole = [this, region = context.region](int rank, int buffer) {
@@ -452,6 +473,8 @@ DeviceRegion CudaExecutor::region(const Region& r) const {
       throw std::invalid_argument("CudaExecutor: region of non-symmetric buffer '" + decl.name + "' on rank " + std::to_string(r.rank));
     base = it->second;
   }
+  if (decl.order == MemoryOrder::column_major)  // its memory: the box's transpose, row-major
+    return DeviceRegion{static_cast<uint16_t*>(base) + r.box.col * decl.rows + r.box.row, r.box.cols, r.box.rows, decl.rows};
   return DeviceRegion{static_cast<uint16_t*>(base) + r.box.row * decl.cols + r.box.col, r.box.rows, r.box.cols, decl.cols};
 }
 
@@ -489,6 +512,17 @@ void CudaExecutor::bind_output(void* data) {
                                 " is not 16-byte aligned; the GEMMs' stores need it");
   im.output_target = data;
   if (im.output_buffer >= 0) im.base[static_cast<size_t>(im.output_buffer)] = data;
+}
+
+void CudaExecutor::bind_gathered_a(void* data) {
+  Impl& im = *impl_;
+  if (!options_.caller_gathered_a) throw std::invalid_argument("CudaExecutor::bind_gathered_a: ExecutorOptions::caller_gathered_a is off");
+  if (!data) throw std::invalid_argument("CudaExecutor::bind_gathered_a: the gathered A's memory is null");
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    throw std::invalid_argument("CudaExecutor::bind_gathered_a: the gathered A at " + std::to_string(reinterpret_cast<uintptr_t>(data)) +
+                                " is not 16-byte aligned; the GEMMs' loads and NCCL's stores need it");
+  im.gathered_a_target = data;
+  if (im.gathered_a_buffer >= 0) im.base[static_cast<size_t>(im.gathered_a_buffer)] = data;
 }
 
 std::string CudaExecutor::call_context() const { return describe(plan_.problem) + ", strategy " + plan_.strategy; }
@@ -570,7 +604,10 @@ void CudaExecutor::run(cudaStream_t stream) {
   check();
   for (size_t b = 0; b < im.base.size(); ++b)
     if (im.caller_owned[b] && !im.base[b])
-      throw std::invalid_argument("CudaExecutor::run: caller buffer '" + rank_plan().buffers[b].name + "' is not bound");
+      throw std::invalid_argument("CudaExecutor::run: caller buffer '" + rank_plan().buffers[b].name + "' is not bound" +
+                                  (static_cast<int>(b) == im.gathered_a_buffer ? " (bind_gathered_a)" : ""));
+  if (options_.caller_gathered_a && !im.gathered_a_target)
+    throw std::invalid_argument("CudaExecutor::run: caller_gathered_a is on but bind_gathered_a has not been called");
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   const bool capturing = capture != cudaStreamCaptureStatusNone;
@@ -599,6 +636,7 @@ std::vector<const void*> CudaExecutor::bindings() const {
     key.push_back(source);
   }
   key.push_back(im.output_target);
+  key.push_back(im.gathered_a_target);
   return key;
 }
 
@@ -694,6 +732,20 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
     const DeviceRegion from = region(rank_plan().output);
     WEFT_CUDA_CHECK(cudaMemcpy2DAsync(im.output_target, static_cast<size_t>(from.cols) * 2, from.data, static_cast<size_t>(from.stride) * 2,
                                       static_cast<size_t>(from.cols) * 2, static_cast<size_t>(from.rows), cudaMemcpyDeviceToDevice, stream));
+  }
+  if (options_.caller_gathered_a && im.gathered_a_buffer < 0) {
+    // The pieces where the shards lie, stacked into the caller's [W * M, K]; every step that wrote
+    // them has joined the caller's stream above.
+    int64_t row = 0;
+    for (const Region& piece : rank_plan().gathered_a) {
+      const DeviceRegion from = region(piece);
+      const size_t row_bytes = static_cast<size_t>(from.cols) * 2;
+      if (from.rows > 0)
+        WEFT_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(im.gathered_a_target) + static_cast<size_t>(row) * row_bytes, row_bytes, from.data,
+                                          static_cast<size_t>(from.stride) * 2, row_bytes, static_cast<size_t>(from.rows),
+                                          cudaMemcpyDeviceToDevice, stream));
+      row += from.rows;
+    }
   }
   // A symmetric input written in place by the caller's producer: no rank may overwrite it for the
   // next call while a peer still reads it in this one.

@@ -20,8 +20,8 @@ constexpr size_t kMaxRoutedPlans = 8;
 
 uint64_t mix(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2)); }
 
-uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place) {
-  uint64_t key = mix(static_cast<uint64_t>(rows), in_place ? 1 : 2);
+uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a = false) {
+  uint64_t key = mix(static_cast<uint64_t>(rows), (in_place ? 1 : 2) + (gathered_a ? 4 : 0));
   for (const auto& rank_routing : routing) {
     key = mix(key, rank_routing.size());
     for (int d : rank_routing) key = mix(key, static_cast<uint64_t>(d));
@@ -29,7 +29,7 @@ uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, b
   return key;
 }
 
-OpShape shape_of(const OpSpec& spec) { return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype}; }
+OpShape shape_of(const OpSpec& spec) { return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout}; }
 
 }  // namespace
 
@@ -60,7 +60,8 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   if (!strategy.supports(spec_.op))
     throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));
   const std::string fingerprint = std::string(to_string(spec_.op)) + " n=" + std::to_string(spec_.n) + " k=" + std::to_string(spec_.k) +
-                                  " max_rows=" + std::to_string(spec_.max_rows) + " strategy=" + strategy_;
+                                  " b_layout=" + std::string(to_string(spec_.b_layout)) + " max_rows=" + std::to_string(spec_.max_rows) +
+                                  " strategy=" + strategy_;
   comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
   WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
   workspace_ = std::make_unique<Workspace>(comm_);
@@ -82,8 +83,8 @@ Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routi
   return op_call_problem(shape_of(spec_), comm_.world_size(), rows, routing);  // plan/op_arguments.hpp
 }
 
-Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, const char* caller) {
-  const uint64_t key = cache_key(rows, routing, in_place);
+Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller) {
+  const uint64_t key = cache_key(rows, routing, in_place, gathered_a);
   if (const auto it = cache_.find(key); it != cache_.end()) return *it->second;
   const Problem problem = problem_for(rows, routing);
   Plan plan = make_plan(find_strategy(strategy_), problem, spec_.plan);
@@ -96,6 +97,7 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
   options.caller_buffers = {"A", "B"};
   options.caller_output = true;
   options.symmetric_inputs_in_place = entry->in_place;
+  options.caller_gathered_a = gathered_a;
   options.workspace = workspace_.get();
   options.device_wait_timeout_ms = spec_.device_wait_timeout_ms;
   options.call_timeout_ms = spec_.call_timeout_ms;
@@ -118,13 +120,13 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
 }
 
 const Plan& Op::plan(int64_t rows, const std::vector<std::vector<int>>& routing) {
-  return lowered(rows, routing, false, "weft::Op::plan").executor->plan();
+  return lowered(rows, routing, false, false, "weft::Op::plan").executor->plan();
 }
 
-void Op::prepare(int64_t rows, const std::vector<std::vector<int>>& routing) { (void)lowered(rows, routing, false, "weft::Op::prepare"); }
+void Op::prepare(int64_t rows, const std::vector<std::vector<int>>& routing) { (void)lowered(rows, routing, false, false, "weft::Op::prepare"); }
 
 void* Op::a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& routing) {
-  Lowered& entry = lowered(rows, routing, true, "weft::Op::a_in_workspace");
+  Lowered& entry = lowered(rows, routing, true, false, "weft::Op::a_in_workspace");
   return entry.in_place ? entry.executor->buffer("A") : nullptr;
 }
 
@@ -137,15 +139,23 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   check_op_pointer(args.a, "a");
   check_op_pointer(args.b, "b");
   check_op_pointer(args.c, "c");
+  const bool gathered_a = args.gathered_a != nullptr;
+  if (gathered_a) {
+    if (spec_.op != OpKind::ag_gemm)
+      throw std::invalid_argument("weft::Op::run: gathered_a is ag_gemm's (the gathered input); " + std::string(to_string(spec_.op)) +
+                                  " gathers no A");
+    check_op_pointer(args.gathered_a, "gathered_a");
+  }
   // The producer wrote the shard in place when a is the in-place plan's own buffer.
   bool in_place = false;
   if (const auto it = cache_.find(cache_key(args.rows, args.routing, true)); it != cache_.end() && it->second->in_place)
     in_place = it->second->executor->buffer("A") == args.a;
-  Lowered& entry = lowered(args.rows, args.routing, in_place, "weft::Op::run");
+  Lowered& entry = lowered(args.rows, args.routing, in_place, gathered_a, "weft::Op::run");
   CudaExecutor& exec = *entry.executor;
   exec.bind("A", entry.in_place ? nullptr : args.a);
   exec.bind("B", args.b);
   exec.bind_output(args.c);
+  if (gathered_a) exec.bind_gathered_a(args.gathered_a);
   exec.run(stream);
   last_ = &entry;
 }

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "../support/plan_options.hpp"
+#include "../support/strategy_cases.hpp"
 #include "weft/reference/cpu_proof.hpp"
 #include "weft/plan/analysis.hpp"
 #include "weft/plan/strategies.hpp"
@@ -17,28 +18,13 @@
 namespace weft {
 namespace {
 
-struct Case {
-  OpKind op;
-  std::string strategy;
-  int world;
-};
-
-void PrintTo(const Case& c, std::ostream* out) {
-  *out << to_string(c.op) << " " << c.strategy << " world " << c.world;
-}
-
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-  return std::string(to_string(info.param.op)) + "_" + info.param.strategy + "_w" + std::to_string(info.param.world);
-}
+using Case = testing_support::StrategyCase;
+using testing_support::case_name;
 
 std::vector<Case> all_cases() {
-  std::vector<Case> cases;
-  for (const auto* ops : {&all_ops(), &attention_ops()})
-    for (OpKind op : *ops)
-      for (const auto& s : strategies())
-        if (s.supports(op))
-          for (int world = 1; world <= 8; ++world) cases.push_back({op, s.name, world});
-  return cases;
+  std::vector<OpKind> ops = all_ops();
+  ops.insert(ops.end(), attention_ops().begin(), attention_ops().end());
+  return testing_support::strategy_cases(ops, 8);
 }
 
 // ag_attention's shapes: a few tokens per rank, 1 or 2 batch entries, head dim 8 or 16; causal on odd

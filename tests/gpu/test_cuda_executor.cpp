@@ -39,14 +39,16 @@ struct Shape {
 
 class ExecutorMatchesReference : public testing::TestWithParam<std::tuple<OpKind, std::string>> {};
 
-TEST_P(ExecutorMatchesReference, OnRandomInputs) {
-  const auto [op, strategy] = GetParam();
+// Every shape of the op and strategy, B laid out as `layout` says (kn: B^T [K, N] row-major, which
+// cuBLASLt reads through its transpose flag and the overlap GEMM as an N-major operand).
+void every_shape_against_reference(OpKind op, const std::string& strategy, BLayout layout) {
   const int world = static_cast<int>(group().size());
   // Aligned, ragged against 128-wide tiles, and tiny.
   const Shape shapes[] = {Shape{256, 512, 256}, Shape{200, 136, 72}, Shape{8, 24, 16}};
   for (size_t shape = 0; shape < std::size(shapes); ++shape) {
     const Shape s = shapes[shape];
     Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
+    p.b_layout = layout;
     if (op == OpKind::gemm_rs) p.m = (s.m / world + 1) * world;
     PlanOptions options;
     int calls = 1;
@@ -89,6 +91,16 @@ TEST_P(ExecutorMatchesReference, OnRandomInputs) {
     for (int r = 0; r < world; ++r)
       EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " rank " << r << ": " << checks[static_cast<size_t>(r)].explain();
   }
+}
+
+TEST_P(ExecutorMatchesReference, OnRandomInputs) {
+  const auto [op, strategy] = GetParam();
+  every_shape_against_reference(op, strategy, BLayout::nk);
+}
+
+TEST_P(ExecutorMatchesReference, OnRandomInputsWithBStoredKByN) {
+  const auto [op, strategy] = GetParam();
+  every_shape_against_reference(op, strategy, BLayout::kn);
 }
 
 std::string param_name(const testing::TestParamInfo<std::tuple<OpKind, std::string>>& info) {

@@ -1,10 +1,11 @@
 // The op API on the caller's buffers: every strategy of ag_gemm, gemm_rs and gemm_ar with row
-// counts that change from call to call; a call captured in a CUDA graph and replayed 1,000 times
+// counts that change from call to call (B in either layout; ag_gemm handing back its gathered A); a call captured in a CUDA graph and replayed 1,000 times
 // with new inputs, every result checked; a producer writing A in place; argument errors raised
 // before anything is launched; a device-side wait that gives up, and a call that cannot finish.
 // Results are compared on the device with an fp32 reference, element by element (bench/lib/reference_gemm.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -118,6 +119,69 @@ TEST_P(OpOnCallerBuffers, MatchesTheReferenceAsRowsChange) {
       const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];
       EXPECT_TRUE(check.passed()) << "rank " << r << " rows " << rows[call] << ": " << check.explain();
     }
+}
+
+// The raw bf16 of a device [rows, cols] row-major matrix.
+std::vector<uint16_t> download_raw(const void* data, int64_t rows, int64_t cols, cudaStream_t stream) {
+  std::vector<uint16_t> raw(static_cast<size_t>(rows * cols));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  WEFT_CUDA_CHECK(cudaMemcpy(raw.data(), data, raw.size() * 2, cudaMemcpyDeviceToHost));
+  return raw;
+}
+
+// B given as the transpose of a row-major [k, n] (OpSpec::b_layout kn: what weft.torch passes for
+// weight.t(), read in place by cuBLASLt's transpose flag or the overlap GEMM's N-major operand), and,
+// for ag_gemm, gather(A) handed back into the caller's buffer (RunArgs::gathered_a), bit for bit.
+TEST_P(OpOnCallerBuffers, TakesBStoredKByNAndHandsBackTheGatheredA) {
+  const Case c = GetParam();
+  const int world = static_cast<int>(group().size());
+  OpSpec spec = spec_for(c, 256 * world);
+  spec.plan.gemm_sms = 4;
+  spec.b_layout = BLayout::kn;
+  const bool gathers = c.op == OpKind::ag_gemm;
+  const std::vector<int64_t> rows = {256 * world, 200 * world, 8 * world};
+  std::vector<std::vector<bench::ElementCheck>> checks(static_cast<size_t>(world));
+  std::vector<std::string> gathered_errors(static_cast<size_t>(world));
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      CallerBuffers buffers(spec, world);
+      DeviceBuffer bt(static_cast<size_t>(spec.n * spec.k) * 2), gathered(static_cast<size_t>(world * spec.max_rows * spec.k) * 2),
+          shard(static_cast<size_t>(spec.max_rows * spec.k) * 2);
+      for (size_t call = 0; call < rows.size(); ++call) {
+        const uint64_t seed = 300 + call;
+        buffers.fill(spec, comm.rank(), rows[call], seed, buffers.a.data, stream);
+        // B's memory in layout kn: the transpose of the [n, k] the reference reads.
+        const std::vector<uint16_t> b = download_raw(buffers.b.data, spec.n, spec.k, stream);
+        std::vector<uint16_t> b_t(b.size());
+        for (int64_t i = 0; i < spec.n; ++i)
+          for (int64_t j = 0; j < spec.k; ++j) b_t[static_cast<size_t>(j * spec.n + i)] = b[static_cast<size_t>(i * spec.k + j)];
+        WEFT_CUDA_CHECK(cudaMemcpy(bt.data, b_t.data(), b_t.size() * 2, cudaMemcpyHostToDevice));
+        if (gathers) fill_u16(gathered.data, world * rows[call] * spec.k, kBf16Nan, stream);
+        op.run({buffers.a.data, bt.data, buffers.c.data, rows[call], {}, gathers ? gathered.data : nullptr}, stream);
+        op.finish(stream);
+        checks[static_cast<size_t>(comm.rank())].push_back(buffers.check(op, comm.rank(), rows[call], seed, stream));
+        if (!gathers) continue;
+        const std::vector<uint16_t> got = download_raw(gathered.data, world * rows[call], spec.k, stream);
+        for (int s = 0; s < world && gathered_errors[static_cast<size_t>(comm.rank())].empty(); ++s) {
+          fill_random_bf16(shard.data, rows[call] * spec.k, bench::seed_a(seed, s), stream);
+          const std::vector<uint16_t> want = download_raw(shard.data, rows[call], spec.k, stream);
+          if (!std::equal(want.begin(), want.end(), got.begin() + static_cast<std::ptrdiff_t>(s * rows[call] * spec.k)))
+            gathered_errors[static_cast<size_t>(comm.rank())] = "rows " + std::to_string(rows[call]) + ": shard of rank " + std::to_string(s) + " differs";
+        }
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r) {
+    for (size_t call = 0; call < rows.size(); ++call) {
+      const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];
+      EXPECT_TRUE(check.passed()) << "rank " << r << " rows " << rows[call] << ": " << check.explain();
+    }
+    EXPECT_EQ(gathered_errors[static_cast<size_t>(r)], "") << "rank " << r << "'s gathered A";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, OpOnCallerBuffers, testing::ValuesIn(op_cases()),

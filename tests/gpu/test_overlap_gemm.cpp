@@ -1,5 +1,5 @@
 // The overlap GEMM, feature by feature, against a double-precision host GEMM: empty tables on ragged
-// shapes for every compiled tile, bulk-copied and warp-copied tiles in one launch, remapped stores
+// shapes for every compiled tile (B K-major and N-major), bulk-copied and warp-copied tiles in one launch, remapped stores
 // into several targets, notifies and the waits that see them, waits released by another stream, a
 // wait that times out and is reported, operands retargeted between launches, A rows read from a
 // second operand, addends added in the epilogue after their wait, host-side checks, and (on 2+
@@ -166,6 +166,50 @@ TEST_P(OverlapGemmConfigs, EmptyTableMatchesTheHostGemmOnRaggedShapes) {
     f.run(f.launch());
     ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
     EXPECT_TRUE(f.matches(download(f.c.region(), f.stream))) << m << "x" << n << "x" << k << " " << to_string(GetParam());
+  }
+}
+
+// B given as B^T [K, N] row-major (N-major, the layout kn): the same GEMM through the N-major
+// mainloop, on ragged shapes, with B's rows tight (ldb = n) and padded (ldb > n), split K included.
+TEST_P(OverlapGemmConfigs, NMajorBMatchesTheHostGemmOnRaggedShapes) {
+  for (auto [m, n, k, ldb] : {std::tuple{256, 512, 128, 512}, {200, 136, 72, 136}, {8, 24, 16, 24}, {300, 700, 264, 704}}) {
+    Fixture f(GetParam(), m, n, k, static_cast<uint64_t>(m * 5 + n));
+    // B's memory: B^T, rows of n elements ldb apart, the padding poisoned (a read of it shows).
+    DeviceMatrix bt(k, ldb);
+    fill_u16(bt.data, k * ldb, kBf16Nan, f.stream);
+    const HostMatrix host_b = download(f.b.region(), f.stream);
+    std::vector<uint16_t> raw_b(static_cast<size_t>(n * k)), raw_bt(static_cast<size_t>(k * n));
+    WEFT_CUDA_CHECK(cudaMemcpy(raw_b.data(), f.b.data, raw_b.size() * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < k; ++j) raw_bt[static_cast<size_t>(j * n + i)] = raw_b[static_cast<size_t>(i * k + j)];
+    WEFT_CUDA_CHECK(cudaMemcpy2D(bt.data, static_cast<size_t>(ldb) * 2, raw_bt.data(), static_cast<size_t>(n) * 2, static_cast<size_t>(n) * 2,
+                                 static_cast<size_t>(k), cudaMemcpyHostToDevice));
+    ASSERT_EQ(host_b.rows, n);
+    OverlapGemmLaunch l = f.launch();
+    l.b = bt.data;
+    l.ldb = ldb;
+    l.b_n_major = true;
+    f.run(l);
+    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+    EXPECT_TRUE(f.matches(download(f.c.region(), f.stream))) << m << "x" << n << "x" << k << " ldb " << ldb << " " << to_string(GetParam());
+    // Split along K (two calls: the split counters start over).
+    if (k >= 2 * f.tile.tile_k) {
+      f.table = split_along_k(f.table, 2, k, f.config);
+      OverlapGemmLaunch split = l;
+      split.k_splits = 2;
+      f.upload(split);
+      OverlapGemm gemm(split, f.config);
+      for (int call = 0; call < 2; ++call) {
+        fill_u16(f.c.data, m * n, kBf16Nan, f.stream);
+        gemm.launch(f.stream);
+        ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+        EXPECT_TRUE(f.matches(download(f.c.region(), f.stream))) << "split K, call " << call << ", " << to_string(GetParam());
+      }
+    }
+    // The N-major B's rows must hold n elements.
+    OverlapGemmLaunch short_rows = l;
+    short_rows.ldb = n - 8;
+    EXPECT_THROW(require_launchable(short_rows, f.config), std::invalid_argument);
   }
 }
 

@@ -35,13 +35,24 @@ using SignalId = int32_t;
 // read or write it (load/store, copy engine).
 enum class BufferRole { input, output, scratch };
 
+// How a buffer's elements lie in memory. row_major: element (i, j) at i * cols + j (leading
+// dimension cols), every buffer but one. column_major: at j * rows + i (leading dimension rows): the
+// op's B in layout kn (Problem::b_layout), which the plan addresses as the [N, K] matrix it is while
+// its memory is the caller's row-major [K, N]. Regions of such a buffer are boxes of that [N, K]
+// matrix like any other. Only a GEMM's b operand may name a column-major buffer (the structure check
+// enforces it): the GEMMs read it through their transpose flag (cuBLASLt) or an N-major B operand
+// (the overlap GEMM); copies, collectives and the other kernels move row-major boxes only.
+enum class MemoryOrder { row_major, column_major };
+std::string_view to_string(MemoryOrder order);
+
 struct BufferDecl {
   std::string name;
   BufferRole role = BufferRole::scratch;
   int64_t rows = 0;
-  int64_t cols = 0;  // row-major, leading dimension == cols
+  int64_t cols = 0;
   DType dtype = DType::bf16;
   bool symmetric = false;
+  MemoryOrder order = MemoryOrder::row_major;
 
   bool operator==(const BufferDecl&) const = default;
 };
@@ -303,6 +314,11 @@ struct RankPlan {
   std::vector<std::string> signals;  // names; the index is the SignalId
   std::vector<Step> steps;
   Region output;  // where this rank's result lies when the plan ends
+  // ag_gemm: where every rank's A shard lies on this rank once the plan ends, as boxes of whole rows
+  // ([rows, K]) whose rows, stacked in order, are the gathered A [W*M, K]: what a caller may take
+  // back for the weight gradient instead of gathering again (AsyncTP's return_A; ExecutorOptions::
+  // gathered_a_out). Empty for the other ops, and where a plan keeps no such copy.
+  std::vector<Region> gathered_a;
 
   bool operator==(const RankPlan&) const = default;
 };

@@ -1,8 +1,10 @@
 // The operator a plan computes: which collective follows or precedes the GEMM, the per-rank
 // shapes, dtypes, world size and (for all-to-all) the routing of rows to ranks.
 //
-// Layouts are fixed: A is row-major [rows, K], B is [N, K] like a linear layer's weight, C is
-// row-major [rows, N]. What "M" means depends on the op; describe_output() and the builders agree:
+// A is row-major [rows, K] and C row-major [rows, N]. B is an [N, K] matrix (C = A * B^T), like a
+// linear layer's weight, whose memory is laid out as b_layout says (BLayout, below): row-major [N, K]
+// (nk, the default) or row-major [K, N] (kn). What "M" means depends on the op; describe_output()
+// and the builders agree:
 //   ag_gemm : each rank holds an A shard of M rows; C = gather(A) * B^T is [W*M, N] on every rank.
 //   gemm_rs : each rank holds A [M, K] (its K shard) and B [N, K]; C = rows [r*M/W, (r+1)*M/W)
 //             of sum_r A_r * B_r^T. M must be a multiple of W.
@@ -44,6 +46,16 @@
 namespace weft {
 
 enum class DType { bf16, f16, f32 };
+// How B's memory is laid out. Either way B is the [N, K] matrix of C = A * B^T ([E*N, K] for the MoE
+// ops), element (n, k) at:
+//   nk: n * K + k  row-major [N, K]: a linear layer's weight W [out, in] as nn.Linear holds it, so
+//                  that the op computes x * W^T (the layer's forward);
+//   kn: k * N + n  row-major [K, N], i.e. B^T stored row-major: the right operand X of C = A * X as
+//                  torch.mm takes it (B = X^T). From PyTorch it is the view X.t() (shape [N, K],
+//                  strides (1, N)); for the weight W [out, in] of a linear layer, W.t() is B = W^T
+//                  with N = in and K = out, so the op computes dy * W (the input gradient of
+//                  y = x W^T) on W's own memory, with no transposed copy.
+enum class BLayout { nk, kn };
 enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs, ag_attention };
 // The GEMM-family ops, in declaration order: defaults of --op and the sweeps of the GPU tests and
 // tools, which run every op they list on GPUs. ag_attention is not among them: it has plans, proofs
@@ -59,6 +71,8 @@ bool is_moe(OpKind op);
 
 std::string_view to_string(DType dtype);
 std::string_view to_string(OpKind op);
+std::string_view to_string(BLayout layout);
+BLayout parse_b_layout(std::string_view text);  // throws std::invalid_argument naming the text
 DType parse_dtype(std::string_view text);   // throws std::invalid_argument naming the text
 OpKind parse_op(std::string_view text);     // throws std::invalid_argument naming the text
 int dtype_bytes(DType dtype);
@@ -93,6 +107,8 @@ struct Problem {
   int kv_heads = 0;
   int head_dim = 0;
   bool causal = false;
+  // The GEMM ops: how B's memory is laid out (above). ag_attention has no B: nk.
+  BLayout b_layout = BLayout::nk;
 
   bool operator==(const Problem&) const = default;
 };

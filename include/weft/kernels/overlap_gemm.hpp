@@ -1,6 +1,8 @@
 // The table-driven overlap GEMM, which every strategy that changes a GEMM's epilogue runs: a persistent,
-// warp-specialized Hopper GEMM, C = A * B^T with A [M, K] and B [N, K] row-major bf16, fp32
-// accumulation, bf16 output, whose main loop is CUTLASS's TMA + WGMMA collective, untouched, and
+// warp-specialized Hopper GEMM, C = A * B^T with A [M, K] row-major and B [N, K] either row-major
+// (K-major, a linear layer's weight) or given as B^T [K, N] row-major (N-major: WGMMA reads bf16 B
+// either way; OverlapGemmLaunch::b_n_major), bf16, fp32 accumulation, bf16 output, whose main loop
+// is CUTLASS's TMA + WGMMA collective, untouched (instantiated for either B layout), and
 // whose tile order, prologue and epilogue follow a per-tile table:
 //   - tiles run in table order (CTA c takes entries c, c + grid, c + 2 grid, ...);
 //   - an entry may wait, before its A/B loads, until a 64-bit signal reaches a value (acquire);
@@ -96,8 +98,11 @@ constexpr int32_t kStoreHandoffSignal = -4;
 struct OverlapGemmLaunch {
   const void* a = nullptr;  // [m, k] bf16, row stride lda
   int64_t lda = 0;
-  const void* b = nullptr;  // [n, k] bf16, row stride ldb
+  // B [n, k] bf16. K-major (b_n_major false): row-major [n, k], rows ldb elements apart. N-major:
+  // B^T row-major [k, n], rows of n elements ldb apart (the layout kn of ir/problem.hpp).
+  const void* b = nullptr;
   int64_t ldb = 0;
+  bool b_n_major = false;
   int64_t m = 0, n = 0, k = 0;
   const void* a2 = nullptr;  // optional second A operand, [m2, k] bf16, row stride lda2 (entries with a_operand 1)
   int64_t lda2 = 0;
@@ -141,7 +146,8 @@ std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTil
                                                 OverlapGemmConfig config, int ctas);
 
 // Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
-// row strides, K a multiple of 8, and every table entry inside the tile grid and its target.
+// row strides (B's rows: of k elements, or of n where B is N-major), K a multiple of 8, and every
+// table entry inside the tile grid and its target.
 void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config);
 // Host-side check of a table before it is copied to the device.
 void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table);
@@ -164,7 +170,7 @@ class OverlapGemm {
   // Throws like require_launchable when the new pointers are not usable.
   void retarget(const void* a, const void* b, const OverlapGemmTarget* targets, const void* a2 = nullptr);
 
-  // One per compiled tile shape (src/kernels/overlap_gemm_<tile>.cu).
+  // One per compiled tile shape and B layout (src/kernels/overlap_gemm_<tile>.cu).
   struct Prepared {
     virtual ~Prepared() = default;
     virtual void launch(cudaStream_t stream) = 0;

@@ -18,6 +18,7 @@ struct OpShape {
   int64_t max_rows = 0;
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::bf16;
+  BLayout b_layout = BLayout::nk;
 };
 
 // An op the API takes at this world size: not MoE (yet), positive sizes, bf16, n and k multiples of
@@ -28,7 +29,7 @@ void check_op_shape(const OpShape& shape, int world_size);
 // others take none), checked (check_problem).
 Problem op_call_problem(const OpShape& shape, int world_size, int64_t rows, const std::vector<std::vector<int>>& routing);
 
-// A caller's buffer: not null, 16-byte aligned (`name`: "a", "b" or "c").
+// A caller's buffer: not null, 16-byte aligned (`name`: "a", "b", "c" or "gathered_a").
 void check_op_pointer(const void* pointer, const char* name);
 
 }  // namespace weft

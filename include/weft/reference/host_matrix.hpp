@@ -22,11 +22,16 @@ struct HostMatrix {
   float at(int64_t r, int64_t c) const { return data[static_cast<size_t>(r * cols + c)]; }
 };
 
-// Buffers of one rank by name ("A", "B", "C", ...).
+// The [cols, rows] matrix with element (j, i) = m(i, j).
+HostMatrix transposed(const HostMatrix& m);
+
+// Buffers of one rank by name ("A", "B", "C", ...), each as its memory holds it: "B" is [N, K] in
+// layout nk and [K, N] (B^T) in layout kn (Problem::b_layout).
 using RankTensors = std::map<std::string, HostMatrix>;
 
 // Fresh random A and B (ag_attention: Q, K and V) for every rank (uniform in [-1, 1], rounded to
-// bf16 so that a GPU run on the same values computes the same function). Deterministic in seed.
+// bf16 so that a GPU run on the same values computes the same function), B laid out as the
+// problem's b_layout says; the same seed gives the same matrices in either layout. Deterministic in seed.
 std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
 
 // The op's result on every rank, computed directly from its definition (problem.hpp) in double.

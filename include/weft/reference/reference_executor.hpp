@@ -39,5 +39,8 @@ std::vector<RankTensors> run_reference(const Plan& plan, const std::vector<RankT
 
 // Each rank's output region, cut out of the memory run_reference returned.
 std::vector<HostMatrix> outputs_of(const Plan& plan, const std::vector<RankTensors>& memory);
+// Each rank's gathered A (RankPlan::gathered_a: its pieces stacked), cut out of that memory; an
+// empty matrix for a rank whose plan keeps none.
+std::vector<HostMatrix> gathered_a_of(const Plan& plan, const std::vector<RankTensors>& memory);
 
 }  // namespace weft

@@ -71,6 +71,13 @@ struct ExecutorOptions {
   std::vector<std::string> caller_buffers = {};
   // The result lands in memory given per call with bind_output().
   bool caller_output = false;
+  // ag_gemm: every call also leaves the gathered A (RankPlan::gathered_a: every rank's A shard, in
+  // rank order) in memory given with bind_gathered_a(), [W * M, K] row-major contiguous (AsyncTP's
+  // return_A: the caller keeps it for the weight gradient instead of gathering again). Written there
+  // directly where the plan gathers into one whole plain buffer (sequential's all-gather lands in
+  // it), else copied there piece by piece at the end of the call (a device copy of W * M * K
+  // elements). The constructor refuses a plan that keeps no gathered A.
+  bool caller_gathered_a = false;
   // A symmetric input of caller_buffers may be written in place (into buffer(name)) instead of
   // being copied from a bound pointer; then every call ends with a second barrier, so that no
   // rank's producer overwrites it while a peer still reads it.
@@ -103,6 +110,8 @@ class CudaExecutor {
   // This rank's device memory of buffer `name` (throws naming it when absent; null for a caller's
   // buffer not bound yet).
   void* buffer(std::string_view name) const;
+  // A region's memory; for a column-major buffer (BufferDecl::order) the box's [cols, rows]
+  // transpose, row-major, as that memory holds it.
   DeviceRegion region(const Region& region) const;
   // Where this rank's result is after a call: the caller's memory with caller_output.
   DeviceRegion output() const;
@@ -114,6 +123,8 @@ class CudaExecutor {
   // With caller_output: the result lands at `data`, row-major [rows, cols] of the plan's output,
   // contiguous (16-byte aligned).
   void bind_output(void* data);
+  // With caller_gathered_a: where the gathered A lands, [W * M, K] contiguous (16-byte aligned).
+  void bind_gathered_a(void* data);
 
   // Enqueues one call on `stream`. Raises first what an earlier call left (DeviceWaitTimeout), and
   // CallTimeout when the call max_calls_in_flight back has not finished in time.

@@ -4,8 +4,10 @@
 //   weft::Op up(comm, {.op = weft::OpKind::ag_gemm, .n = 14336 / W, .k = 4096, .max_rows = 8192 / W});
 //   up.run({.a = x_shard, .b = w_up, .c = y, .rows = tokens / W}, stream);
 //
-// What `rows` is and what the buffers hold, per op (row-major bf16; B is [n, k], a linear layer's
-// weight; `rows` may change from call to call up to max_rows):
+// What `rows` is and what the buffers hold, per op (row-major bf16; B is the [n, k] matrix of
+// A * B^T, laid out as OpSpec::b_layout says: row-major [n, k] like a linear layer's weight (nk), or
+// row-major [k, n] (kn: B^T, torch.mm's right operand, e.g. that weight itself for its input
+// gradient); `rows` may change from call to call up to max_rows):
 //   ag_gemm : a = this rank's A shard [rows, k];        c = gather(A) * B^T          [W * rows, n]
 //   gemm_rs : a = this rank's A [rows, k] (a K shard);  c = rows r*rows/W.. of sum_r A_r B_r^T
 //             [rows / W, n]; rows must be a multiple of W
@@ -14,7 +16,11 @@
 //             here, by source rank then row                                 [output_rows(args), n]
 //   a2a_gemm: a = tokens [rows, k]; row i goes to rank routing[r][i]; c = (the rows routed here) * B^T
 // Each op's sequential equivalent is the `sequential` strategy: cuBLASLt GEMM, then the NCCL
-// collective (before it, for ag_gemm and a2a_gemm), on one stream.
+// collective (before it, for ag_gemm and a2a_gemm), on one stream. Every strategy takes B in either
+// layout (the GEMMs read kn through their transpose flag, or an N-major B operand: no copy).
+// ag_gemm with RunArgs::gathered_a also hands back gather(A) [W * rows, k] (AsyncTP's return_A):
+// where the strategy gathers A into one buffer of its own (sequential), that buffer is the caller's
+// memory; elsewhere the shards are copied there from where the call left them, at its end.
 //
 // At world 1 a call is its GEMM alone, from a into c, on `stream` (make_plan; nothing symmetric, no
 // copy), whatever the strategy. Otherwise, the timeline of a call on `stream`: the counters of the op's signals reset, a device barrier where the
@@ -76,16 +82,20 @@ struct OpSpec {
   // not finished after call_timeout_ms fails (0: WEFT_COLLECTIVE_TIMEOUT_S, else 120 s).
   int64_t device_wait_timeout_ms = 0;
   int64_t call_timeout_ms = 0;
+  // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
+  BLayout b_layout = BLayout::nk;
 };
 
 struct RunArgs {
   const void* a = nullptr;  // this rank's A (see the header); 16-byte aligned, like b and c
-  const void* b = nullptr;  // B [n, k]
+  const void* b = nullptr;  // B [n, k], as OpSpec::b_layout lays it out
   void* c = nullptr;        // the result
   int64_t rows = 0;
   // gemm_a2a and a2a_gemm: routing[r][i] is the destination of row i of rank r, for every rank (the
   // same table on every rank); other ops: empty.
   std::vector<std::vector<int>> routing;
+  // ag_gemm only, optional: where gather(A) lands, [W * rows, k] row-major contiguous (see the header).
+  void* gathered_a = nullptr;
 };
 
 // The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and
@@ -132,14 +142,14 @@ class Op {
 
  private:
   struct Lowered;
-  Lowered& lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, const char* caller);
+  Lowered& lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller);
   Problem problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const;
 
   Communicator& comm_;
   OpSpec spec_;
   std::string strategy_;
   std::unique_ptr<Workspace> workspace_;
-  std::map<uint64_t, std::unique_ptr<Lowered>> cache_;  // by (rows, routing, in place)
+  std::map<uint64_t, std::unique_ptr<Lowered>> cache_;  // by (rows, routing, in place, gathered A handed back)
   std::deque<uint64_t> routed_order_;                    // routed ops: cache keys, oldest first
   Lowered* last_ = nullptr;
 };

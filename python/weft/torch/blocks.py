@@ -15,6 +15,10 @@ installed torch's scaled_dot_product_attention (causal, GQA).
 
 `plain=True` runs every tensor-parallel product through weft/torch/plain.py (the layers' sequential
 equivalent), so a block and its reference share everything but the products and collectives.
+save_gathered_input (every constructor) goes to the column-parallel layers (qkv, gate_up): each keeps
+the input its forward gathered for its weight gradient instead of gathering it again (weft/torch/
+layers.py). The backward of every layer multiplies by its weight through a view (weight.t()), never
+a transposed copy.
 """
 
 import torch
@@ -73,13 +77,14 @@ class TensorParallelAttention(_Parallel):
     each rank's rows are its q heads, then its k heads, then its v heads) and the output projection
     row-parallel."""
 
-    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, save_gathered_input=False):
         super().__init__()
         world = world_size()
         local = cfg.per_rank(world)
         self.heads, self.kv_heads, self.head_dim, self.theta = local.heads, local.kv_heads, cfg.head_dim, cfg.rope_theta
         self.sequence_parallel = sequence_parallel
-        self.qkv = ColumnParallelLinear(cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, sequence_parallel, strategy, device, dtype)
+        self.qkv = ColumnParallelLinear(cfg.hidden, (cfg.heads + 2 * cfg.kv_heads) * cfg.head_dim, sequence_parallel, strategy, device, dtype,
+                                        save_gathered_input)
         self.out = RowParallelLinear(cfg.heads * cfg.head_dim, cfg.hidden, sequence_parallel, strategy, device, dtype)
 
     def forward(self, x, plain=False):
@@ -99,10 +104,10 @@ class TensorParallelSwiGLU(_Parallel):
     """silu(x W_gate^T) * (x W_up^T) W_down^T: gate and up one column-parallel layer (each rank's rows:
     its gate rows, then its up rows), down row-parallel."""
 
-    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, save_gathered_input=False):
         super().__init__()
         self.ffn_here = cfg.per_rank(world_size()).ffn
-        self.gate_up = ColumnParallelLinear(cfg.hidden, 2 * cfg.ffn, sequence_parallel, strategy, device, dtype)
+        self.gate_up = ColumnParallelLinear(cfg.hidden, 2 * cfg.ffn, sequence_parallel, strategy, device, dtype, save_gathered_input)
         self.down = RowParallelLinear(cfg.ffn, cfg.hidden, sequence_parallel, strategy, device, dtype)
 
     def forward(self, x, plain=False):
@@ -115,15 +120,15 @@ class TensorParallelSwiGLU(_Parallel):
 class DecoderBlock(torch.nn.Module):
     """x + attention(norm(x)), then + mlp(norm(...)): one Llama-style layer (see the module's docstring)."""
 
-    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, save_gathered_input=False):
         super().__init__()
         if cfg.is_moe:
             raise ValueError(f"DecoderBlock: {cfg.name} is a mixture of experts; its MLP is not a DecoderBlock's (not built yet)")
         self.cfg = cfg
         self.attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
-        self.attention = TensorParallelAttention(cfg, sequence_parallel, strategy, device, dtype)
+        self.attention = TensorParallelAttention(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input)
         self.mlp_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
-        self.mlp = TensorParallelSwiGLU(cfg, sequence_parallel, strategy, device, dtype)
+        self.mlp = TensorParallelSwiGLU(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input)
 
     def forward(self, x, plain=False):
         h = x + self.attention(self.attention_norm(x), plain)
@@ -133,11 +138,11 @@ class DecoderBlock(torch.nn.Module):
 class DecoderStack(torch.nn.Module):
     """`layers` DecoderBlocks of one config, random weights: the step benchmark's model."""
 
-    def __init__(self, cfg, layers, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, cfg, layers, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, save_gathered_input=False):
         super().__init__()
         if layers < 1:
             raise ValueError(f"DecoderStack: layers={layers} must be at least 1")
-        self.blocks = torch.nn.ModuleList(DecoderBlock(cfg, sequence_parallel, strategy, device, dtype) for _ in range(layers))
+        self.blocks = torch.nn.ModuleList(DecoderBlock(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input) for _ in range(layers))
 
     def forward(self, x, plain=False):
         for block in self.blocks:

@@ -3,18 +3,22 @@
 Shapes (W ranks, t tokens per rank, H hidden, F ffn):
     ColumnParallelLinear(H, F): weight [F/W, H].
         sequence parallel: x [t, H] -> y [W t, F/W]   forward ag_gemm;  backward dx by gemm_rs,
-                           dW = dy^T gather(x) (a plain GEMM on the input gathered again by
-                           torch.distributed while dx is computed)
+                           dW = dy^T gather(x): with save_gathered_input, gather(x) as the
+                           forward's ag_gemm gathered it (kept until the backward: [W t, H]
+                           instead of x's [t, H]); without, gathered again by torch.distributed
+                           while dx is computed
         otherwise:         x [T, H] -> y [T, F/W]     forward torch.mm; backward dx by gemm_ar
     RowParallelLinear(F, H): weight [H, F/W].
         sequence parallel: y [W t, F/W] -> z [t, H]   forward gemm_rs;  backward dy by ag_gemm,
-                           dW = gather(dz)^T y
+                           dW = gather(dz)^T y with gather(dz) as that ag_gemm gathered it
         otherwise:         y [T, F/W] -> z [T, H]     forward gemm_ar;  backward torch.mm
     TensorParallelMLP(H, F): ColumnParallelLinear, GELU, RowParallelLinear.
-At world 1 nothing is communicated: every product is torch.mm on the tensors as they are (no
-transposed copy of a weight), and the ops are the GEMM alone.
-The same layers written with torch.mm and torch.distributed are in weft/torch/plain.py; tests and
-weft.benchmark compare the two.
+Each product of a backward that multiplies by the weight itself (dy @ W) passes W.t() to the op: a
+view the op reads as it lies (b in layout kn, see weft/torch/ops.py), so no backward copies a weight.
+At world 1 nothing is communicated: every product is torch.mm on the tensors as they are, and the
+ops are the GEMM alone.
+The same layers written with torch.mm and torch.distributed are in weft/torch/plain.py (the
+sequential equivalent of each layer, forward and backward); tests and weft.benchmark compare the two.
 """
 
 import torch
@@ -36,33 +40,41 @@ def all_gather_rows(x, async_op=False):
 
 class _ColumnParallel(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, sequence_parallel, strategy):
-        ctx.save_for_backward(x, weight)
+    def forward(ctx, x, weight, sequence_parallel, strategy, save_gathered_input):
         ctx.sequence_parallel, ctx.strategy = sequence_parallel, strategy
+        # The gathered input for dW, from the op that gathered it (AsyncTP's return_A), where the
+        # caller lets it live until the backward and dW is wanted; at world 1 it is x itself.
+        ctx.saved_gathered = sequence_parallel and save_gathered_input and ctx.needs_input_grad[1] and world_size() > 1
+        if ctx.saved_gathered:
+            y, gathered = ag_gemm(x, weight, strategy, return_a=True)
+            ctx.save_for_backward(gathered, weight)
+            return y
+        ctx.save_for_backward(x, weight)
         return ag_gemm(x, weight, strategy) if sequence_parallel else torch.mm(x, weight.t())
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
+        saved, weight = ctx.saved_tensors
         dy = dy.contiguous()
         dx = dw = None
-        # dW needs the gathered input again: its all-gather (torch's stream) runs while dx is
-        # computed (weft's ops on the current stream), as Megatron overlaps it with the dgrad GEMM.
-        gathered, gathering = (None, None)
-        if ctx.needs_input_grad[1] and ctx.sequence_parallel:
-            gathered, gathering = all_gather_rows(x, async_op=True)
+        # dW needs the gathered input: kept from the forward, or gathered again, its all-gather
+        # (torch's stream) running while dx is computed (weft's ops on the current stream), as
+        # Megatron overlaps it with the dgrad GEMM.
+        gathered, gathering = (saved, None) if ctx.saved_gathered else (None, None)
+        if ctx.needs_input_grad[1] and ctx.sequence_parallel and not ctx.saved_gathered:
+            gathered, gathering = all_gather_rows(saved, async_op=True)
         if ctx.needs_input_grad[0]:
-            # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W].
+            # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W],
+            # passed as the view weight.t() (layout kn: read in place, not copied).
             if world_size() == 1:
                 dx = torch.mm(dy, weight)
             else:
-                weight_t = weight.t().contiguous()
-                dx = gemm_rs(dy, weight_t, ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight_t, ctx.strategy)
+                dx = gemm_rs(dy, weight.t(), ctx.strategy) if ctx.sequence_parallel else gemm_ar(dy, weight.t(), ctx.strategy)
         if ctx.needs_input_grad[1]:
             if gathering is not None:
                 gathering.wait()
-            dw = torch.mm(dy.t(), gathered if ctx.sequence_parallel else x)
-        return dx, dw, None, None
+            dw = torch.mm(dy.t(), gathered if ctx.sequence_parallel else saved)
+        return dx, dw, None, None, None
 
 
 class _RowParallel(torch.autograd.Function):
@@ -77,11 +89,20 @@ class _RowParallel(torch.autograd.Function):
         y, weight = ctx.saved_tensors
         dz = dz.contiguous()
         dy = dw = None
+        gathered = None  # gather(dz), for dW: from the ag_gemm that computes dy, else gathered here
         if ctx.needs_input_grad[0]:
-            # gather(dz) @ weight: B = weight^T [F/W, H].
-            dy = ag_gemm(dz, weight.t().contiguous(), ctx.strategy) if ctx.sequence_parallel and world_size() > 1 else torch.mm(dz, weight)
+            # gather(dz) @ weight: B = weight^T [F/W, H], passed as the view weight.t() (layout kn).
+            if ctx.sequence_parallel and world_size() > 1:
+                if ctx.needs_input_grad[1]:
+                    dy, gathered = ag_gemm(dz, weight.t(), ctx.strategy, return_a=True)
+                else:
+                    dy = ag_gemm(dz, weight.t(), ctx.strategy)
+            else:
+                dy = torch.mm(dz, weight)
         if ctx.needs_input_grad[1]:
-            dw = torch.mm((all_gather_rows(dz) if ctx.sequence_parallel else dz).t(), y)
+            if gathered is None:
+                gathered = all_gather_rows(dz) if ctx.sequence_parallel else dz
+            dw = torch.mm(gathered.t(), y)
         return dy, dw, None, None
 
 
@@ -92,18 +113,21 @@ def _init_weight(out_features, in_features, device, dtype):
 
 
 class ColumnParallelLinear(torch.nn.Module):
-    """y = x @ W^T with W's rows (output features) split over ranks; see the module's docstring."""
+    """y = x @ W^T with W's rows (output features) split over ranks; see the module's docstring.
+    save_gathered_input (sequence parallel): keep the input the forward's ag_gemm gathered until the
+    backward, W times the memory of x, instead of gathering it a second time for dW."""
 
-    def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16,
+                 save_gathered_input=False):
         super().__init__()
         world = world_size()
         if out_features % world:
             raise ValueError(f"ColumnParallelLinear: out_features={out_features} is not a multiple of the world size {world}")
-        self.sequence_parallel, self.strategy = sequence_parallel, strategy
+        self.sequence_parallel, self.strategy, self.save_gathered_input = sequence_parallel, strategy, save_gathered_input
         self.weight = _init_weight(out_features // world, in_features, device or torch.cuda.current_device(), dtype)
 
     def forward(self, x):
-        return _ColumnParallel.apply(x, self.weight, self.sequence_parallel, self.strategy)
+        return _ColumnParallel.apply(x, self.weight, self.sequence_parallel, self.strategy, self.save_gathered_input)
 
 
 class RowParallelLinear(torch.nn.Module):
@@ -122,11 +146,13 @@ class RowParallelLinear(torch.nn.Module):
 
 
 class TensorParallelMLP(torch.nn.Module):
-    """z = GELU(x @ W1^T) @ W2^T, Megatron-style: W1 split by rows, W2 by columns."""
+    """z = GELU(x @ W1^T) @ W2^T, Megatron-style: W1 split by rows, W2 by columns (save_gathered_input:
+    ColumnParallelLinear's)."""
 
-    def __init__(self, hidden, ffn, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, hidden, ffn, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16,
+                 save_gathered_input=False):
         super().__init__()
-        self.up = ColumnParallelLinear(hidden, ffn, sequence_parallel, strategy, device, dtype)
+        self.up = ColumnParallelLinear(hidden, ffn, sequence_parallel, strategy, device, dtype, save_gathered_input)
         self.down = RowParallelLinear(ffn, hidden, sequence_parallel, strategy, device, dtype)
 
     def forward(self, x):

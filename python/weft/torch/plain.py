@@ -1,6 +1,9 @@
 """The tensor-parallel layers of weft/torch/layers.py written with torch.mm and torch.distributed
-(its autograd-aware collectives), the reference the tests and weft.benchmark compare weft with.
-They take their weights from a weft layer, so both compute with the same numbers."""
+(its autograd-aware collectives), the reference the tests and weft.benchmark compare weft with: the
+sequential equivalent of each layer, forward and backward. They take their weights from a weft
+layer, so both compute with the same numbers. Their backward is autograd's: mm's gradient multiplies
+by the weight itself (no transposed copy), and a column-parallel product keeps the gathered input it
+multiplied for dW (what weft's layers do with save_gathered_input; without it they gather again)."""
 
 import torch
 import torch.distributed as dist

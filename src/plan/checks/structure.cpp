@@ -26,11 +26,17 @@ struct StructureChecker {
   }
 
   // A region must name an existing buffer, lie inside it, and be local unless the buffer is symmetric.
-  bool region(const std::string& where, int own_rank, const Region& r, const char* what) {
+  // Only a GEMM's b operand may lie in a column-major buffer (the other steps move row-major boxes).
+  bool region(const std::string& where, int own_rank, const Region& r, const char* what, bool column_major_allowed = false) {
     const BufferDecl* decl = buffer(r);
     if (!decl) {
       fail(where, std::string(what) + " names buffer " + std::to_string(r.buffer) + " on rank " + std::to_string(r.rank) +
                       ", which does not exist");
+      return false;
+    }
+    if (decl->order == MemoryOrder::column_major && !column_major_allowed) {
+      fail(where, std::string(what) + " " + describe_region(plan, r) + " lies in column-major buffer '" + decl->name +
+                      "', which only a GEMM's b operand may read");
       return false;
     }
     if (r.box.rows < 0 || r.box.cols < 0 || r.box.row < 0 || r.box.col < 0 || r.box.row_end() > decl->rows ||
@@ -64,7 +70,7 @@ struct StructureChecker {
 
   void gemm(const std::string& where, int rank, const GemmStep& g) {
     bool ok = region(where, rank, g.a, "operand a");
-    ok = region(where, rank, g.b, "operand b") && ok;
+    ok = region(where, rank, g.b, "operand b", /*column_major_allowed=*/true) && ok;
     if (!ok) return;
     if (g.a.box.cols != g.b.box.cols)
       fail(where, "operand a has K=" + std::to_string(g.a.box.cols) + " but operand b has K=" + std::to_string(g.b.box.cols));
@@ -102,6 +108,26 @@ struct StructureChecker {
         same_shape(tile_where, Rect{0, 0, t.tile.rows, g.a.box.cols}, t.a_rows->box, "A rows (the tile's rows x K)");
       if (!t.addends.empty() && g.accumulate) fail(tile_where, "has addends in a GEMM that accumulates into its stores");
     }
+  }
+
+  // The gathered A a plan keeps: ag_gemm's only, boxes of whole K-wide rows, W*M rows in all.
+  void gathered_a(const std::string& where, int rank, const RankPlan& rp) {
+    if (rp.gathered_a.empty()) return;
+    if (plan.problem.op != OpKind::ag_gemm) {
+      fail(where, "names where the gathered A lies, but only ag_gemm gathers A");
+      return;
+    }
+    int64_t rows = 0;
+    for (const Region& piece : rp.gathered_a) {
+      if (!region(where + " gathered A", rank, piece, "piece")) return;
+      if (piece.rank != rank) fail(where, "gathered A piece " + describe_region(plan, piece) + " is on another rank");
+      if (piece.box.cols != plan.problem.k)
+        fail(where, "gathered A piece " + describe_region(plan, piece) + " has " + std::to_string(piece.box.cols) + " columns, not K = " +
+                        std::to_string(plan.problem.k));
+      rows += piece.box.rows;
+    }
+    if (rows != plan.problem.world_size * plan.problem.m)
+      fail(where, "gathered A pieces hold " + std::to_string(rows) + " rows, not W * M = " + std::to_string(plan.problem.world_size * plan.problem.m));
   }
 
   void attention(const std::string& where, int rank, const AttentionStep& s) {
@@ -191,6 +217,7 @@ struct StructureChecker {
         }
       }
       region(rank_where + " output", rank, rp.output, "output");
+      gathered_a(rank_where, rank, rp);
       if (auto* decl = buffer(rp.output); decl && decl->role != BufferRole::output)
         fail(rank_where, "output region lies in buffer '" + decl->name + "', which is not an output buffer");
       for (size_t s = 0; s < rp.steps.size(); ++s) {

@@ -7,8 +7,8 @@
 namespace weft::detail {
 
 BufferId RankPlanBuilder::buffer(std::string name, BufferRole role, int64_t rows, int64_t cols, DType dtype,
-                                 bool symmetric) {
-  plan_.buffers.push_back(BufferDecl{std::move(name), role, rows, cols, dtype, symmetric});
+                                 bool symmetric, MemoryOrder order) {
+  plan_.buffers.push_back(BufferDecl{std::move(name), role, rows, cols, dtype, symmetric, order});
   return static_cast<BufferId>(plan_.buffers.size()) - 1;
 }
 
@@ -37,11 +37,16 @@ Step& RankPlanBuilder::add(std::string label, int stream, Engine engine, StepBod
   return plan_.steps.back();
 }
 
+BufferId declare_b(RankPlanBuilder& b, const Problem& p) {
+  return b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype, /*symmetric=*/false,
+                  p.b_layout == BLayout::kn ? MemoryOrder::column_major : MemoryOrder::row_major);
+}
+
 AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder& b, AllGatherSource source) {
   const bool push = source == AllGatherSource::push;
   AllGatherOperands o{};
   o.a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/!push);
-  o.b = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  o.b = declare_b(b, p);
   o.gathered = b.buffer("A_gathered", BufferRole::scratch, p.world_size * p.m, p.k, p.input_dtype, /*symmetric=*/push);
   o.c = b.buffer("C", BufferRole::output, p.world_size * p.m, p.n, p.output_dtype);
   return o;

@@ -14,7 +14,8 @@ class RankPlanBuilder {
     plan_.rank = rank;
     plan_.stream_count = stream_count;
   }
-  BufferId buffer(std::string name, BufferRole role, int64_t rows, int64_t cols, DType dtype, bool symmetric = false);
+  BufferId buffer(std::string name, BufferRole role, int64_t rows, int64_t cols, DType dtype, bool symmetric = false,
+                  MemoryOrder order = MemoryOrder::row_major);
   SignalId signal(std::string name);
   // Region of the whole of buffer `id` on `rank` (this rank unless given).
   Region whole(BufferId id, std::optional<int> rank = std::nullopt) const;
@@ -26,12 +27,18 @@ class RankPlanBuilder {
   Step& step(size_t index) { return plan_.steps.at(index); }
   size_t step_count() const { return plan_.steps.size(); }
   void set_output(Region output) { plan_.output = output; }
+  // ag_gemm: where the W shards of A lie once the plan ends, in rank order (RankPlan::gathered_a).
+  void set_gathered_a(std::vector<Region> pieces) { plan_.gathered_a = std::move(pieces); }
   int rank() const { return plan_.rank; }
   RankPlan finish() { return std::move(plan_); }
 
  private:
   RankPlan plan_;
 };
+
+// The op's B input, "B" [b_rows, K] (ir/problem.hpp), laid out as the problem's b_layout says
+// (column-major for kn): every builder declares B through it.
+BufferId declare_b(RankPlanBuilder& builder, const Problem& problem);
 
 // The operands of AllGather+GEMM on one rank: the local A shard, the weight, the gathered A and the
 // output, declared in that order. pull: A symmetric (peers pull it), the gathered A local; push: A

@@ -33,6 +33,10 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   std::vector<SignalId> arrived;
   for (int s = 0; s < world; ++s) arrived.push_back(b.signal("shard" + std::to_string(s) + "_arrived"));
+  // The own shard stays in A (its GEMM reads it there); the peers' land in the gathered A.
+  std::vector<Region> pieces;
+  for (int s = 0; s < world; ++s) pieces.push_back(s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m));
+  b.set_gathered_a(std::move(pieces));
   if (push) {
     // This rank's shard goes out first, from where the caller has it, to rank r+1, r+2, ... (at step
     // i every rank pushes to the rank i after it: no two push to one peer at once) ...
@@ -72,7 +76,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const int64_t shard = p.m / world;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
   // Slot s of `received` holds rank s's partial sum of this rank's rows.
   const BufferId received = b.buffer("received", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
@@ -108,7 +112,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 void build_gemm_ar(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
   const int chunks = static_cast<int>(std::min<int64_t>(world, p.m));
   const auto starts = detail::split_rows(p.m, chunks);
@@ -134,7 +138,7 @@ void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   const int64_t most_received = routed.most_received();
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
   // Symmetric so that peers can push into it; as large as the largest rank's result.
@@ -180,7 +184,7 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   auto send_offset = [&](int d) { return routed.sent_before(r, d); };
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
   // Symmetric so that peers can push their tokens into it; as large as the largest rank's share.
   const BufferId gathered = b.buffer("X", BufferRole::scratch, most_received, p.k, p.input_dtype, /*symmetric=*/true);

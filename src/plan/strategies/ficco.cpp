@@ -46,7 +46,7 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
   const int pieces = uniform ? world : world - 1;
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
   // Fused schedules stage step-major: step j's block holds sub-chunk j of each piece, in rank order.
   const BufferId staged = fused ? b.buffer("A_by_step", BufferRole::scratch, pieces * p.m, p.k, p.input_dtype)
@@ -76,6 +76,18 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
       ++expected[static_cast<size_t>(j)];
     }
   }
+
+  // Where each shard's sub-chunks lie at the end: in their staging slots (the own shard's too where
+  // it is gathered, uniform), or in A for the own shard read in place (hetero).
+  std::vector<Region> shards;
+  for (int s = 0; s < world; ++s)
+    for (int j = 0; j < world; ++j) {
+      if (rows_of(j) == 0) continue;
+      if (s == r && !uniform) shards.push_back(b.rows(a, starts[static_cast<size_t>(j)], rows_of(j)));
+      else if (fused) shards.push_back(b.rows(staged, slot(j, s), rows_of(j)));
+      else shards.push_back(b.rows(staged, s * p.m + starts[static_cast<size_t>(j)], rows_of(j)));
+    }
+  b.set_gathered_a(std::move(shards));
 
   if (!uniform)  // hetero: the local shard needs nothing from peers, so it goes first
     b.add("gemm own shard", kCompute, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.rows(c, r * p.m, p.m), o));
@@ -124,6 +136,7 @@ void build_2d(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const BufferId a = operands.a, w = operands.b, gathered = operands.gathered, c = operands.c;
   std::vector<SignalId> arrived;
   for (int j = 0; j < world; ++j) arrived.push_back(b.signal("slice" + std::to_string(j) + "_arrived"));
+  b.set_gathered_a({b.whole(gathered)});  // every slice of every shard, the own ones gathered too
   auto columns = [&](BufferId id, int64_t first_row, int64_t rows, int j, std::optional<int> rank = std::nullopt) {
     Region region = b.rows(id, first_row, rows, rank);
     region.box.col = cuts[static_cast<size_t>(j)];
@@ -168,7 +181,7 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
   const int64_t received = output_rows(p, r);
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype, /*symmetric=*/true);
   const BufferId gathered = b.buffer("X", BufferRole::scratch, received, p.k, p.input_dtype);
   const BufferId c = b.buffer("C", BufferRole::output, received, p.n, p.output_dtype);

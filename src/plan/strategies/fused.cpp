@@ -107,6 +107,10 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
       }
     }
   if (!per_peer) b.add("copy own shard", kCompute, Engine::sm, CopyStep{b.whole(a), b.rows(gathered, r * p.m, p.m)});
+  // Per peer, the own shard's tiles read it in A; otherwise it was copied into place.
+  std::vector<Region> pieces;
+  for (int s = 0; s < world; ++s) pieces.push_back(per_peer && s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m));
+  b.set_gathered_a(std::move(pieces));
 
   // Tiles in arrival order of their rows (Flux aligns the tile order with the signals' order), the
   // raster and swizzle kept among the tiles one copy completes.
@@ -153,7 +157,7 @@ void build_gemm_rs_reduced_in_epilogue(const Problem& p, const PlanOptions& o, R
   const int64_t share = p.m / world;
   const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   // Slot j (rows [j * share, (j + 1) * share)) receives rank (r + 1 + j) % W's partial sums of
   // this rank's rows: W-1 slots, in the order the own tiles add them.
   BufferId received = -1;
@@ -212,7 +216,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   };
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   // Slot q (rows [q * share, (q + 1) * share)) receives rank q's partial sums of this rank's rows.
   const BufferId received = b.buffer("received", BufferRole::scratch, p.m + spanning_rows, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);

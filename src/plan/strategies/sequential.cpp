@@ -23,7 +23,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
       continue;
     }
     const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+    const BufferId w = detail::declare_b(b, p);
     switch (p.op) {
       case OpKind::ag_gemm: {
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
@@ -32,6 +32,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
               CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
         b.add("gemm", 0, Engine::sm, detail::gemm_into(b.whole(gathered), b.whole(w), b.whole(c), options));
         b.set_output(b.whole(c));
+        b.set_gathered_a({b.whole(gathered)});
         break;
       }
       case OpKind::gemm_rs: {

@@ -73,6 +73,12 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, const Groups& g, Rank
                                      /*symmetric=*/true);
   std::vector<SignalId> arrived, landed;
   for (int s = 0; s < world; ++s) arrived.push_back(b.signal("shard" + std::to_string(s) + "_arrived"));
+  // Where each shard lies at the end: the own one in A, the shards this rank receives from other
+  // groups where their rounds put them, the rest pulled into the gathered A.
+  std::vector<Region> pieces;
+  for (int s = 0; s < world; ++s) pieces.push_back(s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m));
+  for (int j = 1; j < g.count; ++j) pieces[static_cast<size_t>(g.rank(mine - j, l))] = b.rows(received, (j - 1) * p.m, p.m);
+  b.set_gathered_a(std::move(pieces));
   for (int s = 0; s < world; ++s) landed.push_back(b.signal("shard" + std::to_string(s) + "_in_group"));
   auto gemm_shard = [&](int s, const Region& rows) {
     return detail::gemm_into(rows, b.whole(w), b.rows(c, s * p.m, p.m), o);
@@ -116,7 +122,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, const Groups& g, Rank
   const int world = p.world_size, r = b.rank(), mine = g.group(r), l = g.local(r);
   const int64_t shard = p.m / world;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
   // Symmetric: the group peer that sums a destination's rows loads them from here.
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const int rounds = std::max(g.count - 1, 1);

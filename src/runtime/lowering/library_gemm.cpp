@@ -41,11 +41,15 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
   const auto m = static_cast<uint64_t>(a.rows), n = static_cast<uint64_t>(b.rows), k = static_cast<uint64_t>(a.cols);
   auto d = std::make_shared<Descriptors>();
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+  // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = op(W)[N,K] * A^T[K,M], where W is
+  // B's memory read column-major: B row-major [N,K] is a column-major [K,N] (transposed: op T); B
+  // in layout kn, row-major [K,N] (a column-major buffer of the plan), is a column-major [N,K]
+  // already (op N). No copy either way.
+  const cublasOperation_t transa = b.column_major ? CUBLAS_OP_N : CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
-  // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] = op(B^T)[N,K] * A^T[K,M].
-  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, CUDA_R_16BF, k, n, b.stride));
+  if (b.column_major) WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, CUDA_R_16BF, n, k, b.stride));
+  else WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, CUDA_R_16BF, k, n, b.stride));
   WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->activation, CUDA_R_16BF, k, m, a.stride));
   WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->out, CUDA_R_16BF, n, m, c.stride));
   cublasLtMatmulPreference_t pref;

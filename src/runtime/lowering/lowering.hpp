@@ -26,6 +26,10 @@ struct BoundRegion {
   int64_t rows = 0, cols = 0, stride = 0;
   // Whether the buffer is the caller's (its address, and so its alignment, may change per call).
   bool moves = false;
+  // A column-major buffer's region (BufferDecl::order; only a GEMM's b operand): rows and cols are
+  // the box's as the plan sees it, while `offset` and `stride` address its memory, the [cols, rows]
+  // transpose, row-major (element (i, j) at offset + j * stride + i). resolve() gives that memory.
+  bool column_major = false;
 
   DeviceRegion resolve() const { return DeviceRegion{static_cast<uint16_t*>(*base) + offset, rows, cols, stride}; }
 };

@@ -25,6 +25,7 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   launch.lda = a.stride;
   launch.b = b.resolve().data;
   launch.ldb = b.stride;
+  launch.b_n_major = b.column_major;  // B in layout kn: its memory is B^T [K, N] row-major
   launch.m = a.rows;
   launch.n = b.rows;
   launch.k = a.cols;
