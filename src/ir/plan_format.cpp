@@ -130,7 +130,10 @@ std::string to_string(const Plan& plan) {
     for (size_t i = 0; i < rp.buffers.size(); ++i) {
       const auto& b = rp.buffers[i];
       out << "  buffer " << i << " " << b.name << " " << to_string(b.role) << " [" << b.rows << "x" << b.cols << "] "
-          << to_string(b.dtype) << (b.symmetric ? " symmetric" : "") << "\n";
+          << to_string(b.dtype) << (b.symmetric ? " symmetric" : "");
+      if (const auto grid = scale_grid(plan.problem, b))
+        out << " + f32 scales [" << scale_rows(*grid, b.rows) << "x" << scale_cols(*grid, b.cols) << "] (" << to_string(plan.problem.scaling) << ")";
+      out << "\n";
     }
     for (size_t i = 0; i < rp.signals.size(); ++i) out << "  signal " << i << " " << rp.signals[i] << "\n";
     for (const auto& step : rp.steps) {

@@ -41,7 +41,7 @@ AllGatherOperands declare_all_gather_operands(const Problem& p, RankPlanBuilder&
   const bool push = source == AllGatherSource::push;
   AllGatherOperands o{};
   o.a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/!push);
-  o.b = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  o.b = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   o.gathered = b.buffer("A_gathered", BufferRole::scratch, p.world_size * p.m, p.k, p.input_dtype, /*symmetric=*/push);
   o.c = b.buffer("C", BufferRole::output, p.world_size * p.m, p.n, p.output_dtype);
   return o;

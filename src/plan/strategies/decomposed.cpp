@@ -72,7 +72,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const int64_t shard = p.m / world;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
   // Slot s of `received` holds rank s's partial sum of this rank's rows.
   const BufferId received = b.buffer("received", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
@@ -108,7 +108,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 void build_gemm_ar(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
   const int chunks = static_cast<int>(std::min<int64_t>(world, p.m));
   const auto starts = detail::split_rows(p.m, chunks);
@@ -134,7 +134,7 @@ void build_gemm_a2a(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   const int64_t most_received = routed.most_received();
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype);
   // Symmetric so that peers can push into it; as large as the largest rank's result.
@@ -180,7 +180,7 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
   auto send_offset = [&](int d) { return routed.sent_before(r, d); };
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype);
   // Symmetric so that peers can push their tokens into it; as large as the largest rank's share.
   const BufferId gathered = b.buffer("X", BufferRole::scratch, most_received, p.k, p.input_dtype, /*symmetric=*/true);

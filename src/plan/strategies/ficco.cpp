@@ -46,7 +46,7 @@ void build_1d(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, Ra
   const int pieces = uniform ? world : world - 1;
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
   // Fused schedules stage step-major: step j's block holds sub-chunk j of each piece, in rank order.
   const BufferId staged = fused ? b.buffer("A_by_step", BufferRole::scratch, pieces * p.m, p.k, p.input_dtype)
@@ -168,7 +168,7 @@ void build_a2a(const Problem& p, const PlanOptions& o, FiccoSchedule schedule, R
   const int64_t received = output_rows(p, r);
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId sorted = b.buffer("A_by_destination", BufferRole::scratch, p.m, p.k, p.input_dtype, /*symmetric=*/true);
   const BufferId gathered = b.buffer("X", BufferRole::scratch, received, p.k, p.input_dtype);
   const BufferId c = b.buffer("C", BufferRole::output, received, p.n, p.output_dtype);

@@ -153,7 +153,7 @@ void build_gemm_rs_reduced_in_epilogue(const Problem& p, const PlanOptions& o, R
   const int64_t share = p.m / world;
   const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   // Slot j (rows [j * share, (j + 1) * share)) receives rank (r + 1 + j) % W's partial sums of
   // this rank's rows: W-1 slots, in the order the own tiles add them.
   BufferId received = -1;
@@ -212,7 +212,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   };
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   // Slot q (rows [q * share, (q + 1) * share)) receives rank q's partial sums of this rank's rows.
   const BufferId received = b.buffer("received", BufferRole::scratch, p.m + spanning_rows, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);

@@ -20,7 +20,7 @@ Plan plan_gemm_alone(const Problem& p, const PlanOptions& options, const std::st
   plan.problem = p;
   RankPlanBuilder b(0, 1);
   const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, operand_b_dtype(p));
   const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, 0), p.n, p.output_dtype);
   b.add("gemm (world 1: nothing to communicate)", 0, Engine::sm, detail::gemm_into(b.whole(a), b.whole(w), b.whole(c), options));
   b.set_output(b.whole(c));

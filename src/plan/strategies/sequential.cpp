@@ -23,7 +23,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
       continue;
     }
     const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+    const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, operand_b_dtype(p));
     switch (p.op) {
       case OpKind::ag_gemm: {
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
@@ -90,7 +90,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
       case OpKind::moe_rs: {
         // One GEMM per (source, expert), each source's rows reduced to its tokens, then ReduceScatter.
         const MoeRows rows = moe_rows(p);
-        const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+        const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
         const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);

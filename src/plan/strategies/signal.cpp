@@ -104,7 +104,7 @@ struct Operands {
   BufferId a, w, c;
 };
 Operands declare_operands(RankPlanBuilder& b, const Problem& p) {
-  return {b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype), b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype),
+  return {b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype), b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p)),
           b.buffer("C", BufferRole::output, rows_per_block(p), p.n, p.output_dtype)};
 }
 

@@ -143,7 +143,7 @@ Plan plan_signal_all_to_all(const Problem& p, const PlanOptions& o) {
     RankPlanBuilder b(r, RestoreSteps::stream_count(o.signal_restore));
     RestoreSteps restores(b, o.signal_restore);
     const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+    const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
     const BufferId c = b.buffer("C", BufferRole::output, output_rows(p, r), p.n, p.output_dtype);
     const BufferId a_sorted = b.buffer("A_sorted", BufferRole::scratch, sorted.first_row.back(), p.k, p.input_dtype);
     const BufferId pool = b.buffer("C_pool", BufferRole::scratch, pool_rows, o.tile_n, p.output_dtype);

@@ -138,7 +138,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   }
 
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId partial = b.buffer("partial", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, share, p.n, p.output_dtype);
   // A counter per (computing rank, communication tile): GEMM tiles finish in any order, so a count
@@ -215,7 +215,7 @@ void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const MoeRows rows = moe_rows(p);
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, operand_b_dtype(p));
   const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
   const BufferId x = b.buffer("X", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
   const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
@@ -258,8 +258,8 @@ void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const int world = p.world_size, r = b.rank();
   const MoeRows rows = moe_rows(p);
   const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype);
-  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, b_rows(p), p.k, operand_b_dtype(p));
+  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
   const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
   const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);

@@ -116,7 +116,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, const Groups& g, Rank
   const int world = p.world_size, r = b.rank(), mine = g.group(r), l = g.local(r);
   const int64_t shard = p.m / world;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   // Symmetric: the group peer that sums a destination's rows loads them from here.
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const int rounds = std::max(g.count - 1, 1);

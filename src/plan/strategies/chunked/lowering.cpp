@@ -199,7 +199,7 @@ void build_ag_gemm(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
   const Problem& p = l.p;
   const int world = p.world_size;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, world * p.m, p.n, p.output_dtype);
   // The own shard into place on the GEMM's stream, before the GEMM: its tiles need no wait.
@@ -271,7 +271,7 @@ void build_gemm_rs(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
   const int world = p.world_size;
   const int64_t block = p.m / world;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId partial = b.buffer("P", BufferRole::scratch, p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId received = b.buffer("received", BufferRole::scratch, world * block, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, block, p.n, p.output_dtype);
@@ -371,7 +371,7 @@ void build_gemm_rs(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
 void build_gemm_ar(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder& b, const Streams& st) {
   const Problem& p = l.p;
   const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype);
-  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, p.input_dtype);
+  const BufferId w = b.buffer("B", BufferRole::input, p.n, p.k, operand_b_dtype(p));
   const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
   const TileGrid grid{p.m, p.n, o.tile_m, o.tile_n};
   GemmStep gemm = detail::gemm_over(b.whole(a), b.whole(w), o);
