@@ -133,7 +133,10 @@ std::string to_string(const Plan& plan) {
       const auto& b = rp.buffers[i];
       out << "  buffer " << i << " " << b.name << " " << to_string(b.role) << " [" << b.rows << "x" << b.cols << "] "
           << to_string(b.dtype) << (b.symmetric ? " symmetric" : "")
-          << (b.order == MemoryOrder::column_major ? " column-major" : "") << "\n";
+          << (b.order == MemoryOrder::column_major ? " column-major" : "");
+      if (const auto grid = scale_grid(plan.problem, b))
+        out << " + f32 scales [" << scale_rows(*grid, b.rows) << "x" << scale_cols(*grid, b.cols) << "] (" << to_string(plan.problem.scaling) << ")";
+      out << "\n";
     }
     if (!rp.gathered_a.empty()) {
       out << "  gathered A at the end:";

@@ -12,8 +12,28 @@ std::string_view to_string(DType dtype) {
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
     case DType::f32: return "f32";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "?";
+}
+
+bool is_fp8(DType dtype) { return dtype == DType::e4m3 || dtype == DType::e5m2; }
+
+std::string_view to_string(Scaling scaling) {
+  switch (scaling) {
+    case Scaling::none: return "none";
+    case Scaling::tensor: return "tensor";
+    case Scaling::row: return "row";
+    case Scaling::block: return "block";
+  }
+  return "?";
+}
+
+Scaling parse_scaling(std::string_view text) {
+  for (Scaling s : {Scaling::none, Scaling::tensor, Scaling::row, Scaling::block})
+    if (to_string(s) == text) return s;
+  throw std::invalid_argument("unknown scaling '" + std::string(text) + "' (expected tensor, row, block or none)");
 }
 
 std::string_view to_string(OpKind op) {
@@ -39,9 +59,9 @@ BLayout parse_b_layout(std::string_view text) {
 }
 
 DType parse_dtype(std::string_view text) {
-  for (DType d : {DType::bf16, DType::f16, DType::f32})
+  for (DType d : {DType::bf16, DType::f16, DType::f32, DType::e4m3, DType::e5m2})
     if (to_string(d) == text) return d;
-  throw std::invalid_argument("unknown dtype '" + std::string(text) + "' (expected bf16, f16 or f32)");
+  throw std::invalid_argument("unknown dtype '" + std::string(text) + "' (expected bf16, f16, f32, e4m3 or e5m2)");
 }
 
 const std::vector<OpKind>& all_ops() {
@@ -67,7 +87,23 @@ OpKind parse_op(std::string_view text) {
   throw std::invalid_argument("unknown op '" + std::string(text) + "' (expected one of " + known + ")");
 }
 
-int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : is_fp8(dtype) ? 1 : 2; }
+
+DType operand_b_dtype(const Problem& p) { return p.b_dtype.value_or(p.input_dtype); }
+
+DType topk_weights_dtype(const Problem& p) { return is_fp8(p.input_dtype) ? p.output_dtype : p.input_dtype; }
+
+std::optional<ScaleGrid> operand_scale_grid(const Problem& p, Operand operand) {
+  const bool b = operand == Operand::b;
+  if (!is_fp8(b ? operand_b_dtype(p) : p.input_dtype)) return std::nullopt;
+  switch (p.scaling) {
+    case Scaling::none: return std::nullopt;
+    case Scaling::tensor: return ScaleGrid{0, 0, 0};
+    case Scaling::row: return ScaleGrid{1, 0, 0};
+    case Scaling::block: return b ? ScaleGrid{kScaleBlock, kScaleBlock, p.n} : ScaleGrid{1, kScaleBlock, 0};
+  }
+  return std::nullopt;
+}
 
 namespace {
 
@@ -85,6 +121,33 @@ void check_attention(const Problem& p, Fail fail) {
          "): each key/value head serves the same number of query heads");
 }
 
+// FP8 operands come with a scaling mode and give bf16 or f32; other dtypes have no scaling.
+template <class Fail>
+void check_dtypes(const Problem& p, Fail fail) {
+  const DType b = operand_b_dtype(p);
+  const bool fp8 = is_fp8(p.input_dtype);
+  if (fp8 != is_fp8(b))
+    fail("A is " + std::string(to_string(p.input_dtype)) + " but B is " + std::string(to_string(b)) + ": FP8 multiplies only FP8");
+  if (p.b_dtype && !fp8 && *p.b_dtype != p.input_dtype)
+    fail("b_dtype differs from input_dtype only between the FP8 dtypes (e4m3, e5m2)");
+  if (!fp8) {
+    if (p.scaling != Scaling::none)
+      fail("scaling " + std::string(to_string(p.scaling)) + " is for FP8 operands (e4m3, e5m2), not " + std::string(to_string(p.input_dtype)));
+    if (is_fp8(p.output_dtype)) fail("the output is bf16, f16 or f32, not " + std::string(to_string(p.output_dtype)));
+    return;
+  }
+  if (p.scaling == Scaling::none) fail("FP8 operands need a scaling mode (tensor, row or block)");
+  if (p.input_dtype == DType::e5m2 && b == DType::e5m2)
+    fail("e5m2 x e5m2 is not an FP8 GEMM (cuBLASLt and WGMMA take e4m3 x e4m3 and e4m3 x e5m2 either way round): "
+         "e5m2 holds gradients, which multiply e4m3 weights or activations");
+  if (p.output_dtype != DType::bf16 && p.output_dtype != DType::f32)
+    fail("an FP8 GEMM gives bf16 or f32 (partial sums are reduced in it, never in FP8), not " + std::string(to_string(p.output_dtype)));
+  if (is_attention(p.op)) fail("ag_attention has no FP8 form (its operands are bf16)");
+  if (p.b_layout != BLayout::nk)
+    fail("an FP8 B is laid out nk (row-major [N, K]), not " + std::string(to_string(p.b_layout)) +
+         ": cuBLASLt's FP8 matmul and FP8 WGMMA read both operands K-major (TN)");
+}
+
 }  // namespace
 
 void check_problem(const Problem& p) {
@@ -92,6 +155,7 @@ void check_problem(const Problem& p) {
     throw std::invalid_argument("invalid problem " + describe(p) + ": " + what);
   };
   if (p.world_size < 1) fail("world_size must be >= 1");
+  check_dtypes(p, fail);
   if (is_attention(p.op)) {
     check_attention(p, fail);
     if (p.b_layout != BLayout::nk) fail("ag_attention has no B operand; leave b_layout nk");
@@ -212,7 +276,10 @@ std::string describe(const Problem& p) {
     return out.str();
   }
   out << to_string(p.op) << " m=" << p.m << " n=" << p.n << " k=" << p.k << " world=" << p.world_size
-      << " " << to_string(p.input_dtype) << "->" << to_string(p.output_dtype);
+      << " " << to_string(p.input_dtype);
+  if (p.b_dtype && *p.b_dtype != p.input_dtype) out << "x" << to_string(*p.b_dtype);
+  out << "->" << to_string(p.output_dtype);
+  if (p.scaling != Scaling::none) out << " scaling=" << to_string(p.scaling);
   if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk;
   if (p.b_layout != BLayout::nk) out << " b_layout=" << to_string(p.b_layout);
   return out.str();

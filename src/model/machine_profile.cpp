@@ -54,6 +54,7 @@ std::string machine_profile_json(const MachineProfile& p) {
   Json::Object o;
   o["device"] = p.device;
   o["peak_flops"] = p.peak_flops;
+  o["fp8_speedup"] = p.fp8_speedup;
   o["memory_bytes_per_s"] = p.memory_bytes_per_s;
   o["sm_count"] = p.sm_count;
   o["collective_sms"] = p.collective_sms;
@@ -107,6 +108,7 @@ struct Field {
 };
 constexpr Field kFields[] = {
     {"peak_flops", &MachineProfile::peak_flops, 1e11, 1e17},
+    {"fp8_speedup", &MachineProfile::fp8_speedup, 1.0, 8.0},
     {"memory_bytes_per_s", &MachineProfile::memory_bytes_per_s, 1e10, 1e14},
     {"overlapped_call_seconds", &MachineProfile::overlapped_call_seconds, 0, 1e-2},
     {"ficco_threshold_seconds", &MachineProfile::ficco_threshold_seconds, 1e-12, 10},
@@ -128,7 +130,7 @@ constexpr int kMaxSmCount = 1024;
 
 MachineProfile parse_machine_profile(std::string_view text, const std::string& name) {
   return read_json_text(text, name, [](const Json& j) {
-    j.only_members({"device", "peak_flops", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
+    j.only_members({"device", "peak_flops", "fp8_speedup", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
                     "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "attention_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
                     "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "barrier_seconds",
                     "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "collectives", "source"});

@@ -19,7 +19,6 @@ namespace {
 constexpr double kNever = std::numeric_limits<double>::infinity();
 constexpr double kEpsilon = 1e-12;
 
-int64_t elements(const Region& r) { return r.box.rows * r.box.cols; }
 
 // One GEMM or attention step being simulated: its entries (GEMM tiles, K splits of tiles, or the
 // unmasked KV tiles of an attention kernel's query tiles) on its CTAs.
@@ -135,6 +134,16 @@ class Simulator {
   bool met(const std::vector<Wait>& waits) const {
     return std::all_of(waits.begin(), waits.end(), [&](const Wait& w) { return signal(w.signal) >= w.value; });
   }
+  const BufferDecl& decl(const Region& r) const { return plan_.ranks[static_cast<size_t>(r.rank)].buffers[static_cast<size_t>(r.buffer)]; }
+  // Bytes of a region: its elements at their dtype's size, and for FP8 the fp32 scales that travel with
+  // them (an FP8 AllGather moves half a bf16 one's bytes, plus its scales).
+  double bytes(const Region& r) const { return bytes(r, r.box.rows, r.box.cols); }
+  double bytes(const Region& r, int64_t rows, int64_t cols) const {
+    const BufferDecl& d = decl(r);
+    double total = static_cast<double>(rows * cols) * dtype_bytes(d.dtype);
+    if (const auto grid = scale_grid(plan_.problem, d)) total += 4.0 * static_cast<double>(scales_touched(*grid, r.box.row, r.box.col, rows, cols));
+    return total;
+  }
   bool sms_free(int rank) const {
     const auto& g = ranks_[static_cast<size_t>(rank)].gemm;
     return !g || !g->holds_every_sm;
@@ -190,19 +199,17 @@ class Simulator {
   // A reduction reads its local sources from memory and its peers' through NVLink, by SMs (at most
   // `sms` of them): whichever takes longer.
   double reduce_seconds(int r, const ReduceStep& s) const {
-    double local = static_cast<double>(elements(s.dst)) * 2 * (1 + (s.accumulate ? 1 : 0)), remote = 0;
-    for (const Region& src : s.srcs) (src.rank == r ? local : remote) += static_cast<double>(elements(src)) * 2;
+    double local = bytes(s.dst) * (1 + (s.accumulate ? 1 : 0)), remote = 0;
+    for (const Region& src : s.srcs) (src.rank == r ? local : remote) += bytes(src);
     const double link = std::min(m_.nvlink_bytes_per_s, m_.sm_copy_bytes_per_s_per_sm * (s.sms > 0 ? s.sms : m_.sm_count));
     return std::max(local / (0.8 * m_.memory_bytes_per_s), remote / link);
   }
-  double memory_seconds(const PermuteRowsStep& s) const { return static_cast<double>(elements(s.dst)) * 4 / (0.8 * m_.memory_bytes_per_s); }
-  double memory_seconds(const CombineRowsStep& s) const {
-    return static_cast<double>(elements(s.dst)) * 2 * (s.topk + 1) / (0.8 * m_.memory_bytes_per_s);
-  }
+  double memory_seconds(const PermuteRowsStep& s) const { return 2 * bytes(s.dst) / (0.8 * m_.memory_bytes_per_s); }
+  double memory_seconds(const CombineRowsStep& s) const { return bytes(s.dst) * (s.topk + 1) / (0.8 * m_.memory_bytes_per_s); }
   double memory_seconds(const MoveBoxesStep& s) const {
     double moved = 0;
-    for (const BoxMove& b : s.moves) moved += static_cast<double>(b.from.rows * b.from.cols);
-    return moved * 4 / (0.8 * m_.memory_bytes_per_s);
+    for (const BoxMove& b : s.moves) moved += bytes(s.src, b.from.rows, b.from.cols);
+    return 2 * moved / (0.8 * m_.memory_bytes_per_s);
   }
   template <class T>
   double memory_seconds(const T&) const {
@@ -231,13 +238,17 @@ class Simulator {
     const int splits = library ? library_tiling.k_splits : std::max(g.k_splits, 1);
     const double k_tiles = std::ceil(static_cast<double>(k) / tile.tile_k);
     const double share = splits > 1 ? (k_tiles / splits + kSplitFixupKTiles) / k_tiles : 1.0;
-    const double per_cta_rate = m_.peak_flops * m_.gemm_efficiency * tile_rate(tile, m_.tile_rates) / m_.sm_count;
+    // FP8 multiplies at fp8_speedup times the bf16 rate (MachineProfile::fp8_speedup).
+    const bool fp8 = is_fp8(decl(g.a).dtype);
+    const double peak = m_.peak_flops * (fp8 ? m_.fp8_speedup : 1.0);
+    const double per_cta_rate = peak * m_.gemm_efficiency * tile_rate(tile, m_.tile_rates) / m_.sm_count;
     double seconds = 2.0 * tile.tile_m * tile.tile_n * static_cast<double>(k) * share / per_cta_rate;
+    const double out_bytes = g.tiles.empty() ? 2.0 : dtype_bytes(decl(g.tiles.front().store).dtype);
     const int64_t entries = tiles * splits;
     run->grid = static_cast<int>(std::min<int64_t>(entries, sms));
     // No faster than streaming A, B and C through HBM with every CTA busy.
-    const double bytes = 2.0 * static_cast<double>(m * k + n * k + m * n);
-    seconds = std::max(seconds, bytes / m_.memory_bytes_per_s * run->grid / static_cast<double>(entries));
+    const double streamed = bytes(g.a, m, k) + bytes(g.b, n, k) + out_bytes * static_cast<double>(m * n);
+    seconds = std::max(seconds, streamed / m_.memory_bytes_per_s * run->grid / static_cast<double>(entries));
     if (library) {
       GemmRun::Entry e;
       e.seconds = seconds;
@@ -245,11 +256,11 @@ class Simulator {
     } else {
       // A tile stored into a peer's memory waits for its bytes to cross NVLink, which every CTA
       // storing to peers shares.
-      const double peer_store = 2.0 * tile.tile_m * tile.tile_n * run->grid / std::max(m_.nvlink_bytes_per_s, 1.0);
+      const double peer_store = out_bytes * tile.tile_m * tile.tile_n * run->grid / std::max(m_.nvlink_bytes_per_s, 1.0);
       // Addends are read from HBM in the epilogue, every CTA reading at once. Their wait is costed
       // before the tile's loads, not in its epilogue where the kernel makes it: later by up to a
       // tile's time where the addends arrive while the tile computes.
-      const double addend_read = 2.0 * tile.tile_m * tile.tile_n * run->grid / std::max(m_.memory_bytes_per_s, 1.0);
+      const double addend_read = out_bytes * tile.tile_m * tile.tile_n * run->grid / std::max(m_.memory_bytes_per_s, 1.0);
       for (const GemmTile& t : g.tiles)
         for (int s = 0; s < splits; ++s) {
           GemmRun::Entry e;
@@ -384,7 +395,7 @@ class Simulator {
     t.from = c.src.rank;
     t.to = c.dst.rank;
     t.peer = peer;
-    t.remaining = static_cast<double>(elements(c.src)) * 2;
+    t.remaining = bytes(c.src);
     t.cap = by_sms ? m_.sm_copy_bytes_per_s_per_sm * (c.sms > 0 ? c.sms : m_.sm_count)
                    : peer ? m_.link_bytes_per_s : m_.memory_bytes_per_s / 2;
     if (t.remaining <= 0) {
@@ -444,12 +455,12 @@ class Simulator {
     if (static_cast<int>(arrived.size()) < plan_.world_size()) return true;
     // Everyone is in: it runs for the curve's time, slowed where a GEMM runs beside it.
     const CollectiveStep& first = c;
-    double bytes = static_cast<double>(elements(first.src)) * 2;
+    double moved = bytes(first.src);
     if (first.kind == CollectiveKind::all_to_all) {
-      bytes = 0;
-      for (int64_t rows : first.send_rows) bytes += static_cast<double>(rows * first.src.box.cols) * 2;
+      moved = 0;
+      for (int64_t rows : first.send_rows) moved += bytes(first.src, rows, first.src.box.cols);
     }
-    double seconds = m_.collective_seconds(first.kind, plan_.world_size(), bytes);
+    double seconds = m_.collective_seconds(first.kind, plan_.world_size(), moved);
     bool beside_gemm = false;
     for (const Rank& rk : ranks_) beside_gemm = beside_gemm || static_cast<bool>(rk.gemm);
     if (beside_gemm) seconds *= m_.overlapped_slowdown(first.kind, plan_.world_size());

@@ -7,6 +7,9 @@
 #include <limits>
 #include <random>
 
+#include "weft/ir/plan.hpp"
+#include "weft/reference/fp8.hpp"
+
 namespace weft {
 
 float round_to_bf16(float value) {
@@ -26,8 +29,67 @@ HostMatrix transposed(const HostMatrix& m) {
   return t;
 }
 
+namespace {
+
+// FP8 operands: values uniform in [-1, 1] times 2^e, e in [-4, 4] drawn per row and 128-column block
+// (so that row and block scales differ from each other and from a tensor's), quantized per the
+// problem's scaling. Tensor scaling's A scale is one for every rank's rows (ir/scaling.hpp).
+std::vector<RankTensors> random_fp8_inputs(const Problem& p, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto draw = [&](int64_t rows, int64_t cols) {
+    HostMatrix x(rows, cols);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t block = 0; block < cols; block += kScaleBlock) {
+        const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+        for (int64_t c = block; c < std::min(cols, block + kScaleBlock); ++c) x.at(r, c) = uniform(rng) * magnitude;
+      }
+    return x;
+  };
+  const ScaleGrid a_grid = *operand_scale_grid(p, Operand::a), b_grid = *operand_scale_grid(p, Operand::b);
+  std::vector<RankTensors> inputs(static_cast<size_t>(p.world_size));
+  std::vector<HostMatrix> raw_a;
+  for (int r = 0; r < p.world_size; ++r) raw_a.push_back(draw(a_rows(p), p.k));
+  float a_amax = 0;  // over every rank's A: tensor scaling's one scale
+  for (const HostMatrix& a : raw_a)
+    for (float v : a.data) a_amax = std::max(a_amax, std::fabs(v));
+  for (int r = 0; r < p.world_size; ++r) {
+    RankTensors& rank = inputs[static_cast<size_t>(r)];
+    Quantized a = quantize(raw_a[static_cast<size_t>(r)], a_grid, p.input_dtype);
+    if (p.scaling == Scaling::tensor) {
+      a.scales.data.assign(1, a_amax > 0 ? a_amax / fp8_max(p.input_dtype) : 1.0f);
+      a.values = quantize_with(raw_a[static_cast<size_t>(r)], a_grid, a.scales, p.input_dtype);
+    }
+    Quantized b = quantize(draw(b_rows(p), p.k), b_grid, operand_b_dtype(p));
+    rank["A"] = std::move(a.values);
+    rank[scale_name("A")] = std::move(a.scales);
+    rank["B"] = std::move(b.values);
+    rank[scale_name("B")] = std::move(b.scales);
+    if (p.op == OpKind::moe_rs) {
+      HostMatrix w(p.m * p.world_size, p.topk);
+      for (auto& x : w.data) x = round_to_bf16(uniform(rng));
+      rank["topk_weights"] = std::move(w);
+    }
+  }
+  return inputs;
+}
+
+// The inputs with FP8 operands replaced by what they stand for (values times scales), scales dropped.
+std::vector<RankTensors> dequantized(const Problem& p, const std::vector<RankTensors>& inputs) {
+  std::vector<RankTensors> out = inputs;
+  for (RankTensors& rank : out)
+    for (const auto& [name, operand] : {std::pair{"A", Operand::a}, std::pair{"B", Operand::b}}) {
+      rank[name] = dequantize(rank.at(name), *operand_scale_grid(p, operand), rank.at(scale_name(name)));
+      rank.erase(scale_name(name));
+    }
+  return out;
+}
+
+}  // namespace
+
 std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
   check_problem(p);
+  if (is_fp8(p.input_dtype)) return random_fp8_inputs(p, seed);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<RankTensors> inputs(static_cast<size_t>(p.world_size));
@@ -132,6 +194,14 @@ std::vector<HostMatrix> attention_outputs(const Problem& p, const std::vector<Ra
 
 std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<RankTensors>& inputs) {
   check_problem(p);
+  if (is_fp8(p.input_dtype)) {
+    Problem plain = p;  // the same op on the dequantized operands, in double
+    plain.input_dtype = DType::f32;
+    plain.b_dtype.reset();
+    plain.output_dtype = DType::f32;
+    plain.scaling = Scaling::none;
+    return expected_outputs(plain, dequantized(p, inputs));
+  }
   if (is_attention(p.op)) return attention_outputs(p, inputs);
   const int world = p.world_size;
   std::vector<HostMatrix> out;

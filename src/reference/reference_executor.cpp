@@ -6,10 +6,13 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
+#include <tuple>
 #include <thread>
 
 #include "weft/plan/analysis.hpp"
+#include "weft/reference/fp8.hpp"
 
 namespace weft {
 
@@ -26,6 +29,8 @@ class ReferenceRun {
       throw std::invalid_argument("run_reference: " + std::to_string(inputs.size()) + " input sets for " +
                                   std::to_string(world) + " ranks");
     memory_.resize(static_cast<size_t>(world));
+    scales_.resize(static_cast<size_t>(world));
+    grids_.resize(static_cast<size_t>(world));
     signals_.resize(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       const RankPlan& rp = plan.ranks[static_cast<size_t>(r)];
@@ -45,6 +50,7 @@ class ReferenceRun {
         }
         memory_[static_cast<size_t>(r)].push_back(std::move(m));
         column_major_.back().push_back(transposed);
+        bind_scales(r, decl, inputs[static_cast<size_t>(r)]);
       }
     }
   }
@@ -57,7 +63,10 @@ class ReferenceRun {
     if (!failure_.empty()) throw ReferenceTimeout(failure_);
     std::vector<RankTensors> result(memory_.size());
     for (size_t r = 0; r < memory_.size(); ++r)
-      for (size_t b = 0; b < memory_[r].size(); ++b) result[r][plan_.ranks[r].buffers[b].name] = memory_[r][b];
+      for (size_t b = 0; b < memory_[r].size(); ++b) {
+        result[r][plan_.ranks[r].buffers[b].name] = memory_[r][b];
+        if (grids_[r][b]) result[r][scale_name(plan_.ranks[r].buffers[b].name)] = scales_[r][b];
+      }
     return result;
   }
 
@@ -73,6 +82,9 @@ class ReferenceRun {
   bool reaches_peers_;  // the plan touches another rank's memory: a call starts with a barrier
   std::vector<std::vector<HostMatrix>> memory_;
   std::vector<std::vector<bool>> column_major_;  // per rank and buffer: memory_ holds its transpose
+  // FP8 buffers' scales (ir/scaling.hpp), beside memory_: the grid (empty: not FP8) and the values.
+  std::vector<std::vector<std::optional<ScaleGrid>>> grids_;
+  std::vector<std::vector<HostMatrix>> scales_;
   std::vector<std::vector<uint64_t>> signals_;
   std::map<int, CollectiveState> collectives_;
   std::mutex mutex_;
@@ -85,6 +97,91 @@ class ReferenceRun {
     HostMatrix& m = memory_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)];
     if (column_major_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)]) return m.at(r.box.col + col, r.box.row + row);
     return m.at(r.box.row + row, r.box.col + col);
+  }
+
+  const std::optional<ScaleGrid>& grid(const Region& r) const {
+    return grids_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)];
+  }
+  const BufferDecl& decl(const Region& r) const { return plan_.ranks[static_cast<size_t>(r.rank)].buffers[static_cast<size_t>(r.buffer)]; }
+  // The scale of element (row, col) of a region of an FP8 buffer.
+  float scale(const Region& r, int64_t row, int64_t col) {
+    const ScaleCell cell = scale_cell(*grid(r), r.box.row + row, r.box.col + col);
+    return scales_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(cell.row, cell.col);
+  }
+
+  // An FP8 buffer's scales: the input's (which must be FP8 values with a scale array of the grid's
+  // shape), or NaN until a step moves rows in (a GEMM that reads rows whose scales never came gives
+  // NaN).
+  void bind_scales(int r, const BufferDecl& decl, const RankTensors& inputs) {
+    auto grid = scale_grid(plan_.problem, decl);
+    grids_[static_cast<size_t>(r)].push_back(grid);
+    if (!grid) {
+      scales_[static_cast<size_t>(r)].emplace_back();
+      return;
+    }
+    HostMatrix s(scale_rows(*grid, decl.rows), scale_cols(*grid, decl.cols), std::numeric_limits<float>::quiet_NaN());
+    if (decl.role == BufferRole::input) {
+      const auto it = inputs.find(scale_name(decl.name));
+      if (it == inputs.end() || it->second.rows != s.rows || it->second.cols != s.cols)
+        throw std::invalid_argument("run_reference: rank " + std::to_string(r) + " needs input '" + scale_name(decl.name) + "' of " +
+                                    std::to_string(s.rows) + "x" + std::to_string(s.cols) + " (the " + std::string(to_string(plan_.problem.scaling)) +
+                                    " scales of " + std::string(to_string(decl.dtype)) + " input '" + decl.name + "')");
+      s = it->second;
+      for (float v : memory_[static_cast<size_t>(r)].back().data)
+        if (!(round_to_fp8(v, decl.dtype) == v))
+          throw std::invalid_argument("run_reference: rank " + std::to_string(r) + " input '" + decl.name + "' holds " + std::to_string(v) +
+                                      ", which is not an " + std::string(to_string(decl.dtype)) + " value (quantize it: reference/fp8.hpp)");
+    }
+    scales_[static_cast<size_t>(r)].push_back(std::move(s));
+  }
+
+  // Scales moved with their rows: each step collects the cells it writes, then commits them, so that
+  // a move that gives one cell two values (it splits a scale block, or gathers rows whose tensor
+  // scales differ) fails naming the buffer.
+  struct ScaleWrites {
+    std::map<std::tuple<int, BufferId, int64_t, int64_t>, float> cells;
+  };
+  // The scales of a box of rows x cols elements, from (src_row, src_col) of `src` to (dst_row,
+  // dst_col) of `dst` (relative to the regions). Nothing for buffers that are not FP8.
+  void move_scales(const Region& src, int64_t src_row, int64_t src_col, const Region& dst, int64_t dst_row, int64_t dst_col, int64_t rows,
+                   int64_t cols, ScaleWrites& writes, const std::string& who) {
+    const auto& from = grid(src);
+    const auto& to = grid(dst);
+    if (!from && !to) return;
+    if (!from || !to || decl(src).dtype != decl(dst).dtype)
+      throw std::invalid_argument(who + " moves " + std::string(to_string(decl(src).dtype)) + " buffer '" + decl(src).name + "' into " +
+                                  std::string(to_string(decl(dst).dtype)) + " buffer '" + decl(dst).name + "'");
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float value = scale(src, src_row + i, src_col + j);
+        const ScaleCell cell = scale_cell(*to, dst.box.row + dst_row + i, dst.box.col + dst_col + j);
+        const auto [it, fresh] = writes.cells.try_emplace({dst.rank, dst.buffer, cell.row, cell.col}, value);
+        if (!fresh && !(it->second == value) && !(std::isnan(it->second) && std::isnan(value)))
+          throw std::invalid_argument(who + " gives scale (" + std::to_string(cell.row) + ", " + std::to_string(cell.col) + ") of '" +
+                                      decl(dst).name + "' on rank " + std::to_string(dst.rank) + " two values (" + std::to_string(it->second) +
+                                      " and " + std::to_string(value) + "): the move splits a scale block, or gathers rows whose " +
+                                      std::string(to_string(plan_.problem.scaling)) + " scales differ");
+      }
+  }
+  void commit(const ScaleWrites& writes, const std::string& who) {
+    for (const auto& [key, value] : writes.cells) {
+      const auto& [rank, buffer, row, col] = key;
+      float& cell = scales_[static_cast<size_t>(rank)][static_cast<size_t>(buffer)].at(row, col);
+      // A scale over several rows keeps one value for the call: rows moved in from elsewhere must agree.
+      const auto& g = grids_[static_cast<size_t>(rank)][static_cast<size_t>(buffer)];
+      if (spans_rows(*g) && !std::isnan(cell) && !std::isnan(value) && cell != value)
+        throw std::invalid_argument(who + " moves rows with scale " + std::to_string(value) + " into '" +
+                                    plan_.ranks[static_cast<size_t>(rank)].buffers[static_cast<size_t>(buffer)].name + "' on rank " +
+                                    std::to_string(rank) + ", whose rows share scale " + std::to_string(cell) + " (" +
+                                    std::string(to_string(plan_.problem.scaling)) + " scaling: one scale over several rows)");
+      cell = value;
+    }
+  }
+  // Reductions sum partial sums, which are bf16 or f32: never FP8.
+  void require_not_fp8(const Region& r, const std::string& who) const {
+    if (grid(r))
+      throw std::invalid_argument(who + " reduces " + std::string(to_string(decl(r).dtype)) + " buffer '" + decl(r).name +
+                                  "': partial sums are bf16 or f32, never FP8");
   }
 
   // Blocks until `ready` holds; on timeout records `what` and aborts every worker.
@@ -165,13 +262,19 @@ class ReferenceRun {
   }
 
   void execute(int, const std::string& who, const GemmStep& g) {
+    auto fp8 = [&](const Region& r) { return grid(r).has_value(); };
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const GemmTile& t = g.tiles[i];
+      if (fp8(t.a_rows ? *t.a_rows : g.a) != fp8(g.b) || fp8(t.store))
+        throw std::invalid_argument(who + " multiplies " + std::string(to_string(decl(t.a_rows ? *t.a_rows : g.a).dtype)) + " by " +
+                                    std::string(to_string(decl(g.b).dtype)) + " into " + std::string(to_string(decl(t.store).dtype)) +
+                                    ": FP8 multiplies FP8 (both scaled) into bf16 or f32");
       const std::string tile_who = who + " tile " + std::to_string(i);
       // The tile's A rows: in the step's `a`, or where the tile says.
       const Region& a = t.a_rows ? *t.a_rows : g.a;
       const int64_t a_row = t.a_rows ? 0 : t.tile.row;
       auto product = [&](int64_t r, int64_t c, double sum) {
+        if (grid(a)) return sum + scaled_product(a, a_row + r, g.b, t.tile.col + c, g.a.box.cols);
         for (int64_t k = 0; k < g.a.box.cols; ++k) sum += static_cast<double>(at(a, a_row + r, k)) * at(g.b, t.tile.col + c, k);
         return sum;
       };
@@ -197,12 +300,31 @@ class ReferenceRun {
     }
   }
 
-  void execute(int, const std::string&, const CopyStep& c) {
-    for (int64_t r = 0; r < c.src.box.rows; ++r)
-      for (int64_t col = 0; col < c.src.box.cols; ++col) at(c.dst, r, col) = at(c.src, r, col);
+  // Row a_row of FP8 `a` times row b_row of FP8 `b` over k columns, as the GPU computes it: products
+  // summed in fp32 and scaled in fp32, in the epilogue (tensor, row) or per 128-wide K block, each
+  // block's partial sum scaled before it joins the fp32 total (block: DeepSeek-V3's promotion).
+  float scaled_product(const Region& a, int64_t a_row, const Region& b, int64_t b_row, int64_t k) {
+    const int64_t step = grid(a)->block_cols > 0 ? grid(a)->block_cols : k;
+    float total = 0.0f;
+    for (int64_t first = 0; first < k; first += step) {
+      float partial = 0.0f;
+      for (int64_t col = first; col < std::min(k, first + step); ++col) partial += at(a, a_row, col) * at(b, b_row, col);
+      total += partial * (scale(a, a_row, first) * scale(b, b_row, first));
+    }
+    return total;
   }
 
-  void execute(int, const std::string&, const ReduceStep& s) {
+  void execute(int, const std::string& who, const CopyStep& c) {
+    ScaleWrites writes;
+    move_scales(c.src, 0, 0, c.dst, 0, 0, c.src.box.rows, c.src.box.cols, writes, who);
+    for (int64_t r = 0; r < c.src.box.rows; ++r)
+      for (int64_t col = 0; col < c.src.box.cols; ++col) at(c.dst, r, col) = at(c.src, r, col);
+    commit(writes, who);
+  }
+
+  void execute(int, const std::string& who, const ReduceStep& s) {
+    require_not_fp8(s.dst, who);
+    for (const Region& src : s.srcs) require_not_fp8(src, who);
     HostMatrix sum(s.dst.box.rows, s.dst.box.cols, 0.0f);
     for (int64_t r = 0; r < sum.rows; ++r)
       for (int64_t c = 0; c < sum.cols; ++c) {
@@ -214,7 +336,10 @@ class ReferenceRun {
       for (int64_t c = 0; c < sum.cols; ++c) at(s.dst, r, c) = sum.at(r, c);
   }
 
-  void execute(int, const std::string&, const PermuteRowsStep& p) {
+  void execute(int, const std::string& who, const PermuteRowsStep& p) {
+    ScaleWrites writes;
+    for (int64_t r = 0; r < p.dst.box.rows; ++r) move_scales(p.src, p.source_rows[static_cast<size_t>(r)], 0, p.dst, r, 0, 1, p.dst.box.cols, writes, who);
+    commit(writes, who);
     HostMatrix rows(p.dst.box.rows, p.dst.box.cols);
     for (int64_t r = 0; r < rows.rows; ++r)
       for (int64_t c = 0; c < rows.cols; ++c) rows.at(r, c) = at(p.src, p.source_rows[static_cast<size_t>(r)], c);
@@ -222,7 +347,8 @@ class ReferenceRun {
       for (int64_t c = 0; c < rows.cols; ++c) at(p.dst, r, c) = rows.at(r, c);
   }
 
-  void execute(int, const std::string&, const CombineRowsStep& s) {
+  void execute(int, const std::string& who, const CombineRowsStep& s) {
+    for (const Region* r : {&s.src, &s.weights, &s.dst}) require_not_fp8(*r, who);
     HostMatrix rows(s.dst.box.rows, s.dst.box.cols);
     for (int64_t r = 0; r < rows.rows; ++r)
       for (int64_t c = 0; c < rows.cols; ++c) {
@@ -235,7 +361,11 @@ class ReferenceRun {
       for (int64_t c = 0; c < rows.cols; ++c) at(s.dst, r, c) = rows.at(r, c);
   }
 
-  void execute(int, const std::string&, const MoveBoxesStep& s) {
+  void execute(int, const std::string& who, const MoveBoxesStep& s) {
+    ScaleWrites writes;
+    for (const BoxMove& move : s.moves)
+      move_scales(s.src, move.from.row, move.from.col, s.dst, move.to.row, move.to.col, move.from.rows, move.from.cols, writes, who);
+    commit(writes, who);
     // Read every box before writing any, as if the kernel's moves all happened at once.
     std::vector<HostMatrix> boxes;
     boxes.reserve(s.moves.size());
@@ -315,7 +445,7 @@ class ReferenceRun {
     state.parts.resize(static_cast<size_t>(world), nullptr);
     state.parts[static_cast<size_t>(rank)] = &step;
     if (++state.arrived == world) {
-      perform(state.parts);  // under the lock: every rank is parked here, nothing else touches the data
+      perform(state.parts, who);  // under the lock: every rank is parked here, nothing else touches the data
       state.done = true;
       changed_.notify_all();
       return;
@@ -329,10 +459,35 @@ class ReferenceRun {
     });
   }
 
-  void perform(const std::vector<const CollectiveStep*>& parts) {
+  void perform(const std::vector<const CollectiveStep*>& parts, const std::string& who) {
     const int world = static_cast<int>(parts.size());
     const CollectiveStep& first = *parts[0];
     const int64_t cols = first.src.box.cols;
+    // FP8 rows take their scales along (all_gather, all_to_all); reductions never see FP8.
+    ScaleWrites writes;
+    for (int r = 0; r < world; ++r) {
+      const CollectiveStep& mine = *parts[static_cast<size_t>(r)];
+      if (first.kind == CollectiveKind::reduce_scatter || first.kind == CollectiveKind::all_reduce) {
+        require_not_fp8(mine.src, who);
+        require_not_fp8(mine.dst, who);
+      } else if (first.kind == CollectiveKind::all_gather) {
+        for (int s = 0; s < world; ++s) {
+          const Region& src = parts[static_cast<size_t>(s)]->src;
+          move_scales(src, 0, 0, mine.dst, s * src.box.rows, 0, src.box.rows, cols, writes, who);
+        }
+      } else {
+        int64_t row = 0;
+        for (int s = 0; s < world; ++s) {
+          const CollectiveStep& theirs = *parts[static_cast<size_t>(s)];
+          int64_t offset = 0;
+          for (int d = 0; d < r; ++d) offset += theirs.send_rows[static_cast<size_t>(d)];
+          const int64_t count = mine.recv_rows[static_cast<size_t>(s)];
+          move_scales(theirs.src, offset, 0, mine.dst, row, 0, count, cols, writes, who);
+          row += count;
+        }
+      }
+    }
+    commit(writes, who);
     // Results go to scratch first: src and dst may be the same memory (in-place collectives).
     std::vector<HostMatrix> results;
     for (int r = 0; r < world; ++r) results.emplace_back(parts[static_cast<size_t>(r)]->dst.box.rows, cols);

@@ -21,7 +21,7 @@ constexpr size_t kGemmWorkspaceBytes = 32u << 20;
 constexpr size_t kBufferAlignment = 256;
 
 size_t aligned(size_t bytes) { return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment; }
-size_t bytes_of(const BufferDecl& decl) { return static_cast<size_t>(std::max<int64_t>(decl.rows * decl.cols, 1)) * 2; }
+size_t element_bytes_of(const BufferDecl& decl) { return static_cast<size_t>(std::max<int64_t>(decl.rows * decl.cols, 1)) * dtype_bytes(decl.dtype); }
 
 bool named(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -59,7 +59,15 @@ struct Placement {
   size_t local_bytes = 0;
 };
 
-Placement place(const RankPlan& rp, const ExecutorOptions& options) {
+// A buffer's bytes in its arena: its elements, and for an FP8 buffer its fp32 scales after them (at
+// aligned(element_bytes_of)), in the layout the library GEMM reads (device_scale_layout).
+size_t bytes_of(const Problem& problem, const BufferDecl& decl) {
+  const auto grid = scale_grid(problem, decl);
+  if (!grid) return element_bytes_of(decl);
+  return aligned(element_bytes_of(decl)) + static_cast<size_t>(device_scale_count(*grid, decl.rows, decl.cols)) * sizeof(float);
+}
+
+Placement place(const Problem& problem, const RankPlan& rp, const ExecutorOptions& options) {
   Placement p;
   for (size_t b = 0; b < rp.buffers.size(); ++b) {
     const BufferDecl& decl = rp.buffers[b];
@@ -67,10 +75,10 @@ Placement place(const RankPlan& rp, const ExecutorOptions& options) {
       p.offset.push_back(std::string::npos);
     } else if (decl.symmetric) {
       p.offset.push_back(p.symmetric_bytes);
-      p.symmetric_bytes += aligned(bytes_of(decl));
+      p.symmetric_bytes += aligned(bytes_of(problem, decl));
     } else {
       p.offset.push_back(p.local_bytes);
-      p.local_bytes += aligned(bytes_of(decl));
+      p.local_bytes += aligned(bytes_of(problem, decl));
     }
   }
   return p;
@@ -86,7 +94,7 @@ int64_t env_ms(const char* name, int64_t fallback) {
 WorkspaceSize workspace_size(const Plan& plan, const ExecutorOptions& options) {
   WorkspaceSize size;
   for (const RankPlan& rp : plan.ranks) {
-    const Placement p = place(rp, options);
+    const Placement p = place(plan.problem, rp, options);
     size.symmetric_bytes = std::max(size.symmetric_bytes, p.symmetric_bytes);
     size.local_bytes = std::max(size.local_bytes, p.local_bytes);
     size.signals = std::max(size.signals, static_cast<int>(rp.signals.size()));
@@ -185,10 +193,17 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
                                 std::to_string(comm_.world_size()));
   if (options_.validate) require_valid(plan_);
   comm_.require_agreement(std::hash<std::string>{}(to_string(plan_)), "the plan (strategy, shapes, options)");
-  for (const BufferDecl& decl : rank_plan().buffers)
-    if (decl.dtype != DType::bf16)
+  // bf16 everywhere; FP8 (and the f32 an FP8 GEMM may give) only where each step's lowering takes
+  // it, which refuses naming what is missing (lowering/dtypes.cpp).
+  for (const BufferDecl& decl : rank_plan().buffers) {
+    if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(is_fp8(plan_.problem.input_dtype) && decl.dtype == DType::f32))
       throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
-                                  "; the executor handles bf16 buffers so far");
+                                  "; the executor handles bf16 buffers, and FP8 operands with their bf16 or f32 results, so far");
+    if (is_fp8(decl.dtype) && named(options_.caller_buffers, decl.name))
+      throw std::invalid_argument("CudaExecutor: caller buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
+                                  ": the executor does not bind an FP8 input's scales per call yet; leave it in the workspace and fill buffer(\"" +
+                                  decl.name + "\") and buffer(\"" + scale_name(decl.name) + "\")");
+  }
   if (options_.caller_gathered_a && rank_plan().gathered_a.empty())
     throw std::invalid_argument("CudaExecutor: the gathered A was asked for (ExecutorOptions::caller_gathered_a), but the plan of " +
                                 call_context() + " keeps none" + (plan_.problem.op == OpKind::ag_gemm ? "" : " (only ag_gemm gathers A)"));
@@ -263,7 +278,7 @@ void CudaExecutor::place_buffers() {
   im.workspace->reserve(workspace_size(plan_, options_));
   im.signals = &im.workspace->signals();
   const RankPlan& mine = rank_plan();
-  const Placement here = place(mine, options_);
+  const Placement here = place(plan_.problem, mine, options_);
   for (size_t b = 0; b < mine.buffers.size(); ++b) {
     const BufferDecl& decl = mine.buffers[b];
     const size_t offset = here.offset[b];
@@ -275,7 +290,7 @@ void CudaExecutor::place_buffers() {
       // A stand-in until the caller binds its memory: the constructor's warm-up runs every library
       // GEMM once on real memory.
       void* stand_in = nullptr;
-      WEFT_CUDA_CHECK(cudaMalloc(&stand_in, bytes_of(decl)));
+      WEFT_CUDA_CHECK(cudaMalloc(&stand_in, bytes_of(plan_.problem, decl)));
       im.placeholders.push_back(stand_in);
       im.base.push_back(stand_in);
     } else if (decl.symmetric) {
@@ -289,7 +304,7 @@ void CudaExecutor::place_buffers() {
   for (const RankPlan& rp : plan_.ranks) {
     if (!im.plan_touches_peers) break;
     if (rp.rank == comm_.rank()) continue;
-    const Placement there = place(rp, options_);
+    const Placement there = place(plan_.problem, rp, options_);
     for (size_t b = 0; b < rp.buffers.size(); ++b)
       if (rp.buffers[b].symmetric && there.offset[b] != std::string::npos)
         im.peer_base[{rp.rank, static_cast<int>(b)}] = static_cast<char*>(im.workspace->symmetric_on(rp.rank)) + there.offset[b];
@@ -318,7 +333,21 @@ void CudaExecutor::lower_steps() {
     bound.column_major = decl.order == MemoryOrder::column_major;
     bound.offset = bound.column_major ? r.box.col * decl.rows + r.box.row : r.box.row * decl.cols + r.box.col;
     bound.stride = bound.column_major ? decl.rows : decl.cols;
+    bound.dtype = decl.dtype;
     return bound;
+  };
+  // An FP8 region's scales: the whole scale array of its buffer, after the elements (bytes_of).
+  context.scales = [this, region = context.region](const Region& r) -> std::optional<lowering::BoundScales> {
+    const BufferDecl& decl = plan_.ranks.at(static_cast<size_t>(r.rank)).buffers.at(static_cast<size_t>(r.buffer));
+    const auto grid = scale_grid(plan_.problem, decl);
+    if (!grid) return std::nullopt;
+    lowering::BoundScales s;
+    s.elements = region(r);
+    s.byte_offset = aligned(element_bytes_of(decl));
+    s.grid = *grid;
+    s.buffer_rows = decl.rows;
+    s.buffer_cols = decl.cols;
+    return s;
   };
   context.whole = [this, region = context.region](int rank, int buffer) {
     const BufferDecl& decl = plan_.ranks.at(static_cast<size_t>(rank)).buffers.at(static_cast<size_t>(buffer));
@@ -339,6 +368,7 @@ void CudaExecutor::lower_steps() {
   im.device_wait_timeout_ns = context.device_wait_timeout_ns;
   im.call_signature = std::hash<std::string>{}(call_context());
   context.plain_gemm_on_overlap = options_.plain_gemm == ExecutorOptions::PlainGemm::overlap;
+  context.fp8_fast_accumulation = options_.fp8_fast_accumulation;
 
   const std::vector<std::vector<uint64_t>> written = single_writer_values(plan_, comm_.rank());
   const RankPlan& mine = rank_plan();
@@ -348,6 +378,7 @@ void CudaExecutor::lower_steps() {
     if (mine.steps[i].companion >= 0) companions[mine.steps[i].companion].push_back(static_cast<int>(i));
   for (size_t i = 0; i < mine.steps.size(); ++i) {
     const Step& step = mine.steps[i];
+    lowering::require_lowerable_dtypes(step, context);
     Impl::Step lowered;
     lowered.step = &step;
     lowered.written = written[i];
@@ -459,6 +490,12 @@ CudaExecutor::~CudaExecutor() {
 }
 
 void* CudaExecutor::buffer(std::string_view name) const {
+  // An FP8 buffer's scales ("A_scale"): after its elements (bytes_of), in device_scale_layout.
+  for (size_t b = 0; b < rank_plan().buffers.size(); ++b) {
+    const BufferDecl& decl = rank_plan().buffers[b];
+    if (scale_grid(plan_.problem, decl) && scale_name(decl.name) == name && impl_->base[b])
+      return static_cast<char*>(impl_->base[b]) + aligned(element_bytes_of(decl));
+  }
   return impl_->base.at(static_cast<size_t>(find_buffer(rank_plan(), name)));
 }
 
@@ -473,9 +510,11 @@ DeviceRegion CudaExecutor::region(const Region& r) const {
       throw std::invalid_argument("CudaExecutor: region of non-symmetric buffer '" + decl.name + "' on rank " + std::to_string(r.rank));
     base = it->second;
   }
+  auto* bytes = static_cast<char*>(base);
+  const int64_t element = dtype_bytes(decl.dtype);
   if (decl.order == MemoryOrder::column_major)  // its memory: the box's transpose, row-major
-    return DeviceRegion{static_cast<uint16_t*>(base) + r.box.col * decl.rows + r.box.row, r.box.cols, r.box.rows, decl.rows};
-  return DeviceRegion{static_cast<uint16_t*>(base) + r.box.row * decl.cols + r.box.col, r.box.rows, r.box.cols, decl.cols};
+    return DeviceRegion{bytes + (r.box.col * decl.rows + r.box.row) * element, r.box.cols, r.box.rows, decl.rows};
+  return DeviceRegion{bytes + (r.box.row * decl.cols + r.box.col) * element, r.box.rows, r.box.cols, decl.cols};
 }
 
 DeviceRegion CudaExecutor::output() const {
@@ -701,7 +740,7 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   if (im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
   for (const auto& [buffer, source] : im.copied_in) {
     const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, element_bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
   }
   // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
   // rank's copy has landed.
@@ -730,8 +769,9 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
   }
   if (options_.caller_output && im.output_buffer < 0) {
     const DeviceRegion from = region(rank_plan().output);
-    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(im.output_target, static_cast<size_t>(from.cols) * 2, from.data, static_cast<size_t>(from.stride) * 2,
-                                      static_cast<size_t>(from.cols) * 2, static_cast<size_t>(from.rows), cudaMemcpyDeviceToDevice, stream));
+    const auto bytes = static_cast<size_t>(dtype_bytes(rank_plan().buffers.at(static_cast<size_t>(rank_plan().output.buffer)).dtype));
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(im.output_target, static_cast<size_t>(from.cols) * bytes, from.data, static_cast<size_t>(from.stride) * bytes,
+                                      static_cast<size_t>(from.cols) * bytes, static_cast<size_t>(from.rows), cudaMemcpyDeviceToDevice, stream));
   }
   if (options_.caller_gathered_a && im.gathered_a_buffer < 0) {
     // The pieces where the shards lie, stacked into the caller's [W * M, K]; every step that wrote

@@ -174,14 +174,27 @@ void attention_shape_from(const Arguments& args, Problem& p) {
 
 }  // namespace
 
+// --dtype (or its older name --input-dtype), --b-dtype, --output-dtype and --scaling.
+void dtypes_from(const Arguments& args, Problem& p) {
+  const std::string dtype = args.text("dtype", ""), input = args.text("input-dtype", "");
+  if (!dtype.empty() && !input.empty()) throw std::invalid_argument("--dtype and --input-dtype name the same thing: give one");
+  p.input_dtype = parse_dtype(!dtype.empty() ? dtype : !input.empty() ? input : "bf16");
+  if (const std::string b = args.text("b-dtype", ""); !b.empty()) p.b_dtype = parse_dtype(b);
+  p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
+  const std::string scaling = args.text("scaling", "");
+  if (is_fp8(p.input_dtype) && scaling.empty())
+    throw std::invalid_argument("--dtype " + std::string(to_string(p.input_dtype)) + " needs --scaling tensor, row or block");
+  p.scaling = parse_scaling(scaling.empty() ? "none" : scaling);
+}
+
+
 Problem problem_from(const Arguments& args) {
   Problem p;
   p.op = parse_op(args.text("op", "gemm_ar"));
   p.m = args.integer("m", 256);
   p.world_size = static_cast<int>(args.integer("world", 2));
   attention_shape_from(args, p);
-  p.input_dtype = parse_dtype(args.text("input-dtype", "bf16"));
-  p.output_dtype = parse_dtype(args.text("output-dtype", "bf16"));
+  dtypes_from(args, p);
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
   const int64_t experts = args.integer("experts", 0), topk = args.integer("topk", 0);
   if (!is_moe(p.op) && (experts || topk))

@@ -33,15 +33,23 @@ int command_plan(const Arguments& args) {
 }
 
 int command_check(const Arguments& args) {
-  const std::vector<OpKind> ops = ops_from(args, /*with_attention=*/true);
+  Problem dtypes;
+  dtypes_from(args, dtypes);
+  // FP8 has no attention form: the default ops are then the GEMM ops (an ag_attention named with --op
+  // fails as the problem it is).
+  const std::vector<OpKind> ops = ops_from(args, /*with_attention=*/!is_fp8(dtypes.input_dtype));
   const std::vector<std::string> names = strategies_from(args);
   const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
   const int nodes = static_cast<int>(args.integer("nodes", 0));
-  return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1)), nodes, args.flag("no-p2p")) == 0 ? 0 : 1;
+  const Numbers numbers{dtypes.input_dtype, dtypes.b_dtype, dtypes.output_dtype, dtypes.scaling};
+  return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1)), nodes, args.flag("no-p2p"), "weft check", numbers) == 0
+             ? 0
+             : 1;
 }
 
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
-                    const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p, const std::string& command) {
+                    const std::vector<int>& world_sizes, uint64_t seed, int nodes, bool no_p2p, const std::string& command,
+                    const Numbers& numbers) {
   // Small shapes keep the reference executor fast; the second is ragged against the 32x32 tiles.
   // ag_attention has shapes of its own (m: tokens per rank): causal GQA (8 query heads sharing 2
   // key/value heads of 16) and multi-head attention (2 heads of 8, 2 batch entries), both ragged
@@ -83,14 +91,18 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           }
           if (no_p2p) options.topology = Topology::no_load_store(world);
           else if (nodes > 0) options.topology = Topology::nodes_of(nodes, world / nodes);
-          Problem p{op, s.m, s.n, s.k, world, DType::bf16, DType::bf16, {}};
+          Problem p{op, s.m, s.n, s.k, world, numbers.input, numbers.output, {}};
+          p.b_dtype = numbers.b;
+          p.scaling = numbers.scaling;
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
           char shape[64];
           std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),
                         static_cast<long long>(p.k));
           if (is_attention(op)) {
             const AttentionShape& a = attention_shapes[&s - shapes];
-            p = Problem{op, a.m, 0, 0, world, DType::bf16, DType::bf16, {}};
+            p = Problem{op, a.m, 0, 0, world, numbers.input, numbers.output, {}};
+            p.b_dtype = numbers.b;
+            p.scaling = numbers.scaling;
             p.batch = a.batch;
             p.heads = a.heads;
             p.kv_heads = a.kv_heads;
@@ -112,6 +124,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           try {
             plan = strategy.build(p, options);
             if (options.topology) require_reachable(plan, *options.topology);
+            require_whole_scale_blocks(name, plan);  // make_plan's decline (ficco's 2D K slices of block-scaled FP8)
           } catch (const std::invalid_argument& e) {
             // The strategy cannot lay out this shape (signal's gemm_rs needs whole tile rows per rank):
             // not a failed plan, a shape it declines, said with its reason.

@@ -33,8 +33,17 @@ Options timing(int64_t iterations) {
           integer("iterations", "N", "timed calls; the median is reported (" + std::to_string(iterations) + ")", 1, kMaxIterations)};
 }
 
+Options dtype_knobs() {
+  return {text("dtype", "T", "the operands': bf16 (default), f16, f32, or FP8 e4m3 / e5m2 with --scaling (GPUs run bf16, and FP8 "
+                             "only as the library GEMM alone)"),
+          text("input-dtype", "T", "the older name of --dtype"),
+          text("b-dtype", "T", "B's dtype where it differs from A's: e4m3 or e5m2 (FP8 backward: e5m2 gradients x e4m3)"),
+          text("scaling", "S", "FP8: tensor, row (A per row, B per column of the output) or block (A 1x128, B 128x128)"),
+          text("output-dtype", "T", "bf16 (default) or f32; never FP8")};
+}
+
 Options one_problem() {
-  return {text("op", "OP", "ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs or ag_attention (gemm_ar)"),
+  return Options{text("op", "OP", "ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs or ag_attention (gemm_ar)"),
           integer("m", "M", "rows of A per rank (ag_gemm, gemm_a2a, a2a_gemm, MoE, ag_attention: tokens per rank) (256)", 1, kMaxDimension),
           integer("n", "N", "columns of C (128)", 1, kMaxDimension),
           integer("k", "K", "columns of A (64)", 1, kMaxDimension),
@@ -45,9 +54,8 @@ Options one_problem() {
           integer("heads", "H", "ag_attention: query heads (8)", 1, kMaxAttentionHeads),
           integer("kv-heads", "G", "ag_attention: key/value heads, dividing --heads (GQA; default: --heads)", 1, kMaxAttentionHeads),
           integer("head-dim", "D", "ag_attention: the head dimension (64)", 1, kMaxHeadDim),
-          flag("causal", "ag_attention: a query attends only the keys at or before its global position"),
-          text("input-dtype", "T", "bf16 (the executor's only dtype so far), f16 or f32"),
-          text("output-dtype", "T", "as --input-dtype")};
+          flag("causal", "ag_attention: a query attends only the keys at or before its global position")} +
+         dtype_knobs();
 }
 
 Options tile_order_knobs() {
@@ -147,7 +155,8 @@ std::vector<CommandSpec> build() {
                              text("check-results", "DIR", "judge the simulator on recorded rows"),
                              text("csv", "FILE", "with --check-results: write the rows as CSV")}});
   all.push_back({"check", "prove plans on the CPU: validate, run the reference executor, compare with the op's definition", "",
-                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed} + topology_knobs()});
+                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed} + dtype_knobs() +
+                     topology_knobs()});
   all.push_back({"plan", "print one plan and its validation report", "",
                  one_problem() + plan_knobs() +
                      Options{integer("world", "W", "ranks (2)", 1, kMaxPlanWorld),

@@ -16,11 +16,20 @@ int command_characterize(const Arguments& args);  // FiCCO's decomposition and c
 int command_tune(const Arguments& args);          // --calibrate: measure and save the machine profile
 int command_simulate(const Arguments& args);      // predict strategies' times; check against recorded rows
 
+// The operands' and result's dtypes and the FP8 scaling the plans are proved with (--dtype,
+// --b-dtype, --output-dtype, --scaling; dtypes_from).
+struct Numbers {
+  DType input = DType::bf16;
+  std::optional<DType> b = std::nullopt;
+  DType output = DType::bf16;
+  Scaling scaling = Scaling::none;
+};
+
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
 // Returns the number of plans that failed. nodes (0: one) / no_p2p: the ranks' topology, as
 // topology_from reads it. `command` names the progress line on stderr.
 int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::string>& strategy_names,
                     const std::vector<int>& world_sizes, uint64_t seed, int nodes = 0, bool no_p2p = false,
-                    const std::string& command = "weft check");
+                    const std::string& command = "weft check", const Numbers& numbers = {});
 
 }  // namespace weft::cli

@@ -19,11 +19,13 @@ struct Counts {
   }
 };
 
-// The bytes of a region: its box in the element size of the buffer it lies in (on its own rank).
+// The bytes of a region: its box in the element size of the buffer it lies in (on its own rank), and
+// for FP8 the fp32 scales that move with it.
 double region_bytes(const Plan& plan, const Region& r) {
-  const RankPlan& owner = plan.ranks[static_cast<size_t>(r.rank)];
-  const DType dtype = owner.buffers[static_cast<size_t>(r.buffer)].dtype;
-  return static_cast<double>(r.box.rows) * static_cast<double>(r.box.cols) * dtype_bytes(dtype);
+  const BufferDecl& decl = plan.ranks[static_cast<size_t>(r.rank)].buffers[static_cast<size_t>(r.buffer)];
+  double bytes = static_cast<double>(r.box.rows) * static_cast<double>(r.box.cols) * dtype_bytes(decl.dtype);
+  if (const auto grid = scale_grid(plan.problem, decl)) bytes += 4.0 * static_cast<double>(scales_touched(*grid, r.box.row, r.box.col, r.box.rows, r.box.cols));
+  return bytes;
 }
 
 Counts count(const Plan& plan, const RankPlan& rank) {

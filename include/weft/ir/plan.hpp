@@ -350,6 +350,21 @@ bool reaches_across_ranks(const Plan& plan);
 // overlap GEMM.
 bool is_plain_tile_table(const GemmStep& gemm);
 
+// The scales of an FP8 buffer (ir/scaling.hpp), from the problem: the input "B" holds B's rows, every
+// other FP8 buffer rows of A (the op's A, or A's rows gathered, sorted or staged). Empty for the
+// other dtypes.
+std::optional<ScaleGrid> scale_grid(const Problem& problem, const BufferDecl& decl);
+// Where the executors keep a buffer's scales, an fp32 array beside it: "A" -> "A_scale" (the name of
+// the inputs' scales in random_inputs and of the caller's scale buffers).
+std::string scale_name(std::string_view buffer);
+
+// Why a GEMM cannot read `operand` (its a, b or a tile's A rows) where it is block-scaled FP8 and its
+// box starts inside a scale block: K at a column that is not a multiple of 128 (the GEMM scales whole
+// 128-column blocks), or B at a row inside a 128-row block. Empty where it can.
+std::string scale_block_misalignment(const Plan& plan, const Region& operand);
+// The first GEMM step of the plan that reads an operand so ("rank R step 'LABEL': ..."); empty: none.
+std::string first_scale_block_misalignment(const Plan& plan);
+
 // Looks a buffer up by name on a rank; throws std::out_of_range naming it when absent.
 BufferId find_buffer(const RankPlan& rank_plan, std::string_view name);
 

@@ -39,13 +39,19 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "weft/ir/scaling.hpp"
+
 namespace weft {
 
-enum class DType { bf16, f16, f32 };
+// e4m3 and e5m2 are FP8 (OCP's E4M3FN: max 448, no infinity; E5M2: max 57344): operands only, each
+// with fp32 scales (Scaling, ir/scaling.hpp); products accumulate in fp32 and results are bf16 or f32.
+enum class DType { bf16, f16, f32, e4m3, e5m2 };
+bool is_fp8(DType dtype);
 // How B's memory is laid out. Either way B is the [N, K] matrix of C = A * B^T ([E*N, K] for the MoE
 // ops), element (n, k) at:
 //   nk: n * K + k  row-major [N, K]: a linear layer's weight W [out, in] as nn.Linear holds it, so
@@ -74,8 +80,10 @@ std::string_view to_string(OpKind op);
 std::string_view to_string(BLayout layout);
 BLayout parse_b_layout(std::string_view text);  // throws std::invalid_argument naming the text
 DType parse_dtype(std::string_view text);   // throws std::invalid_argument naming the text
+std::string_view to_string(Scaling scaling);
+Scaling parse_scaling(std::string_view text);  // throws std::invalid_argument naming the text
 OpKind parse_op(std::string_view text);     // throws std::invalid_argument naming the text
-int dtype_bytes(DType dtype);
+int dtype_bytes(DType dtype);  // 1 for FP8 (its scales are counted apart: scale_bytes, ir/scaling.hpp)
 
 // The largest values weft's files (suites, schedules, tuning tables, recorded results) may give, so
 // that a reader range-checks each into its field: far beyond any real layer (2^32 rows), world
@@ -90,7 +98,7 @@ struct Problem {
   int64_t n = 0;
   int64_t k = 0;
   int world_size = 1;
-  DType input_dtype = DType::bf16;
+  DType input_dtype = DType::bf16;   // A's (and B's, unless b_dtype says otherwise)
   DType output_dtype = DType::bf16;
   // gemm_a2a and a2a_gemm only: routing[r][i] is the destination rank of row i of rank r.
   std::vector<std::vector<int>> routing;
@@ -109,6 +117,11 @@ struct Problem {
   bool causal = false;
   // The GEMM ops: how B's memory is laid out (above). ag_attention has no B: nk.
   BLayout b_layout = BLayout::nk;
+  // B's dtype where it differs from A's: FP8 backward GEMMs multiply e5m2 gradients by e4m3 weights.
+  // Empty: input_dtype. Only FP8 with FP8.
+  std::optional<DType> b_dtype = std::nullopt;
+  // How FP8 operands are scaled (ir/scaling.hpp); none for the other dtypes.
+  Scaling scaling = Scaling::none;
 
   bool operator==(const Problem&) const = default;
 };
@@ -116,6 +129,16 @@ struct Problem {
 // Throws std::invalid_argument with the offending field and value when the problem is not one
 // the ops can compute (non-positive sizes, M not divisible by W for gemm_rs, bad routing, ...).
 void check_problem(const Problem& problem);
+
+// B's dtype (b_dtype, else input_dtype).
+DType operand_b_dtype(const Problem& problem);
+// The MoE router's top-k weights (moe_rs): the input dtype, or with FP8 operands the output dtype
+// (weights are not quantized).
+DType topk_weights_dtype(const Problem& problem);
+// How the scales of an FP8 operand cover it (ir/scaling.hpp): of A's rows (every buffer holding rows of
+// A: gathered, sorted, staged) or of B's; empty where the problem is not FP8. B's 128x128 blocks
+// restart at each expert's slab (MoE: B is [experts * n, K]).
+std::optional<ScaleGrid> operand_scale_grid(const Problem& problem, Operand operand);
 
 // Rows of A and of B on each rank, rows of each rank's result.
 int64_t a_rows(const Problem& problem);

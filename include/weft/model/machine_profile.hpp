@@ -37,6 +37,10 @@ struct CollectiveCurve {
 
 struct MachineProfile {
   double peak_flops = 790e12;           // bf16 dense, FLOP/s
+  // The FP8 (e4m3/e5m2) dense rate over peak_flops. 2 on H100 and H200 SXM: NVIDIA's datasheets give
+  // 1,979 dense FP8 TFLOPS against 989 bf16. A datasheet ratio, not measured here; a profile may
+  // give its own.
+  double fp8_speedup = 2.0;
   double memory_bytes_per_s = 4.3e12;   // HBM, bytes read + written per second
   int sm_count = 132;
   // SMs a wave-grouped GEMM leaves to the NCCL kernels that run beside it (FlashOverlap, Alg. 1

@@ -156,6 +156,11 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
 // name, unless base.keep_strategy_at_world_one.
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base = {});
 
+// make_plan's decline of a plan that cuts K inside a block of block-scaled FP8 (ficco's 2D K slices):
+// throws std::invalid_argument ("strategy 'S' declines block-scaled FP8 here: ...") for callers that
+// build plans themselves.
+void require_whole_scale_blocks(const std::string& strategy, const Plan& plan);
+
 // Whether make_plan runs `problem` as its GEMM alone: a world of one, an op that is one GEMM there.
 bool runs_as_gemm_alone(const Problem& problem);
 // One step: C = A B^T from the caller's A into the caller's C, nothing else (a world of one).

@@ -32,9 +32,13 @@ using RankTensors = std::map<std::string, HostMatrix>;
 // Fresh random A and B (ag_attention: Q, K and V) for every rank (uniform in [-1, 1], rounded to
 // bf16 so that a GPU run on the same values computes the same function), B laid out as the
 // problem's b_layout says; the same seed gives the same matrices in either layout. Deterministic in seed.
+// FP8 problems: A and B hold FP8 values and "A_scale" and "B_scale" (scale_name) their scales
+// (reference/fp8.hpp's quantize; values of varied size per row and 128-column block).
 std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
 
-// The op's result on every rank, computed directly from its definition (problem.hpp) in double.
+// The op's result on every rank, computed directly from its definition (problem.hpp) in double; FP8
+// operands dequantized first (value times scale), a formula the reference executor's per-block fp32
+// sums do not share.
 std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vector<RankTensors>& inputs);
 
 // The size of the terms summed into each element of every rank's result: the op on the inputs'

@@ -59,6 +59,10 @@ struct ExecutorOptions {
   // Off only for plans that time one part of another plan (its GEMMs alone, its collectives alone),
   // whose results are not meant to be correct.
   bool validate = true;
+  // FP8 library GEMMs with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic
+  // promotion of the partial sums to fp32, less accurate). Off: the CPU reference's rounding. Never
+  // with block scaling, which cuBLASLt runs only without it.
+  bool fp8_fast_accumulation = false;
   // Which GEMM runs plain tile tables: cuBLASLt, or the overlap GEMM with an empty table (how
   // `weft bench gemm` compares the two). Tables with waits, notifies or remapped stores always
   // run on the overlap GEMM.
@@ -159,6 +163,15 @@ class CudaExecutor {
   ExecutorOptions options_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Where the executor keeps scale (row cell, col cell) of an FP8 buffer of rows x cols with `grid`,
+// as an index into the fp32 array at buffer(scale_name(name)): cuBLASLt's layouts. tensor: 0; row:
+// the row; block, A's 1x128: K-block-major with the rows padded to a multiple of 4, K block b of row
+// i at b * pad4(rows) + i (VEC128_32F); B's 128x128: row-block-major with the K blocks padded to a
+// multiple of 4, at row block * pad4(K blocks) + K block (BLK128x128_32F). And how many floats it
+// holds.
+int64_t device_scale_index(const ScaleGrid& grid, int64_t rows, int64_t cols, ScaleCell cell);
+int64_t device_scale_count(const ScaleGrid& grid, int64_t rows, int64_t cols);
 
 // The workspace a plan needs on every rank (symmetric bytes: the largest of any rank's).
 WorkspaceSize workspace_size(const Plan& plan, const ExecutorOptions& options);

@@ -130,6 +130,67 @@ struct StructureChecker {
       fail(where, "gathered A pieces hold " + std::to_string(rows) + " rows, not W * M = " + std::to_string(plan.problem.world_size * plan.problem.m));
   }
 
+  // FP8 (ir/scaling.hpp): FP8 rows move only into buffers of their dtype (their scales travel with
+  // them), a GEMM multiplies FP8 by FP8 into bf16 or f32, reading block scales from their boundaries,
+  // and nothing reduces FP8.
+  void fp8(const std::string& where, const StepBody& step) {
+    auto fp8_of = [&](const Region& r) {
+      const BufferDecl* d = buffer(r);
+      return d && is_fp8(d->dtype);
+    };
+    auto named = [&](const Region& r) {
+      const BufferDecl* d = buffer(r);
+      return d ? std::string(to_string(d->dtype)) + " buffer '" + d->name + "'" : std::string("a missing buffer");
+    };
+    auto moves = [&](const Region& src, const Region& dst) {
+      const BufferDecl *s = buffer(src), *d = buffer(dst);
+      if (s && d && (is_fp8(s->dtype) || is_fp8(d->dtype)) && s->dtype != d->dtype)
+        fail(where, "moves " + named(src) + " into " + named(dst) + ": FP8 rows move only with their dtype and scales");
+    };
+    auto not_reduced = [&](const Region& r) {
+      if (fp8_of(r)) fail(where, "reduces " + named(r) + ": partial sums are bf16 or f32, never FP8");
+    };
+    auto aligned = [&](const Region& r) {
+      if (!buffer(r)) return;
+      if (std::string why = scale_block_misalignment(plan, r); !why.empty()) fail(where, why);
+    };
+    std::visit(
+        [&](const auto& body) {
+          using T = std::decay_t<decltype(body)>;
+          if constexpr (std::is_same_v<T, GemmStep>) {
+            if (fp8_of(body.a) != fp8_of(body.b)) fail(where, "multiplies " + named(body.a) + " by " + named(body.b) + ": FP8 multiplies only FP8");
+            aligned(body.a);
+            aligned(body.b);
+            for (const GemmTile& t : body.tiles) {
+              if (fp8_of(t.store)) fail(where, "stores into " + named(t.store) + ": an FP8 GEMM gives bf16 or f32");
+              for (const Region& addend : t.addends) not_reduced(addend);
+              if (t.a_rows) {
+                if (fp8_of(*t.a_rows) != fp8_of(body.a)) fail(where, "reads A rows from " + named(*t.a_rows) + " beside " + named(body.a));
+                aligned(*t.a_rows);
+              }
+            }
+          } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
+            moves(body.src, body.dst);
+          } else if constexpr (std::is_same_v<T, ReduceStep>) {
+            not_reduced(body.dst);
+            for (const Region& src : body.srcs) not_reduced(src);
+          } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+            for (const Region* r : {&body.src, &body.weights, &body.dst}) not_reduced(*r);
+          } else if constexpr (std::is_same_v<T, CollectiveStep>) {
+            if (body.kind == CollectiveKind::all_gather || body.kind == CollectiveKind::all_to_all) {
+              moves(body.src, body.dst);
+            } else {
+              not_reduced(body.src);
+              not_reduced(body.dst);
+            }
+          } else if constexpr (std::is_same_v<T, AttentionStep>) {
+            for (const Region* r : {&body.q, &body.k, &body.v, &body.o, &body.lse})
+              if (fp8_of(*r)) fail(where, "attends over " + named(*r) + ": attention has no FP8 form");
+          }
+        },
+        step);
+  }
+
   void attention(const std::string& where, int rank, const AttentionStep& s) {
     bool ok = region(where, rank, s.q, "queries");
     ok = region(where, rank, s.k, "keys") && ok;
@@ -293,6 +354,7 @@ struct StructureChecker {
               }
             },
             step.body);
+        fp8(where, step.body);
       }
     }
     for (const auto& [id, parts] : collectives) check_collective(id, parts);

@@ -38,7 +38,7 @@ Step& RankPlanBuilder::add(std::string label, int stream, Engine engine, StepBod
 }
 
 BufferId declare_b(RankPlanBuilder& b, const Problem& p) {
-  return b.buffer("B", BufferRole::input, b_rows(p), p.k, p.input_dtype, /*symmetric=*/false,
+  return b.buffer("B", BufferRole::input, b_rows(p), p.k, operand_b_dtype(p), /*symmetric=*/false,
                   p.b_layout == BLayout::kn ? MemoryOrder::column_major : MemoryOrder::row_major);
 }
 

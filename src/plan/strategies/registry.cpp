@@ -134,7 +134,15 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
   }
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);
+  require_whole_scale_blocks(strategy.name, plan);
   return plan;
+}
+
+// Block-scaled FP8 is multiplied in whole 128-column blocks of K: a plan that cuts K elsewhere
+// (ficco's 2D K slices of k / W columns) cannot run, so the strategy declines it.
+void require_whole_scale_blocks(const std::string& strategy, const Plan& plan) {
+  if (std::string why = first_scale_block_misalignment(plan); !why.empty())
+    throw std::invalid_argument("strategy '" + strategy + "' declines block-scaled FP8 here: " + why);
 }
 
 }  // namespace weft

@@ -91,7 +91,7 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
       case OpKind::moe_rs: {
         // One GEMM per (source, expert), each source's rows reduced to its tokens, then ReduceScatter.
         const MoeRows rows = moe_rows(p);
-        const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+        const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
         const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);

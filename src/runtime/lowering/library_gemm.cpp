@@ -1,5 +1,7 @@
 // A plain tile table (every tile at its own place in one output box, no waits or notifies) is what
-// one library GEMM computes: it runs on cuBLASLt, with descriptors and algorithm chosen once.
+// one library GEMM computes: it runs on cuBLASLt, with descriptors and algorithm chosen once. FP8
+// operands go through cuBLASLt's FP8 matmul with their scales (ir/scaling.hpp): tensor scales as
+// scalars, row scales as outer vectors, block scales as 1x128 (A) and 128x128 (B) blocks.
 #include <memory>
 
 #include "lowering.hpp"
@@ -30,6 +32,60 @@ struct Descriptors {
   }
 };
 
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    case DType::f32: return CUDA_R_32F;
+    case DType::e4m3: return CUDA_R_8F_E4M3;
+    case DType::e5m2: return CUDA_R_8F_E5M2;
+  }
+  return CUDA_R_16BF;
+}
+
+// cuBLASLt's scale mode for an operand's scales.
+int32_t scale_mode(const ScaleGrid& grid) {
+  if (grid.block_cols == 0) return grid.block_rows == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  return grid.block_rows == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+}
+
+// Where an operand's scales start for the GEMM's rows: the executor's layout (device_scale_index),
+// which for tensor and row scales is one float per scale from the region's first row. Block scales
+// are strided over the whole buffer: the GEMM must read all of it.
+const float* scales_from(const BoundScales& s, const std::string& label, const char* operand) {
+  const BoundRegion& r = s.elements;
+  const int64_t row = r.offset / r.stride, col = r.offset % r.stride;
+  if (s.grid.block_cols > 0 && (row != 0 || col != 0 || r.rows != s.buffer_rows || r.cols != s.buffer_cols))
+    throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "' reads rows " + std::to_string(row) + ".." + std::to_string(row + r.rows) +
+                                " and K columns " + std::to_string(col) + ".." + std::to_string(col + r.cols) + " of its block-scaled " + operand +
+                                " (a buffer of " + std::to_string(s.buffer_rows) + "x" + std::to_string(s.buffer_cols) +
+                                "); the library GEMM takes block scales of whole buffers only so far");
+  if (s.grid.block_cols == 0 && s.grid.block_rows == 1) return s.resolve() + row;
+  return s.resolve();
+}
+
+void set_fp8(Descriptors& d, const GemmStep& gemm, const std::string& label, const Context& context) {
+  const std::optional<BoundScales> a = context.scales(gemm.a), b = context.scales(gemm.b);
+  if (!a || !b) throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "' multiplies FP8 by a matrix that is not FP8");
+  // Row-major C = A B^T runs as column-major C^T = B A^T: cuBLASLt's A is our B (the weight), its B
+  // our A, so the scale pointers cross over.
+  const float* weight_scales = scales_from(*b, label, "B");
+  const float* activation_scales = scales_from(*a, label, "A");
+  const int32_t weight_mode = scale_mode(b->grid), activation_mode = scale_mode(a->grid);
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof weight_mode));
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &activation_mode, sizeof activation_mode));
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, sizeof weight_scales));
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scales, sizeof activation_scales));
+  // Fast accumulation skips the periodic promotion of partial sums to fp32: off unless asked, and
+  // never with block scales (cuBLASLt runs those only with it off).
+  const bool block = a->grid.block_cols > 0;
+  if (context.fp8_fast_accumulation && block)
+    throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "': block-scaled FP8 runs without fast accumulation "
+                                "(ExecutorOptions::fp8_fast_accumulation)");
+  const int8_t fast = context.fp8_fast_accumulation ? 1 : 0;
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+}
+
 }  // namespace
 
 Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const Context& context) {
@@ -48,10 +104,13 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
   const cublasOperation_t transa = b.column_major ? CUBLAS_OP_N : CUBLAS_OP_T, keep = CUBLAS_OP_N;
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa));
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
-  if (b.column_major) WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, CUDA_R_16BF, n, k, b.stride));
-  else WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, CUDA_R_16BF, k, n, b.stride));
-  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->activation, CUDA_R_16BF, k, m, a.stride));
-  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->out, CUDA_R_16BF, n, m, c.stride));
+  if (is_fp8(a.dtype) && b.column_major)
+    throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "' multiplies an FP8 B stored [K,N] (layout kn); cuBLASLt's FP8 matmul "
+                                "takes B as [N,K] row-major only (TN): give B row-major [N,K]");
+  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->weight, cuda_type(b.dtype), b.column_major ? n : k, b.column_major ? k : n, b.stride));
+  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->activation, cuda_type(a.dtype), k, m, a.stride));
+  WEFT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d->out, cuda_type(c.dtype), n, m, c.stride));
+  if (is_fp8(a.dtype)) set_fp8(*d, gemm, label, context);
   cublasLtMatmulPreference_t pref;
   WEFT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t workspace = context.gemm_workspace_bytes;
@@ -69,7 +128,9 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
   if (status != CUBLAS_STATUS_SUCCESS || count == 0)
     throw std::invalid_argument("CudaExecutor: cuBLASLt has no algorithm for GEMM step '" + label + "' (m=" + std::to_string(m) +
                                 " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                                "); check K and N alignment (multiples of 8 elements)");
+                                ", " + std::string(to_string(a.dtype)) + " x " + std::string(to_string(b.dtype)) + " -> " +
+                                std::string(to_string(c.dtype)) + "); check K and N alignment (multiples of 8 elements; FP8: of 16, "
+                                "and block scales need a cuBLASLt with Hopper block scaling, 12.9 or later)");
   d->algo = found.algo;
   // 1 where the GEMM adds to C. The warm-up uses the same: cuBLASLt runs another kernel for beta 0,
   // and the first use of a kernel loads its library (see CudaExecutor::load_gemm_kernels).

@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "weft/ir/plan.hpp"
@@ -30,8 +31,20 @@ struct BoundRegion {
   // the box's as the plan sees it, while `offset` and `stride` address its memory, the [cols, rows]
   // transpose, row-major (element (i, j) at offset + j * stride + i). resolve() gives that memory.
   bool column_major = false;
+  DType dtype = DType::bf16;
 
-  DeviceRegion resolve() const { return DeviceRegion{static_cast<uint16_t*>(*base) + offset, rows, cols, stride}; }
+  DeviceRegion resolve() const { return DeviceRegion{static_cast<char*>(*base) + offset * dtype_bytes(dtype), rows, cols, stride}; }
+};
+
+// The scales of an FP8 region: its buffer's whole scale array, byte_offset bytes after the buffer's
+// start, in device_scale_index's layout (runtime/cuda_executor.hpp).
+struct BoundScales {
+  BoundRegion elements;  // the region itself
+  size_t byte_offset = 0;
+  ScaleGrid grid;
+  int64_t buffer_rows = 0, buffer_cols = 0;
+
+  const float* resolve() const { return reinterpret_cast<const float*>(static_cast<const char*>(*elements.base) + byte_offset); }
 };
 
 // What a lowering may use from the executor.
@@ -40,6 +53,7 @@ struct Context {
   int world_size = 1;
   std::function<BoundRegion(const Region&)> region;          // a plan region as this GPU sees it
   std::function<BoundRegion(int rank, int buffer)> whole;    // a whole buffer of a rank
+  std::function<std::optional<BoundScales>(const Region&)> scales;  // an FP8 region's scales (empty: not FP8)
   cublasLtHandle_t lt = nullptr;
   void* gemm_workspace = nullptr;
   size_t gemm_workspace_bytes = 0;
@@ -49,6 +63,7 @@ struct Context {
   WaitRecord* device_error = nullptr;                  // where bounded waits report
   uint64_t device_wait_timeout_ns = 0;
   bool plain_gemm_on_overlap = false;                        // ExecutorOptions::PlainGemm::overlap
+  bool fp8_fast_accumulation = false;                        // ExecutorOptions::fp8_fast_accumulation
 };
 
 // One lowered step. `enqueue` is empty where a step has nothing to do (an empty copy); `warm_up`
@@ -57,6 +72,10 @@ struct Lowered {
   std::function<void(cudaStream_t)> enqueue;
   std::function<void(cudaStream_t)> warm_up;
 };
+
+// Throws std::invalid_argument naming the step and what is missing where it touches a buffer that
+// is not bf16 and its lowering has no such form yet (only the library GEMM takes FP8 so far).
+void require_lowerable_dtypes(const Step& step, const Context& context);
 
 Lowered lower_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
