@@ -261,7 +261,7 @@ void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   const MoeRows rows = moe_rows(p);
   const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
   const BufferId w = detail::declare_b(b, p);
-  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, p.input_dtype);
+  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
   const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
   const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype, /*symmetric=*/true);
   const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
