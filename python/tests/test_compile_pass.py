@@ -6,7 +6,7 @@ layouts its kernels take) and compared with the graph as traced, and weft's fake
 to agree with the shapes and strides the pass records. Whether the compiled model runs on GPUs and
 matches eager is the GPU test's (test_torch.py)."""
 
-import operator
+import contextlib
 import types
 
 import pytest
@@ -333,11 +333,93 @@ def test_nothing_is_rewritten_before_weft_is_initialised_or_over_another_group(f
     assert findings and "weft's communicator has 2" in findings[0].reason, findings
 
 
-def test_enable_installs_the_pass_and_disable_puts_back_what_was_there(monkeypatch):
+def test_enable_installs_the_pass_and_disable_puts_back_what_was_there():
     config = torch._inductor.config
-    monkeypatch.setattr(config, "post_grad_custom_pre_pass", None)
-    wcompile.enable()
-    installed = config.post_grad_custom_pre_pass
-    assert isinstance(installed, torch._inductor.custom_graph_pass.CustomGraphPass) and installed.uuid()
-    wcompile.disable()
-    assert config.post_grad_custom_pre_pass is None
+    with config.patch(post_grad_custom_pre_pass=None):  # (monkeypatch's undo hides a config entry)
+        wcompile.enable()
+        installed = config.post_grad_custom_pre_pass
+        assert isinstance(installed, torch._inductor.custom_graph_pass.CustomGraphPass) and installed.uuid()
+        wcompile.disable()
+        assert config.post_grad_custom_pre_pass is None
+
+
+@pytest.fixture
+def weft_ops_on_the_cpu():
+    """weft's ops as CPU kernels by their definitions (rank 0 of identical ranks, operands checked as
+    the kernels check them), for graphs Inductor compiles here; the layouts B arrived in listed."""
+    lib = torch.library.Library("weft", "IMPL")
+    received = []
+    for op, run in _weft_ops().items():
+        def kernel(a, b, strategy=0, run=run, name=op.__name__.split(".")[0]):
+            received.append((name, "kn" if b.stride() == (1, b.shape[0]) else "nk"))
+            return run(a, b)
+
+        lib.impl(op.__name__.split(".")[0], kernel, "CPU")
+    torch._dynamo.reset()
+    yield received
+    torch._dynamo.reset()
+    lib._destroy()
+
+
+@contextlib.contextmanager
+def the_pass_compiling_afresh():
+    """The pass on, and Inductor compiling every graph afresh: a cached graph runs no post-grad pass
+    (so it would report nothing)."""
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        wcompile.enable()
+        try:
+            yield
+        finally:
+            wcompile.disable()
+
+
+def test_inductor_hands_weft_a_row_major_a_where_the_graph_has_another_layout(weft_spans, weft_ops_on_the_cpu):
+    """The product's A is a transposed view (strides (1, rows)), which weft's kernels refuse: the op
+    node asks Inductor for A row-major (eager_input_vals), so Inductor lays it out so, and the result
+    equals the graph's (rank 0 of identical ranks)."""
+    group = weft_spans
+
+    def graph(a_t, w):
+        return funcol.all_reduce(torch.mm(a_t.t(), w.t()), "sum", group)
+
+    a_t, w = bf16(64, 16), bf16(32, 64)
+    with the_pass_compiling_afresh():
+        got = torch.compile(graph, fullgraph=True)(a_t, w)
+    assert [(f.op, f.rewritten) for f in wcompile.report()] == [("gemm_ar", True)], wcompile.report()
+    torch.testing.assert_close(got, torch.mm(a_t.t(), w.t()) * WORLD)
+
+
+def test_inductor_compiles_a_rewritten_training_step_that_matches_eager(weft_spans, weft_ops_on_the_cpu):
+    """torch.compile (Inductor, CPU) of a sequence-parallel MLP's forward and backward with the pass
+    on: every collective goes into a weft op, B reaches the ops in the layouts the pass chose (the
+    backward's as W.t() views, not copies), and output and gradients equal the eager step's, run as
+    rank 0 of identical ranks (eager: the functional collectives by their definitions)."""
+    group = weft_spans
+
+    def step(x, w_up, w_down):
+        h = torch.mm(funcol.all_gather_tensor_autograd(x, 0, group), w_up.t())
+        return funcol.reduce_scatter_tensor_autograd(torch.mm(torch.nn.functional.gelu(h), w_down.t()), "sum", 0, group)
+
+    inputs = [bf16(16, 64), bf16(128, 64), bf16(64, 128)]
+    dy = bf16(16, 64)
+
+    def run(fn):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        y = fn(*leaves)
+        y.backward(dy)
+        return [y.detach(), *(t.grad for t in leaves)]
+
+    collectives = torch.library.Library("_c10d_functional", "IMPL")
+    try:
+        for name, emulated in [("all_gather_into_tensor", _AS_RANK_0[_c10d.all_gather_into_tensor.default]),
+                               ("reduce_scatter_tensor", _AS_RANK_0[_c10d.reduce_scatter_tensor.default])]:
+            collectives.impl(name, emulated, "CPU")
+        eager = run(step)
+    finally:
+        collectives._destroy()
+    with the_pass_compiling_afresh():
+        compiled = run(torch.compile(step, fullgraph=True))
+    assert sorted((f.op, f.rewritten) for f in wcompile.report()) == [("ag_gemm_gathered", True)] * 2 + [("gemm_rs", True)] * 2, wcompile.report()
+    assert sorted(weft_ops_on_the_cpu) == [("ag_gemm_gathered", "kn"), ("ag_gemm_gathered", "nk"), ("gemm_rs", "kn"), ("gemm_rs", "nk")]
+    for got, expected in zip(compiled, eager):
+        torch.testing.assert_close(got, expected)
