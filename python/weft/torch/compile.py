@@ -1,18 +1,26 @@
 """A torch.compile pass that puts weft's ops into an unmodified tensor-parallel model: after
 ``weft.torch.compile.enable()``, Inductor's post-grad graphs have
 
-    all_gather(x) -> mm(., W^T)          replaced by  torch.ops.weft.ag_gemm(x, W)
-    mm(a, W^T) -> reduce_scatter(sum)    replaced by  torch.ops.weft.gemm_rs(a, W)
-    mm(a, W^T) -> all_reduce(sum)        replaced by  torch.ops.weft.gemm_ar(a, W)
+    all_gather(x) -> mm(., B^T)          replaced by  torch.ops.weft.ag_gemm(x, B)
+    mm(a, B^T) -> reduce_scatter(sum)    replaced by  torch.ops.weft.gemm_rs(a, B)
+    mm(a, B^T) -> all_reduce(sum)        replaced by  torch.ops.weft.gemm_ar(a, B)
 
 where the collective is PyTorch's functional one (what DTensor's parallel styles and
 torch.distributed._functional_collectives trace to) over the process group weft's communicator
 spans, gathering or scattering along rows, and the product is bf16 and 2-D (a view between the
-collective and the product, flattening leading dimensions, is followed). The strategy is `auto`
-unless enable() is given one. Every rewrite is logged (logger "weft.torch.compile") and listed by
-report(), and so is every near-match left as it was, with the reason: another dtype, a bias
-(addmm), a weight not given as W^T, a gathered tensor another node also reads, a group weft does
-not span, a shape weft's ops do not take. The pass adds ops, never graph breaks.
+collective and the product, flattening leading dimensions, is followed). B is passed as it lies, in
+either layout the ops read (ops.py): a linear layer's weight W [n, k] where the product is x @ W^T,
+or W.t(), a view with strides (1, n), where the product is x @ W of a plain [k, n] W (a backward's
+dy @ W): nothing is copied. Where the gathered tensor has other readers (training keeps it for the
+weight gradient; q, k and v projections share one gather), the product becomes
+torch.ops.weft.ag_gemm_gathered, and the other readers, products included, read the gathered input
+it hands back: one gather, inside the op. The strategy is `auto` unless enable() is given one.
+
+Every rewrite is logged (logger "weft.torch.compile") and listed by report(), with how B is passed
+and who reads the gathered input; so is every near-match left as it was, with the reason: another
+dtype, a bias (addmm), a weight whose strides neither layout has, the gathered tensor as a product's
+right operand, a second product of one gather, a group weft does not span, a shape weft's ops do
+not take. The pass adds ops, never graph breaks.
 
     import weft.torch, weft.torch.compile
     weft.torch.init()
@@ -22,6 +30,7 @@ not span, a shape weft's ops do not take. The pass adds ops, never graph breaks.
 """
 
 import logging
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -35,15 +44,19 @@ _state = {"strategy": 0, "report": [], "previous": None}
 
 @dataclass
 class Finding:
-    """One collective + product in a graph: rewritten into `op`, or left (`reason` says why)."""
+    """One collective + product in a graph: rewritten into `op` (`note` says how B is passed and
+    where the gathered input goes), or left (`reason` says why)."""
 
     op: str
     node: str
     rewritten: bool
     reason: str = ""
+    note: str = ""
 
     def __str__(self):
-        return f"{self.op} at {self.node}: " + ("rewritten" if self.rewritten else f"left as it was ({self.reason})")
+        if self.rewritten:
+            return f"{self.op} at {self.node}: rewritten" + (f" ({self.note})" if self.note else "")
+        return f"{self.op} at {self.node}: left as it was ({self.reason})"
 
 
 def report():
@@ -62,8 +75,11 @@ def _weft_group():
     return comm.world_size(), name
 
 
-def _transposed_weight(node):
-    """W where `node` is W^T of a 2-D W (aten.t, permute [1, 0], transpose 0 1), else None."""
+_VIEWS = (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default)
+
+
+def _transposed(node):
+    """X where `node` is X^T of a 2-D X (aten.t, permute [1, 0], transpose 0 1), else None."""
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return None
     if node.target == _aten.t.default:
@@ -79,30 +95,67 @@ def _value(node):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _through_flattening_view(node):
-    """(the node a product reads, the views between): `node` itself, or its single-user 2-D view."""
-    users = list(node.users)
-    if len(users) == 1 and users[0].target in (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default):
-        view = users[0]
-        val = _value(view)
-        if val is not None and val.dim() == 2:
-            return view, [view]
-    return node, []
+def _b_layout(b):
+    """How weft's ops read B [n, k] with these strides (python/src/torch_ops.cpp's b_operand_layout):
+    'nk' (row-major, strides (k, 1)), 'kn' (X.t() of a contiguous X [k, n], strides (1, n)), or None
+    (a view they refuse)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true as known
+
+    (n, k), (sn, sk) = b.shape, b.stride()
+    if (known(k <= 1) or known(sk == 1)) and (known(n <= 1) or known(sn == k)):
+        return "nk"
+    if (known(n <= 1) or known(sn == 1)) and (known(k <= 1) or known(sk == n)):
+        return "kn"
+    return None
+
+
+@dataclass
+class _Weight:
+    """B [n, k] of a product a @ rhs, rhs being B^T: `node` where the graph holds B (rhs = W^T: the
+    linear layer's weight W), else None, and B is rhs.permute(1, 0), a view the pass puts in (rhs is
+    a plain [k, n] tensor, as in a backward's dy @ W); `val` is B's shape metadata."""
+
+    rhs: torch.fx.Node
+    node: object
+    val: object
+
+    def operand(self, graph):
+        """B as a node (a view made at the graph's insertion point where the graph has no B)."""
+        if self.node is not None:
+            return self.node
+        node = graph.call_function(_aten.permute.default, (self.rhs, [1, 0]))
+        node.meta["val"] = self.val
+        return node
+
+    def note(self):
+        layout = _b_layout(self.val)
+        how = "the weight as the graph holds it" if self.node is not None else f"{self.rhs.name}.t(), a view"
+        return f"B {layout}: {how}, not copied"
+
+
+def _weight(rhs):
+    w = _transposed(rhs)
+    if w is not None:
+        return _Weight(rhs, w, _value(w))
+    val = _value(rhs)
+    return _Weight(rhs, None, val.permute(1, 0) if val is not None and val.dim() == 2 else None)
 
 
 def _product_problem(mm, weight):
-    """Why weft's op cannot take mm(a, weight^T) (None: it can)."""
-    a, out = _value(mm.args[0]), _value(mm)
-    w = _value(weight)
-    if a is None or out is None or w is None:
+    """Why weft's op cannot take mm(a, B^T) (None: it can)."""
+    a, out, b = _value(mm.args[0]), _value(mm), weight.val
+    if a is None or out is None or b is None:
         return "no shape metadata on the graph"
-    if a.dtype != torch.bfloat16 or w.dtype != torch.bfloat16:
-        return f"dtype {a.dtype} x {w.dtype}; weft's ops take bfloat16"
-    if w.dim() != 2:
-        return f"the weight has {w.dim()} dimensions"
-    n, k = w.shape
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        return f"dtype {a.dtype} x {b.dtype}; weft's ops take bfloat16"
+    if b.dim() != 2:
+        return f"the weight has {b.dim()} dimensions"
+    n, k = b.shape
     if isinstance(n, int) and isinstance(k, int) and (n % 8 or k % 8):
         return f"n={n}, k={k}: weft's ops take multiples of 8"
+    if _b_layout(b) is None:
+        return (f"the weight B [{n}, {k}] (the product's right operand, transposed) has strides {tuple(b.stride())}; "
+                "weft's ops read B with strides (k, 1) or (1, n) and copy nothing")
     return None
 
 
@@ -122,17 +175,74 @@ def _collective_group(node, world_and_group):
     return None
 
 
-def _insert(graph, before, op, args, like):
-    with graph.inserting_before(before):
-        node = graph.call_function(getattr(torch.ops.weft, op).default, args)
-    node.meta.update({k: v for k, v in like.meta.items() if k in ("val", "tensor_meta", "stack_trace")})
+def _call(graph, target, args, val, like=None):
+    """A node of `target` at the graph's insertion point, with the shape metadata `val`. An op node
+    also gets the layouts it takes as Inductor's layout constraint (eager_input_vals): A row-major
+    contiguous (Inductor copies it only where the graph has it otherwise), B as given."""
+    node = graph.call_function(target, args)
+    if val is not None:
+        node.meta["val"] = val
+    if like is not None and "stack_trace" in like.meta:
+        node.meta["stack_trace"] = like.meta["stack_trace"]
+    a, b = (_value(x) for x in args[:2])
+    if getattr(target, "namespace", None) == "weft" and a is not None and b is not None:
+        node.meta["eager_input_vals"] = ((a.contiguous(), b, *args[2:]), {})
     return node
 
 
 def _erase_unused(graph, nodes):
     for node in nodes:
-        if node.graph is graph and not node.users:
+        if isinstance(node, torch.fx.Node) and node.op == "call_function" and node.graph is graph and not node.users:
             graph.erase_node(node)
+
+
+def _depends_on(node, ancestor):
+    """Whether `node` is computed from `ancestor`."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n is ancestor:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.all_input_nodes)
+    return False
+
+
+def _left_products(read):
+    """The products that take `read` as their left operand: mm(read, .), addmm(bias, read, .)."""
+    return [u for u in read.users if (u.target == _aten.mm.default and u.args[0] is read) or (u.target == _aten.addmm.default and u.args[1] is read)]
+
+
+def _gathered_read(wait):
+    """(read, views): the 2-D tensor products read the gathered tensor as, the wait itself or a
+    flattening view of it, whichever a product takes as its left operand first; (None, []) if none."""
+    val = _value(wait)
+    candidates = [(wait, [])] if val is not None and val.dim() == 2 else []
+    candidates += [(u, [u]) for u in wait.users if u.target in _VIEWS and _value(u) is not None and _value(u).dim() == 2]
+    for read, views in candidates:
+        if _left_products(read):
+            return read, views
+    return None, []
+
+
+def _gathered_product_problem(mm, ag, wait, views, group):
+    """Why weft's ag_gemm cannot take this product of the gathered tensor (None: it can)."""
+    if mm.target == _aten.addmm.default:
+        return "a bias (addmm): weft's ops add none"
+    weight = _weight(mm.args[1])
+    reason = _collective_group(ag, group) or _product_problem(mm, weight)
+    if reason:
+        return reason
+    shard = _value(ag.args[0])
+    if shard is not None and shard.dim() != 2 and not views:
+        return f"the shard has {shard.dim()} dimensions and no view flattens it"
+    k = _value(mm.args[0]).shape[1]
+    if views and shard is not None and isinstance(shard.numel(), int) and isinstance(k, int) and shard.numel() % k:
+        return f"a view into rows of {k} that straddle the ranks' shards"
+    if _depends_on(mm.args[1], wait):
+        return "the weight is computed from the gathered tensor"
+    return None
 
 
 def _rewrite_all_gathers(graph, group, findings):
@@ -141,38 +251,58 @@ def _rewrite_all_gathers(graph, group, findings):
         if len(waits) != 1 or len(ag.users) != 1:
             continue
         wait = waits[0]
-        read, views = _through_flattening_view(wait)
-        mms = [u for u in read.users if u.target in (_aten.mm.default, _aten.addmm.default)]
-        if not mms:
+        read, views = _gathered_read(wait)
+        if read is None:
+            for tensor in [wait, *(u for u in wait.users if u.target in _VIEWS)]:
+                findings.extend(Finding("ag_gemm", u.name, False, "the gathered tensor is the product's right operand; ag_gemm gathers the left")
+                                for u in tensor.users if u.target == _aten.mm.default and u.args[1] is tensor)
             continue
-        mm = mms[0]
-        where = mm.name
-        if mm.target == _aten.addmm.default:
-            findings.append(Finding("ag_gemm", where, False, "a bias (addmm): weft's ops add none"))
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        products = sorted(_left_products(read), key=order.get)
+        problems = {p: _gathered_product_problem(p, ag, wait, views, group) for p in products}
+        chosen = next((p for p in products if problems[p] is None), None)
+        findings.extend(Finding("ag_gemm", p.name, False, problems[p]) for p in products if problems[p])
+        if chosen is None:
             continue
-        if len(read.users) != 1 or (views and len(wait.users) != 1):
-            findings.append(Finding("ag_gemm", where, False, "another node also reads the gathered tensor (weft's op does not return it)"))
+        # Every other reader of the gathered tensor (products included) reads the gathered input
+        # ag_gemm_gathered hands back: the gather happens once, inside the op.
+        wait_readers = [u for u in wait.users if u is not read] if views else []
+        readers = [u for u in read.users if u is not chosen] + wait_readers
+        unflattened = list(_value(wait).shape)
+        if wait_readers and not all(isinstance(d, int) for d in unflattened):
+            findings.append(Finding("ag_gemm", chosen.name, False, "another node reads the gathered tensor unflattened, and its shape is dynamic"))
             continue
-        weight = _transposed_weight(mm.args[1])
-        if mm.args[0] is not read or weight is None:
-            findings.append(Finding("ag_gemm", where, False, "the product is not gather(x) @ W^T (the weight not given transposed)"))
-            continue
-        reason = _collective_group(ag, group) or _product_problem(mm, weight)
+        weight = _weight(chosen.args[1])
         shard = ag.args[0]
-        if reason is None and _value(shard) is not None and _value(shard).dim() != 2 and not views:
-            reason = f"the shard has {_value(shard).dim()} dimensions and no view flattens it"
-        if reason:
-            findings.append(Finding("ag_gemm", where, False, reason))
-            continue
-        with graph.inserting_before(mm):
+        with graph.inserting_before(min([chosen, *readers], key=order.get)):
             a = shard
             if views:  # gather(x).view(-1, k) == gather(x.view(-1, k)) for a gather along rows
-                k = _value(mm.args[0]).shape[1]
-                a = graph.call_function(_aten.reshape.default, (shard, [-1, k]))
-        node = _insert(graph, mm, "ag_gemm", (a, weight, _state["strategy"]), mm)
-        mm.replace_all_uses_with(node)
-        _erase_unused(graph, [mm, mm.args[1], *reversed(views), wait, ag])
-        findings.append(Finding("ag_gemm", node.name, True))
+                k = _value(read).shape[1]
+                a = _call(graph, _aten.reshape.default, (shard, [-1, k]), _value(shard).reshape(-1, k))
+            b = weight.operand(graph)
+            sid = _state["strategy"]
+            if not readers:
+                node = _call(graph, torch.ops.weft.ag_gemm.default, (a, b, sid), _value(chosen), chosen)
+                result, note = node, weight.note()
+            else:
+                node = _call(graph, torch.ops.weft.ag_gemm_gathered.default, (a, b, sid), (_value(chosen), _value(read)), chosen)
+                result = _call(graph, operator.getitem, (node, 0), _value(chosen))
+                gathered = _call(graph, operator.getitem, (node, 1), _value(read))
+                for reader in read.users.copy():
+                    if reader is not chosen:
+                        reader.replace_input_with(read, gathered)
+                if wait_readers:
+                    whole = _call(graph, _aten.view.default, (gathered, unflattened), _value(wait))
+                    for reader in wait_readers:
+                        reader.replace_input_with(wait, whole)
+                names = ", ".join(r.name for r in readers)
+                note = f"{weight.note()}; the gathered input it hands back goes to {names}"
+        chosen.replace_all_uses_with(result)
+        _erase_unused(graph, [chosen, chosen.args[1], *reversed(views), wait, ag])
+        findings.append(Finding(str(node.target).split(".")[1], node.name, True, note=note))
+        for p in products:
+            if p is not chosen and problems[p] is None:
+                findings.append(Finding("ag_gemm", p.name, False, f"it reads the gathered input {node.name} hands back (one product per gather: weft's op overlaps the gather with one)"))
 
 
 def _rewrite_reductions(graph, group, findings):
@@ -184,7 +314,7 @@ def _rewrite_reductions(graph, group, findings):
             continue
         mm = source
         views = []
-        if mm.target in (_aten.view.default, _aten.reshape.default, _aten._unsafe_view.default) and isinstance(mm.args[0], torch.fx.Node):
+        if mm.target in _VIEWS and isinstance(mm.args[0], torch.fx.Node):
             views, mm = [mm], mm.args[0]
         if mm.target not in (_aten.mm.default, _aten.addmm.default):
             continue
@@ -202,21 +332,19 @@ def _rewrite_reductions(graph, group, findings):
             findings.append(Finding(op, where, False, "another node also reads the product before its reduction"))
             continue
         waits = [u for u in coll.users if u.target == _c10d.wait_tensor.default]
-        weight = _transposed_weight(mm.args[1])
         if len(waits) != 1 or len(coll.users) != 1:
             continue
-        if weight is None:
-            findings.append(Finding(op, where, False, "the product is not a @ W^T (the weight not given transposed)"))
-            continue
         # (rows a multiple of the ranks, which gemm_rs needs, reduce_scatter_tensor needs too)
+        weight = _weight(mm.args[1])
         reason = _collective_group(coll, group) or _product_problem(mm, weight)
         if reason:
             findings.append(Finding(op, where, False, reason))
             continue
-        node = _insert(graph, coll, op, (mm.args[0], weight, _state["strategy"]), waits[0])
+        with graph.inserting_before(coll):
+            node = _call(graph, getattr(torch.ops.weft, op).default, (mm.args[0], weight.operand(graph), _state["strategy"]), _value(waits[0]), waits[0])
         waits[0].replace_all_uses_with(node)
         _erase_unused(graph, [waits[0], coll, mm, mm.args[1]])
-        findings.append(Finding(op, node.name, True))
+        findings.append(Finding(op, node.name, True, note=weight.note()))
 
 
 def rewrite(graph):
@@ -226,6 +354,10 @@ def rewrite(graph):
     findings = []
     _rewrite_all_gathers(graph, group, findings)
     _rewrite_reductions(graph, group, findings)
+    # An op put in before the first reader of what it gathers may read a weight the graph makes later.
+    from torch._inductor.pattern_matcher import stable_topological_sort
+
+    stable_topological_sort(graph)
     graph.lint()
     for f in findings:
         (log.info if f.rewritten else log.warning)("weft.torch.compile: %s", f)
