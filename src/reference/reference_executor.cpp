@@ -5,6 +5,7 @@
 #include <set>
 #include <limits>
 #include <map>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -106,7 +107,10 @@ class ReferenceRun {
   // The scale of element (row, col) of a region of an FP8 buffer.
   float scale(const Region& r, int64_t row, int64_t col) {
     const ScaleCell cell = scale_cell(*grid(r), r.box.row + row, r.box.col + col);
-    return scales_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(cell.row, cell.col);
+    // Scale cells over several rows (tensor, block) are read and written by every stream that moves
+    // or multiplies those rows, with the same value: relaxed atomics, the plan's waits order the rest.
+    return std::atomic_ref<float>(scales_[static_cast<size_t>(r.rank)][static_cast<size_t>(r.buffer)].at(cell.row, cell.col))
+        .load(std::memory_order_relaxed);
   }
 
   // An FP8 buffer's scales: the input's (which must be FP8 values with a scale array of the grid's
@@ -166,7 +170,8 @@ class ReferenceRun {
   void commit(const ScaleWrites& writes, const std::string& who) {
     for (const auto& [key, value] : writes.cells) {
       const auto& [rank, buffer, row, col] = key;
-      float& cell = scales_[static_cast<size_t>(rank)][static_cast<size_t>(buffer)].at(row, col);
+      std::atomic_ref<float> shared(scales_[static_cast<size_t>(rank)][static_cast<size_t>(buffer)].at(row, col));
+      const float cell = shared.load(std::memory_order_relaxed);
       // A scale over several rows keeps one value for the call: rows moved in from elsewhere must agree.
       const auto& g = grids_[static_cast<size_t>(rank)][static_cast<size_t>(buffer)];
       if (spans_rows(*g) && !std::isnan(cell) && !std::isnan(value) && cell != value)
@@ -174,7 +179,7 @@ class ReferenceRun {
                                     plan_.ranks[static_cast<size_t>(rank)].buffers[static_cast<size_t>(buffer)].name + "' on rank " +
                                     std::to_string(rank) + ", whose rows share scale " + std::to_string(cell) + " (" +
                                     std::string(to_string(plan_.problem.scaling)) + " scaling: one scale over several rows)");
-      cell = value;
+      shared.store(value, std::memory_order_relaxed);
     }
   }
   // Reductions sum partial sums, which are bf16 or f32: never FP8.
