@@ -165,7 +165,7 @@ struct CudaExecutor::Impl {
   cudaStream_t capture_stream = nullptr;
   uint64_t replayed = 0;
   uint64_t device_wait_timeout_ns = 0;  // the bound of every device-side wait, the call's barriers' too
-  uint64_t call_signature = 0;          // what the call's barriers compare between ranks (the op, shapes and strategy)
+  uint64_t call_signature = 0;          // the plan's fingerprint, which the call's barriers compare between ranks
 };
 
 namespace {
@@ -192,7 +192,9 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     throw std::invalid_argument("plan for " + std::to_string(plan_.world_size()) + " ranks given to a communicator of " +
                                 std::to_string(comm_.world_size()));
   if (options_.validate) require_valid(plan_);
-  comm_.require_agreement(std::hash<std::string>{}(to_string(plan_)), "the plan (strategy, shapes, options)");
+  // The plan's fingerprint: agreed on here, and compared again by every call's device barrier.
+  impl_->call_signature = std::hash<std::string>{}(to_string(plan_));
+  comm_.require_agreement(impl_->call_signature, "the plan (strategy, shapes, options)");
   // bf16 everywhere; FP8 (and the f32 an FP8 GEMM may give) only where each step's lowering takes
   // it, which refuses naming what is missing (lowering/dtypes.cpp).
   for (const BufferDecl& decl : rank_plan().buffers) {
@@ -366,7 +368,6 @@ void CudaExecutor::lower_steps() {
   const int64_t wait_ms = options_.device_wait_timeout_ms > 0 ? options_.device_wait_timeout_ms : env_ms("WEFT_DEVICE_WAIT_TIMEOUT_MS", 10000);
   context.device_wait_timeout_ns = static_cast<uint64_t>(wait_ms) * 1'000'000ull;
   im.device_wait_timeout_ns = context.device_wait_timeout_ns;
-  im.call_signature = std::hash<std::string>{}(call_context());
   context.plain_gemm_on_overlap = options_.plain_gemm == ExecutorOptions::PlainGemm::overlap;
   context.fp8_fast_accumulation = options_.fp8_fast_accumulation;
 
@@ -577,22 +578,18 @@ void CudaExecutor::check() {
   // released (the rest of its call would wait for peers' signals that will not come) and the
   // communicator aborted, so that nothing later (the next call, a destructor's barrier) waits on
   // them again.
-  if (e.source == tile::kWaitInBarrier || e.source == tile::kOtherCallInBarrier) impl_->signals->release_every_wait();
-  if (e.source == tile::kWaitInBarrier) {
-    const std::string why = rank + ": the call's device barrier gave up waiting for rank " + std::to_string(e.signal) + " (it had arrived " +
-                            std::to_string(e.observed) + " times, " + std::to_string(e.expected) +
-                            " expected), so the call's result is wrong (the peer is late or gone; WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit); "
-                            "the communicator was aborted";
-    comm_.abort(why);
-    throw DeviceWaitTimeout(why);
-  }
-  if (e.source == tile::kOtherCallInBarrier) {
-    const std::string why = rank + ": rank " + std::to_string(e.signal) + " is making another call (its call signature " +
-                            std::to_string(e.observed) + ", this call's " + std::to_string(e.expected) +
-                            "): every rank must call the same op with the same shapes and strategy in the same order, so the call's "
-                            "result is wrong; the communicator was aborted";
-    comm_.abort(why);
-    throw DeviceWaitTimeout(why);
+  if (e.source == tile::kWaitInBarrier || e.source == tile::kOtherCallInBarrier) {
+    const std::string why =
+        e.source == tile::kWaitInBarrier
+            ? rank + ": the call's device barrier gave up waiting for rank " + std::to_string(e.signal) + " (it had arrived " +
+                  std::to_string(e.observed) + " times, " + std::to_string(e.expected) +
+                  " expected), so the call's result is wrong (the peer is late or gone; WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)"
+            : rank + ": rank " + std::to_string(e.signal) + " is making another call (its plan's fingerprint " + std::to_string(e.observed) +
+                  ", this call's " + std::to_string(e.expected) +
+                  "): every rank must call the same op with the same shapes, strategy and options in the same order, so the call's result is wrong";
+    impl_->signals->release_every_wait();
+    comm_.abort(why + "; the communicator was aborted");
+    throw DeviceWaitTimeout(why + "; the communicator was aborted");
   }
   if (e.source == tile::kWaitInTileProgram) {
     const auto& steps = rank_plan().steps;

@@ -60,7 +60,7 @@ void signal_add(uint64_t* counter, uint64_t increment, cudaStream_t stream);
 struct DeviceBarrier {
   uint64_t* const* arrivals_on = nullptr;    // device array: rank q's arrival words (world of them), as this GPU sees them
   uint64_t* const* signatures_on = nullptr;  // device array: rank q's signature words (2 x world of them), as this GPU sees them
-  uint64_t signature = 0;                    // this call's (call_signature in cuda_executor)
+  uint64_t signature = 0;                    // this call's: the CudaExecutor's plan fingerprint
   uint64_t* epoch = nullptr;                 // this rank's barrier count (device memory)
   int rank = 0, world = 1;
   WaitRecord* error = nullptr;
