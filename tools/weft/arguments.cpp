@@ -174,7 +174,7 @@ void attention_shape_from(const Arguments& args, Problem& p) {
 
 }  // namespace
 
-// --dtype (or its older name --input-dtype), --b-dtype, --output-dtype and --scaling.
+// --dtype (or its older name --input-dtype), --b-dtype, --output-dtype, --scaling and --b-layout.
 void dtypes_from(const Arguments& args, Problem& p) {
   const std::string dtype = args.text("dtype", ""), input = args.text("input-dtype", "");
   if (!dtype.empty() && !input.empty()) throw std::invalid_argument("--dtype and --input-dtype name the same thing: give one");
@@ -185,6 +185,7 @@ void dtypes_from(const Arguments& args, Problem& p) {
   if (is_fp8(p.input_dtype) && scaling.empty())
     throw std::invalid_argument("--dtype " + std::string(to_string(p.input_dtype)) + " needs --scaling tensor, row or block");
   p.scaling = parse_scaling(scaling.empty() ? "none" : scaling);
+  p.b_layout = parse_b_layout(args.text("b-layout", "nk"));
 }
 
 

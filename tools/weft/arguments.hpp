@@ -41,7 +41,7 @@ class Arguments {
 // --topk (the MoE ops), --batch, --heads, --kv-heads, --head-dim, --causal (ag_attention, instead of
 // --n and --k), --input-dtype, --output-dtype.
 Problem problem_from(const Arguments& args);
-// --dtype (or --input-dtype), --b-dtype, --output-dtype and --scaling into the problem's fields.
+// --dtype (or --input-dtype), --b-dtype, --output-dtype, --scaling and --b-layout into the problem's fields.
 void dtypes_from(const Arguments& args, Problem& problem);
 // --op LIST (default: every op) and --strategy LIST (default: every strategy); unknown names throw.
 // with_attention: ag_attention too by default (commands that run on the CPU only; the GPU commands'

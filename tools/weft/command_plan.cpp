@@ -41,7 +41,7 @@ int command_check(const Arguments& args) {
   const std::vector<std::string> names = strategies_from(args);
   const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
   const int nodes = static_cast<int>(args.integer("nodes", 0));
-  const Numbers numbers{dtypes.input_dtype, dtypes.b_dtype, dtypes.output_dtype, dtypes.scaling};
+  const Numbers numbers{dtypes.input_dtype, dtypes.b_dtype, dtypes.output_dtype, dtypes.scaling, dtypes.b_layout};
   return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1)), nodes, args.flag("no-p2p"), "weft check", numbers) == 0
              ? 0
              : 1;
@@ -94,6 +94,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           Problem p{op, s.m, s.n, s.k, world, numbers.input, numbers.output, {}};
           p.b_dtype = numbers.b;
           p.scaling = numbers.scaling;
+          p.b_layout = numbers.b_layout;
           if (op == OpKind::gemm_rs && p.m % world != 0) p.m = (p.m / world + 1) * world;
           char shape[64];
           std::snprintf(shape, sizeof shape, "%lld,%lld,%lld", static_cast<long long>(p.m), static_cast<long long>(p.n),

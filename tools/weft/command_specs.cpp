@@ -39,7 +39,8 @@ Options dtype_knobs() {
           text("input-dtype", "T", "the older name of --dtype"),
           text("b-dtype", "T", "B's dtype where it differs from A's: e4m3 or e5m2 (FP8 backward: e5m2 gradients x e4m3)"),
           text("scaling", "S", "FP8: tensor, row (A per row, B per column of the output) or block (A 1x128, B 128x128)"),
-          text("output-dtype", "T", "bf16 (default) or f32; never FP8")};
+          text("output-dtype", "T", "bf16 (default) or f32; never FP8"),
+          text("b-layout", "L", "B's memory: nk (row-major [N,K], a linear layer's weight; default) or kn (row-major [K,N], a torch w.t() view)")};
 }
 
 Options one_problem() {

@@ -23,6 +23,7 @@ struct Numbers {
   std::optional<DType> b = std::nullopt;
   DType output = DType::bf16;
   Scaling scaling = Scaling::none;
+  BLayout b_layout = BLayout::nk;  // the GEMM ops' (ag_attention has no B)
 };
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.
