@@ -75,8 +75,13 @@ stage_tests() {
   WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
     bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
   say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
-  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*' || status=1
+  # FiCCO's op cases apart, under the hang probe: in one process (a thread per GPU) they hung at
+  # world 4 and 2 on 2026-11-27 with no host stacks taken.
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
+  WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" "$d/ficco_probe.log" 240 \
+    bash scripts/hang_probe.sh $binary '*Op*.*ficco*' 1 ${FICCO_PROBE_S:-90} || status=1
+  say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/ficco_probe.log" | head -3 | tr '\n' ' ')"
   WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
@@ -85,7 +90,7 @@ stage_tests() {
 }
 
 stage_python() {
-  CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" 600 \
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w pytest -m gpu (torchrun)" "$d/pytest_torchrun.log" ${PYTEST_LIMIT_S:-360} \
     torchrun --standalone --nproc_per_node=$w -m pytest -q -p no:cacheprovider -m gpu python/tests || status=1
   say "  $(grep -E '[0-9]+ (passed|failed)' "$d/pytest_torchrun.log" | tail -$w | sort | uniq -c | tr '\n' ' ')"
 }
