@@ -33,15 +33,37 @@ float bf16_to_float(uint16_t bits) {
 
 }  // namespace
 
-const std::vector<std::unique_ptr<Communicator>>& test_group() {
-  static std::vector<std::unique_ptr<Communicator>> group = [] {
-    int visible = 0;
-    WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
-    int world = visible;
-    if (const char* w = std::getenv("WEFT_TEST_WORLD")) world = std::min(visible, std::atoi(w));
-    return first_gpus(world);
-  }();
+namespace {
+
+std::vector<std::unique_ptr<Communicator>>& test_group_storage() {
+  static std::vector<std::unique_ptr<Communicator>> group;
   return group;
+}
+
+std::vector<std::unique_ptr<Communicator>> new_test_group() {
+  int visible = 0;
+  WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  int world = visible;
+  if (const char* w = std::getenv("WEFT_TEST_WORLD")) world = std::min(visible, std::atoi(w));
+  return first_gpus(world);
+}
+
+}  // namespace
+
+const std::vector<std::unique_ptr<Communicator>>& test_group() {
+  auto& group = test_group_storage();
+  if (group.empty()) group = new_test_group();
+  return group;
+}
+
+bool renew_test_group_if_aborted() {
+  auto& group = test_group_storage();
+  const bool aborted = std::any_of(group.begin(), group.end(), [](const std::unique_ptr<Communicator>& c) { return c->aborted(); });
+  if (!aborted) return false;
+  std::fprintf(stderr, "weft tests: a failed call aborted the shared test group's communicators; the next test gets a new group\n");
+  group.clear();
+  group = new_test_group();
+  return true;
 }
 
 HostMatrix download(const DeviceRegion& region, cudaStream_t stream) {

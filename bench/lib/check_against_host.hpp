@@ -14,6 +14,10 @@ namespace weft::bench {
 // The GPU tests' ranks: one communicator per visible GPU of this process (or the first
 // WEFT_TEST_WORLD), made once and shared by every test of the process.
 const std::vector<std::unique_ptr<Communicator>>& test_group();
+// Replaces the test group when a failed call aborted any of its communicators, so that one failure
+// does not fail every later test of the process with "the communicator was aborted". Call between
+// tests only (tests/gpu/test_group_renewal.cpp), never while a test holds the old communicators.
+bool renew_test_group_if_aborted();
 
 // fill_buffers (measure.hpp), then the inputs as host matrices.
 RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stream);

@@ -32,8 +32,48 @@ def reference(a, b):
     return a64 @ b64.t(), a64.abs() @ b64.abs().t()
 
 
+def _other_ranks_failed(failed):
+    """How many other ranks of torch.distributed's world failed the check this rank is at (0 without
+    a process group of several ranks). Collective: every rank calls it at the same check, so that a
+    check failing on one rank fails on all, and no rank runs ahead into the next call or collective
+    while the others are still in this test (which would hang or fail every later test)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return 0
+    count = torch.tensor([1.0 if failed else 0.0], device="cuda")
+    dist.all_reduce(count)
+    return int(count.item()) - (1 if failed else 0)
+
+
+def slowest(value):
+    """value's maximum over torch.distributed's ranks (itself without a process group): an error
+    every rank then compares with the same bound (collective, as _other_ranks_failed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
 def assert_close(got, want, scale, terms=1, what="result"):
-    """Per element: |got - want| <= EPS * terms * scale (+ a denormal floor); NaN fails."""
+    """Per element: |got - want| <= EPS * terms * scale (+ a denormal floor); NaN fails. Collective
+    where torch.distributed spans several ranks: fails on every rank when it fails on any."""
+    try:
+        _assert_close_here(got, want, scale, terms, what)
+        failure = None
+    except AssertionError as e:
+        failure = e
+    others = _other_ranks_failed(failure is not None)
+    if failure is not None:
+        raise AssertionError(f"{failure}" + (f" (and on {others} other rank(s))" if others else "")) from None
+    if others:
+        raise AssertionError(f"{what}: passed on this rank, failed on {others} other rank(s) (see their output)")
+
+
+def _assert_close_here(got, want, scale, terms, what):
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     assert want.abs().max() > 0, f"{what}: the expected result is all zero; the check would prove nothing"
     got64 = got.double().cpu()

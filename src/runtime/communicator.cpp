@@ -295,7 +295,10 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   }
   auto* send = static_cast<uint8_t*>(scratch_);
   uint8_t* recv = send + bytes;
-  WEFT_CUDA_CHECK(cudaMemcpy(send, data, bytes, cudaMemcpyHostToDevice));
+  // On the all-gather's stream: a cudaMemcpy from pageable memory may return before its DMA lands,
+  // and nothing orders it before a kernel on another stream (a rank then sent what the scratch
+  // held before: zeros, and ranks "disagreed").
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, host_stream_));
   WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
   // A rank that failed (or took another path) never joins: say so instead of waiting forever.
   if (!synchronize_with_timeout(host_stream_, timeout_ms())) {
@@ -309,7 +312,8 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
     throw Error(why);
   }
   std::vector<uint8_t> result(bytes * static_cast<size_t>(world_));
-  WEFT_CUDA_CHECK(cudaMemcpy(result.data(), recv, result.size(), cudaMemcpyDeviceToHost));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(result.data(), recv, result.size(), cudaMemcpyDeviceToHost, host_stream_));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(host_stream_));
   return result;
 }
 

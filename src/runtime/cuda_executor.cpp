@@ -218,7 +218,14 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   im.plan_touches_peers = reaches_across_ranks(plan_);
   const char* replay_env = std::getenv("WEFT_REPLAY_CALLS");
   const bool replay_wanted = options_.replay_calls && !(replay_env && std::string(replay_env) == "0");
-  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan()));
+  // Not where peers share this process (local_group, a thread per GPU): capturing and instantiating
+  // the graph waited for the peers' devices to go idle while those spun in the call's first barrier,
+  // waiting for this rank (every second call of a plan without NCCL gave up there after the device
+  // wait timeout, or hung on a stream wait). Ranks capture on their own conditions, so a host
+  // barrier around the capture would not be collective.
+  bool peers_in_process = false;
+  for (int r = 0; r < comm_.world_size(); ++r) peers_in_process = peers_in_process || (r != comm_.rank() && comm_.peer_in_this_process(r));
+  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan())) && !peers_in_process;
   int in_flight = options_.max_calls_in_flight;
   if (in_flight == 0) in_flight = static_cast<int>(env_ms("WEFT_MAX_CALLS_IN_FLIGHT", 8));
   if (in_flight < 1)

@@ -95,7 +95,9 @@ struct ExecutorOptions {
   // The second call with the same bindings (bind(), bind_output()) is captured into a CUDA graph,
   // and later calls with those bindings launch it: one enqueue instead of one per operation.
   // Not where the call has an NCCL operation (a collective step) at world > 1 (NCCL requires every
-  // rank to capture it alike), nor while the caller's stream is being captured. WEFT_REPLAY_CALLS=0 turns it off.
+  // rank to capture it alike), nor while the caller's stream is being captured, nor where peers run in
+  // this process (Communicator::local_group: a capture there waits for peers' devices that wait for
+  // this rank). WEFT_REPLAY_CALLS=0 turns it off.
   bool replay_calls = true;
 };
 

@@ -39,7 +39,8 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, hidden, eps=1e-5, device=None, dtype=torch.bfloat16):
         super().__init__()
         self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden, device=device, dtype=dtype))
+        # On the current GPU unless told, as the parallel layers' weights are (layers.py).
+        self.weight = torch.nn.Parameter(torch.ones(hidden, device=device if device is not None else torch.cuda.current_device(), dtype=dtype))
 
     def forward(self, x):
         wide = _wide(x)
