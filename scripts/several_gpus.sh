@@ -11,8 +11,9 @@
 #              under torchrun with W ranks, the GPU command-line tests once
 #   python     pytest -m gpu under torchrun with W ranks
 #   bench      weft bench --suite default, every strategy and auto
-#   suites     weft bench over the paper suites (flux_gpt3, tilelink_mlp, tilelink_moe_tp,
-#              flashoverlap_ar) and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
+#   suites     weft bench over the paper suites (SUITES, default flux_gpt3, tilelink_mlp,
+#              tilelink_moe_tp, flashoverlap_ar) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
+#              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
 #              and the model step (llama3-8b prefill and train, llama3-70b train; 2 blocks)
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
@@ -143,10 +144,11 @@ stage_torch() {
 }
 
 stage_suites() {
-  for suite in tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp; do
+  for suite in ${SUITES:-tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp}; do
     timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
       --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
   done
+  [ "${SUITE_EXTRAS:-1}" = 1 ] || return 0  # SUITE_EXTRAS=0: the suites alone
   timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
     --op ag_gemm --strategy decomposed,fused --ag-source push --csv "$d/bench_ag_push.csv" --machine "$machine_file" || status=1
   timed "world $w FiCCO GPT-3 AllGather table" "$d/bench_flux_gpt3_ficco.txt" 600 $wbench --suite flux_gpt3 --op ag_gemm \

@@ -119,6 +119,15 @@ def test_a_stack_applies_its_blocks_in_turn(world_of_one_on_the_cpu):
         wt.DecoderBlock(models.config("mixtral-8x7b"), device="cpu")
 
 
+def test_async_tp_products_are_refused_where_they_cannot_run(world_of_one_on_the_cpu):
+    # AsyncTP's fused ops gather and scatter rows across ranks and have no backward: at world 1, or
+    # with autograd on, the block says so before any product runs.
+    block = wt.DecoderBlock(TINY, device="cpu", dtype=torch.float32)
+    x = torch.rand(8, 1, TINY.hidden)
+    with torch.no_grad(), pytest.raises(ValueError, match="sequence-parallel layers over several ranks"):
+        block(x, plain="async_tp")
+
+
 # --- on GPUs: weft's block against the same block through plain torch, every rank -----------------
 
 

@@ -355,17 +355,30 @@ def bench_model(args, world, rank, writer, table):
         return run
 
     weft_step, plain_step = step(False), step(True)
-    error = _slowest(relative_error(weft_step(), plain_step()))
+    reference = plain_step()
+    errors = {f"weft {args.mode} step": _slowest(relative_error(weft_step(), reference)), f"torch {args.mode} step": 0.0}
     host_us = {}
-    names = {"weft": f"weft {args.mode} step", "plain": f"torch {args.mode} step"}
-    ms = time_interleaved({names["weft"]: weft_step, names["plain"]: plain_step}, args.warmup, args.iterations, args.queue_ahead_us, host_us)
+    names = {"weft": f"weft {args.mode} step", "plain": f"torch {args.mode} step", "async_tp": f"async_tp {args.mode} step"}
+    variants = {names["weft"]: weft_step, names["plain"]: plain_step}
+    notes = {}
+    # PyTorch AsyncTP's fused ops in the same blocks: forward only (prefill), sequence parallel.
+    if not train and sequence_parallel and not args.no_async_tp:
+        async_tp_step = step("async_tp")
+        try:
+            errors[names["async_tp"]] = _slowest(relative_error(async_tp_step(), reference))
+            variants[names["async_tp"]] = async_tp_step
+            notes[names["async_tp"]] = "output compared with torch's"
+        except Exception as e:  # noqa: BLE001 - reported, not fatal
+            if rank == 0:
+                print(f"async_tp step: n/a ({type(e).__name__}: {str(e).splitlines()[0][:120]})", file=sys.stderr)
+    ms = time_interleaved(variants, args.warmup, args.iterations, args.queue_ahead_us, host_us)
     baseline = ms[names["plain"]]
     for name, t in ms.items():
         line = {"row": f"{cfg.name} x{args.layers} T={args.tokens} b={args.batch}", "op": args.mode, "world": world, "m": args.tokens,
                 "n": cfg.hidden, "k": cfg.ffn, "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": baseline, "speedup": baseline / t,
-                "overlap_efficiency": None, "relative_error": error, "host_us": host_us.get(name),
+                "overlap_efficiency": None, "relative_error": errors.get(name), "host_us": host_us.get(name),
                 "host_ratio": host_us[name] / host_us[names["plain"]], "b2b_us": None, "b2b_ratio": None,
-                "note": f"{args.tokens / (t / 1e3):.0f} tokens/s; " + ("input gradient compared" if train else "output compared")}
+                "note": f"{args.tokens / (t / 1e3):.0f} tokens/s; " + notes.get(name, "input gradient compared" if train else "output compared")}
         table.append(line)
         if writer and rank == 0:
             writer.writerow(line)

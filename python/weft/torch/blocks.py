@@ -14,7 +14,8 @@ installed torch's scaled_dot_product_attention (causal, GQA).
     y_ref = block(x, plain=True) # the same block, same weights, through torch.mm + torch.distributed
 
 `plain=True` runs every tensor-parallel product through weft/torch/plain.py (the layers' sequential
-equivalent), so a block and its reference share everything but the products and collectives.
+equivalent), so a block and its reference share everything but the products and collectives;
+`plain="async_tp"` runs them through PyTorch AsyncTP's fused ops (sequence parallel, forward only).
 save_gathered_input (every constructor) goes to the column-parallel layers (qkv, gate_up): each keeps
 the input its forward gathered for its weight gradient instead of gathering it again (weft/torch/
 layers.py). The backward of every layer multiplies by its weight through a view (weight.t()), never
@@ -62,15 +63,29 @@ def rotary(x, theta):
 
 
 class _Parallel(torch.nn.Module):
-    """Runs a column- or row-parallel layer through weft, or (plain) through plain.py with its weights."""
+    """Runs a column- or row-parallel layer through weft (plain False), through plain.py with its
+    weights (True), or through PyTorch AsyncTP's fused ops ("async_tp": sequence parallel, forward only)."""
 
     @staticmethod
     def column(layer, x, use_plain):
+        if use_plain == "async_tp":
+            _require_async_tp(layer)
+            return plain.column_parallel_async_tp(x, layer.weight)
         return plain.column_parallel(x, layer.weight, layer.sequence_parallel) if use_plain else layer(x)
 
     @staticmethod
     def row(layer, y, use_plain):
+        if use_plain == "async_tp":
+            _require_async_tp(layer)
+            return plain.row_parallel_async_tp(y, layer.weight)
         return plain.row_parallel(y, layer.weight, layer.sequence_parallel) if use_plain else layer(y)
+
+
+def _require_async_tp(layer):
+    if not layer.sequence_parallel or world_size() == 1:
+        raise ValueError("plain='async_tp' needs sequence-parallel layers over several ranks (AsyncTP's fused ops gather and scatter rows)")
+    if torch.is_grad_enabled():
+        raise ValueError("plain='async_tp' runs forward only (torch.ops.symm_mem's fused ops have no backward): use torch.no_grad()")
 
 
 class TensorParallelAttention(_Parallel):

@@ -80,3 +80,29 @@ def row_parallel(y, weight, sequence_parallel):
 
 def mlp(x, up_weight, down_weight, sequence_parallel):
     return row_parallel(torch.nn.functional.gelu(column_parallel(x, up_weight, sequence_parallel)), down_weight, sequence_parallel)
+
+
+# PyTorch AsyncTP's fused products (symmetric memory; torch.ops.symm_mem), the sequence-parallel
+# layers' forward only: these ops have no autograd formula, so they serve a prefill step (the model
+# step benchmark's AsyncTP variant), not training.
+def _symm_mem_group_name():
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    group = process_group() or dist.group.WORLD
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        import warnings
+
+        with warnings.catch_warnings():  # deprecated (and a no-op) in newer torch
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group.group_name)
+    return group.group_name
+
+
+def column_parallel_async_tp(x, weight):
+    """gather(x) @ weight^T through torch.ops.symm_mem.fused_all_gather_matmul (sequence parallel)."""
+    return torch.ops.symm_mem.fused_all_gather_matmul(x.contiguous(), [weight.t()], gather_dim=0, group_name=_symm_mem_group_name())[1][0]
+
+
+def row_parallel_async_tp(y, weight):
+    """reduce_scatter(y @ weight^T) through torch.ops.symm_mem.fused_matmul_reduce_scatter (sequence parallel)."""
+    return torch.ops.symm_mem.fused_matmul_reduce_scatter(y.contiguous(), weight.t(), "sum", scatter_dim=0, group_name=_symm_mem_group_name())
