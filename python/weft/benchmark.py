@@ -214,14 +214,10 @@ class Row:
         """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
         if self.op not in ("ag_gemm", "gemm_rs") or not dist.is_initialized():
             return None
-        from torch.distributed import _symmetric_memory as symm_mem
-
-        group_name = (wt.process_group() or dist.group.WORLD).group_name
-        symm_mem.enable_symm_mem_for_group(group_name)
-        a, b_t = self.a, self.b.t()
+        a, b = self.a, self.b
         if self.op == "ag_gemm":
-            return lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b_t], gather_dim=0, group_name=group_name)[1][0]
-        return lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b_t, "sum", scatter_dim=0, group_name=group_name)
+            return lambda: plain.column_parallel_async_tp(a, b)
+        return lambda: plain.row_parallel_async_tp(a, b)
 
 
 def bench_suite(args, world, rank, writer, table):
