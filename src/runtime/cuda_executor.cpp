@@ -218,11 +218,13 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   im.plan_touches_peers = reaches_across_ranks(plan_);
   const char* replay_env = std::getenv("WEFT_REPLAY_CALLS");
   const bool replay_wanted = options_.replay_calls && !(replay_env && std::string(replay_env) == "0");
-  // Not where peers share this process (local_group, a thread per GPU): capturing and instantiating
-  // the graph waited for the peers' devices to go idle while those spun in the call's first barrier,
-  // waiting for this rank (every second call of a plan without NCCL gave up there after the device
-  // wait timeout, or hung on a stream wait). Ranks capture on their own conditions, so a host
-  // barrier around the capture would not be collective.
+  // Not where peers share this process (local_group, a thread per GPU): instantiating the graph can
+  // allocate device memory, and an allocation in a process whose GPUs map each other's memory can
+  // wait for the peer devices to go idle, while those spin in the call's first barrier waiting for
+  // this rank (the communicator's caveat for one thread per GPU). In the one-process tests at world
+  // 4 the second call of plans without NCCL (the one captured) gave up there after the device wait
+  // timeout, at some shapes and not others. Ranks capture on their own conditions, so a host barrier
+  // around the capture would not be collective.
   bool peers_in_process = false;
   for (int r = 0; r < comm_.world_size(); ++r) peers_in_process = peers_in_process || (r != comm_.rank() && comm_.peer_in_this_process(r));
   im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan())) && !peers_in_process;
