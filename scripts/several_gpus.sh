@@ -34,8 +34,7 @@ stages=${STAGES:-probe,tests,python,bench,torch,suites,nccl-only,endurance,fault
 wants() { [[ ",$stages," == *",$1,"* ]]; }
 say() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$progress"; }
 # Processes a stage may leave behind: torchrun's workers run in sessions of their own, so a timeout
-# that kills torchrun leaves them spinning on the GPUs (a hung pytest did for ten minutes, slowing
-# every stage after it, on 2026-11-27).
+# that kills torchrun can leave them spinning on the GPUs, slowing every stage after it.
 leftovers='weft_gpu_tests|weft_multiprocess_check|weft_endurance|weft_fault_drill|build-device/weft |pytest|weft\.benchmark'
 reap() {  # kills what a stage left running on the GPUs and says so
   local pids
@@ -89,8 +88,8 @@ stage_tests() {
   WEFT_TEST_WORLD=$w OUT=$d timed "world $w call-timeout test (hang probe)" "$d/call_timeout_probe.log" 200 \
     bash scripts/hang_probe.sh $binary 'Op.ACallAPeerNeverJoins*' 1 60 || status=1
   say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
-  # FiCCO's op cases apart, under the hang probe: in one process (a thread per GPU) they hung at
-  # world 4 and 2 on 2026-11-27 with no host stacks taken.
+  # FiCCO's op cases apart, under the hang probe: where they hang in one process (a thread per GPU),
+  # the rest of the binary still runs and the probe prints the host stacks.
   WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
   WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" "$d/ficco_probe.log" 240 \

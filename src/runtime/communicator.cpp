@@ -296,8 +296,8 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   auto* send = static_cast<uint8_t*>(scratch_);
   uint8_t* recv = send + bytes;
   // On the all-gather's stream: a cudaMemcpy from pageable memory may return before its DMA lands,
-  // and nothing orders it before a kernel on another stream (a rank then sent what the scratch
-  // held before: zeros, and ranks "disagreed").
+  // and nothing would order it before NCCL's kernel on another stream (which could then send what
+  // the scratch held before).
   WEFT_CUDA_CHECK(cudaMemcpyAsync(send, data, bytes, cudaMemcpyHostToDevice, host_stream_));
   WEFT_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclUint8, comm_, host_stream_));
   // A rank that failed (or took another path) never joins: say so instead of waiting forever.

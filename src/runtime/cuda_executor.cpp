@@ -182,6 +182,14 @@ bool call_has_nccl(const RankPlan& rp) {
   return std::any_of(rp.steps.begin(), rp.steps.end(), [](const Step& s) { return std::holds_alternative<CollectiveStep>(s.body); });
 }
 
+// A caller's pointer that the GEMMs (TMA, cuBLASLt) or NCCL read or write: 16-byte aligned. `who`
+// says which call and which memory; `needs` what needs the alignment.
+void require_aligned(const void* data, const std::string& who, const char* needs) {
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
+    throw std::invalid_argument(who + " at " + std::to_string(reinterpret_cast<uintptr_t>(data)) + " is not 16-byte aligned; " + needs +
+                                " need it");
+}
+
 }  // namespace
 
 CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options)
@@ -221,10 +229,8 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   // Not where peers share this process (local_group, a thread per GPU): instantiating the graph can
   // allocate device memory, and an allocation in a process whose GPUs map each other's memory can
   // wait for the peer devices to go idle, while those spin in the call's first barrier waiting for
-  // this rank (the communicator's caveat for one thread per GPU). In the one-process tests at world
-  // 4 the second call of plans without NCCL (the one captured) gave up there after the device wait
-  // timeout, at some shapes and not others. Ranks capture on their own conditions, so a host barrier
-  // around the capture would not be collective.
+  // this rank (the communicator's caveat for one thread per GPU). Ranks capture on their own
+  // conditions, so a host barrier around the capture would not be collective.
   bool peers_in_process = false;
   for (int r = 0; r < comm_.world_size(); ++r) peers_in_process = peers_in_process || (r != comm_.rank() && comm_.peer_in_this_process(r));
   im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan())) && !peers_in_process;
@@ -541,9 +547,7 @@ void CudaExecutor::bind(std::string_view name, const void* data) {
   const BufferDecl& decl = rank_plan().buffers[b];
   const bool in_place = decl.symmetric && options_.symmetric_inputs_in_place && data == nullptr;
   if (!in_place && data == nullptr) throw std::invalid_argument("CudaExecutor::bind: '" + decl.name + "' is null");
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
-    throw std::invalid_argument("CudaExecutor::bind: '" + decl.name + "' at " + std::to_string(reinterpret_cast<uintptr_t>(data)) +
-                                " is not 16-byte aligned; the GEMMs' loads (TMA, cuBLASLt) need it");
+  require_aligned(data, "CudaExecutor::bind: '" + decl.name + "'", "the GEMMs' loads (TMA, cuBLASLt)");
   if (decl.symmetric) {
     std::erase_if(im.copied_in, [&](const auto& entry) { return entry.first == static_cast<int>(b); });
     if (!in_place) im.copied_in.emplace_back(static_cast<int>(b), data);
@@ -556,9 +560,7 @@ void CudaExecutor::bind_output(void* data) {
   Impl& im = *impl_;
   if (!options_.caller_output) throw std::invalid_argument("CudaExecutor::bind_output: ExecutorOptions::caller_output is off");
   if (!data) throw std::invalid_argument("CudaExecutor::bind_output: the output is null");
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
-    throw std::invalid_argument("CudaExecutor::bind_output: the output at " + std::to_string(reinterpret_cast<uintptr_t>(data)) +
-                                " is not 16-byte aligned; the GEMMs' stores need it");
+  require_aligned(data, "CudaExecutor::bind_output: the output", "the GEMMs' stores");
   im.output_target = data;
   if (im.output_buffer >= 0) im.base[static_cast<size_t>(im.output_buffer)] = data;
 }
@@ -567,9 +569,7 @@ void CudaExecutor::bind_gathered_a(void* data) {
   Impl& im = *impl_;
   if (!options_.caller_gathered_a) throw std::invalid_argument("CudaExecutor::bind_gathered_a: ExecutorOptions::caller_gathered_a is off");
   if (!data) throw std::invalid_argument("CudaExecutor::bind_gathered_a: the gathered A's memory is null");
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
-    throw std::invalid_argument("CudaExecutor::bind_gathered_a: the gathered A at " + std::to_string(reinterpret_cast<uintptr_t>(data)) +
-                                " is not 16-byte aligned; the GEMMs' loads and NCCL's stores need it");
+  require_aligned(data, "CudaExecutor::bind_gathered_a: the gathered A", "the GEMMs' loads and NCCL's stores");
   im.gathered_a_target = data;
   if (im.gathered_a_buffer >= 0) im.base[static_cast<size_t>(im.gathered_a_buffer)] = data;
 }

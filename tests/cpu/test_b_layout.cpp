@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include "../support/random_plans.hpp"
 #include "../support/strategy_cases.hpp"
 
 #include "weft/plan/op_arguments.hpp"
@@ -24,46 +25,18 @@ using testing_support::case_name;
 // Every (GEMM op, strategy) pair; ag_attention has no B.
 std::vector<Case> gemm_cases() { return testing_support::strategy_cases(all_ops(), 4); }
 
-// A small problem whose N and K differ (a plan that ignored the layout would declare B [N, K] and
-// the reference executor would refuse its [K, N] input), sizes ragged against the tiles.
+// A small problem (the property tests' draw) whose N and K differ: a plan that ignored the layout
+// would declare B [N, K] and the reference executor would refuse its [K, N] input.
 Problem random_problem(OpKind op, int world, std::mt19937_64& rng) {
-  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
-  Problem p;
-  p.op = op;
-  p.world_size = world;
-  p.m = op == OpKind::gemm_rs ? world * pick(1, 9) : pick(1, 40);
-  p.n = pick(1, 48);
-  do p.k = pick(1, 33);
-  while (p.k == p.n);
-  if (routes_rows(op)) p.routing = random_routing(world, p.m, rng());
-  if (is_moe(op)) {
-    p.m = pick(1, 16);
-    p.experts = static_cast<int>(pick(1, 5));
-    p.topk = static_cast<int>(pick(1, std::min(3, p.experts)));
-    p.choices = random_choices(world, p.m, p.experts, p.topk, rng());
-  }
+  Problem p = testing_support::random_problem(op, world, rng);
+  while (p.k == p.n) p.k = 1 + static_cast<int64_t>(rng() % 33);
   return p;
 }
 
-// Options as the builders' property test draws them, with what signal and tilelink need.
+// The property tests' options, and two_level across nodes of one or two ranks where the world
+// splits so (its network rounds).
 PlanOptions random_options(const std::string& strategy, Problem& p, std::mt19937_64& rng) {
-  PlanOptions o;
-  const int tiles[] = {4, 8, 16};
-  o.tile_m = tiles[rng() % 3];
-  o.tile_n = tiles[rng() % 3];
-  o.raster = rng() % 2 ? Raster::along_m : Raster::along_n;
-  if (strategy == "signal") {
-    o.gemm_sms = 1 + static_cast<int>(rng() % 4);
-    if (p.op == OpKind::gemm_rs) p.m = int64_t{p.world_size} * o.tile_m * (1 + static_cast<int64_t>(rng() % 2));
-  }
-  if (strategy == "tilelink") {
-    o.tilelink.comm_tile_rows = rng() % 2 ? 0 : 1 + static_cast<int64_t>(rng() % 20);
-    o.machine.sm_count = 8;
-    o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 3);
-    if (p.op == OpKind::gemm_rs) p.m = int64_t{p.world_size} * o.tile_m * (1 + static_cast<int64_t>(rng() % 2));
-  }
-  if (strategy == "decomposed" || strategy == "fused") o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
-  // two_level across nodes of one or two ranks where the world splits so (its network rounds).
+  PlanOptions o = testing_support::random_options(strategy, p, rng);
   if (strategy == "two_level" && p.world_size % 2 == 0 && rng() % 2) o.topology = Topology::nodes_of(2, p.world_size / 2);
   return o;
 }

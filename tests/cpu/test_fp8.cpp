@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "weft/model/simulator.hpp"
 #include "weft/plan/auto.hpp"
@@ -32,12 +33,25 @@ std::string error_of(F f) {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// A value, what the format rounds it to, and that value's code.
+struct RoundingCase {
+  float in, out;
+  uint8_t bits;
+};
+
+void expect_rounding(const std::vector<RoundingCase>& cases, DType format) {
+  for (const RoundingCase& c : cases) {
+    SCOPED_TRACE(c.in);
+    const float got = round_to_fp8(c.in, format);
+    EXPECT_EQ(got, c.out);
+    EXPECT_EQ(std::signbit(got), std::signbit(c.out));
+    EXPECT_EQ(fp8_bits(c.in, format), c.bits);
+    EXPECT_EQ(fp8_value(c.bits, format), c.out);
+  }
+}
+
 TEST(Fp8Conversion, E4m3RoundsToNearestEvenAndSaturates) {
-  struct Case {
-    float in, out;
-    uint8_t bits;
-  };
-  const Case cases[] = {
+  expect_rounding({
       {1.0f, 1.0f, 0x38},          // 0 0111 000
       {448.0f, 448.0f, 0x7e},      // the largest: 1.75 * 2^8
       {-448.0f, -448.0f, 0xfe},
@@ -56,15 +70,7 @@ TEST(Fp8Conversion, E4m3RoundsToNearestEvenAndSaturates) {
       {0.0009765625f, 0.0f, 0x00},         // 2^-10: half way to 2^-9, to the even (zero)
       {0.0029296875f, 0.00390625f, 0x02},  // 1.5 * 2^-9: to the even, 2 * 2^-9
       {-0.0f, -0.0f, 0x80},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.in);
-    const float got = round_to_fp8(c.in, DType::e4m3);
-    EXPECT_EQ(got, c.out);
-    EXPECT_EQ(std::signbit(got), std::signbit(c.out));
-    EXPECT_EQ(fp8_bits(c.in, DType::e4m3), c.bits);
-    EXPECT_EQ(fp8_value(c.bits, DType::e4m3), c.out);
-  }
+  }, DType::e4m3);
   EXPECT_TRUE(std::isnan(round_to_fp8(kNaN, DType::e4m3)));
   EXPECT_EQ(fp8_bits(kNaN, DType::e4m3), 0x7f);
   EXPECT_TRUE(std::isnan(fp8_value(0x7f, DType::e4m3)));
@@ -72,11 +78,7 @@ TEST(Fp8Conversion, E4m3RoundsToNearestEvenAndSaturates) {
 }
 
 TEST(Fp8Conversion, E5m2RoundsToNearestEvenAndSaturates) {
-  struct Case {
-    float in, out;
-    uint8_t bits;
-  };
-  const Case cases[] = {
+  expect_rounding({
       {1.0f, 1.0f, 0x3c},               // 0 01111 00
       {57344.0f, 57344.0f, 0x7b},       // the largest: 1.75 * 2^15
       {60000.0f, 57344.0f, 0x7b},
@@ -86,13 +88,7 @@ TEST(Fp8Conversion, E5m2RoundsToNearestEvenAndSaturates) {
       {1.375f, 1.5f, 0x3e},             // half way between 1.25 (01) and 1.5 (10): to the even
       {1.0f / 65536, 1.0f / 65536, 0x01},  // 2^-16, the smallest subnormal
       {1.0f / 16384, 1.0f / 16384, 0x04},  // 2^-14, the smallest normal
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.in);
-    EXPECT_EQ(round_to_fp8(c.in, DType::e5m2), c.out);
-    EXPECT_EQ(fp8_bits(c.in, DType::e5m2), c.bits);
-    EXPECT_EQ(fp8_value(c.bits, DType::e5m2), c.out);
-  }
+  }, DType::e5m2);
   EXPECT_EQ(fp8_value(0x7c, DType::e5m2), kInf);
   EXPECT_TRUE(std::isnan(fp8_value(0x7d, DType::e5m2)));
   EXPECT_TRUE(std::isnan(round_to_fp8(kNaN, DType::e5m2)));

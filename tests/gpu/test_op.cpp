@@ -158,7 +158,7 @@ TEST_P(OpOnCallerBuffers, TakesBStoredKByNAndHandsBackTheGatheredA) {
         std::vector<uint16_t> b_t(b.size());
         for (int64_t i = 0; i < spec.n; ++i)
           for (int64_t j = 0; j < spec.k; ++j) b_t[static_cast<size_t>(j * spec.n + i)] = b[static_cast<size_t>(i * spec.k + j)];
-        WEFT_CUDA_CHECK(cudaMemcpy(bt.data, b_t.data(), b_t.size() * 2, cudaMemcpyHostToDevice));
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(bt.data, b_t.data(), b_t.size() * 2, cudaMemcpyHostToDevice, stream));  // ordered before the call
         if (gathers) fill_u16(gathered.data, world * rows[call] * spec.k, kBf16Nan, stream);
         op.run({buffers.a.data, bt.data, buffers.c.data, rows[call], {}, gathers ? gathered.data : nullptr}, stream);
         op.finish(stream);
