@@ -128,6 +128,34 @@ def test_async_tp_products_are_refused_where_they_cannot_run(world_of_one_on_the
         block(x, plain="async_tp")
 
 
+def test_async_tp_products_reach_torch_symm_mem_ops_in_a_fresh_process():
+    # torch.ops.symm_mem's fused ops exist only once torch.distributed._symmetric_memory is imported:
+    # plain.py imports it before looking the op up (looked up first, the product failed with
+    # AttributeError in a process that had not imported it yet). On the CPU the op itself cannot run;
+    # any error but the missing op is what this checks.
+    import subprocess
+    import sys
+
+    code = (
+        "import os, torch, torch.distributed as dist\n"
+        "os.environ.setdefault('MASTER_ADDR', '127.0.0.1'); os.environ.setdefault('MASTER_PORT', '29517')\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "from weft.torch import plain\n"
+        "x, w = torch.rand(4, 8), torch.rand(6, 8)\n"
+        "for product in (plain.column_parallel_async_tp, plain.row_parallel_async_tp):\n"
+        "    try:\n"
+        "        product(x, w)\n"
+        "        print('RAN')\n"
+        "    except AttributeError as e:\n"
+        "        print('MISSING-OP', e)\n"
+        "    except Exception as e:\n"
+        "        print('REACHED', type(e).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("RAN", "MISSING-OP", "REACHED")]
+    assert len(lines) == 2 and not any(line.startswith("MISSING-OP") for line in lines), done.stdout + done.stderr
+
+
 # --- on GPUs: weft's block against the same block through plain torch, every rank -----------------
 
 

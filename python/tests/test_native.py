@@ -100,8 +100,21 @@ def test_a_malformed_unique_id_is_a_value_error():
 
 @pytest.mark.gpu
 def test_with_a_gpu_a_world_of_one_is_made():
-    comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, 0)
-    assert comm.world_size == 1 and comm.rank == 0 and comm.device == 0 and not comm.aborted
+    # On this rank's GPU (under torchrun every rank runs this test); where torch sees another GPU,
+    # on that one too, and torch's current device is left as it was.
+    import os
+
+    device = int(os.environ.get("LOCAL_RANK", 0))
+    comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, device)
+    assert comm.world_size == 1 and comm.rank == 0 and comm.device == device and not comm.aborted
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count() < 2:
+        return
+    before = torch.cuda.current_device()
+    other = (before + 1) % torch.cuda.device_count()
+    elsewhere = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, other)
+    assert elsewhere.device == other
+    assert torch.cuda.current_device() == before, "a communicator for another GPU moved the caller's current device"
 
 
 def test_plans_are_held_to_the_tools_bounds():

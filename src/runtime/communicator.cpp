@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
@@ -110,7 +111,7 @@ struct Communicator::ProcessBarrier {
 };
 
 Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm), device_(device), owned_(owned) {
-  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  const OnDevice on(device_);
   WEFT_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
   WEFT_NCCL_CHECK(ncclCommCount(comm_, &world_));
   WEFT_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(int32_t)));
@@ -124,7 +125,7 @@ Communicator::Communicator(ncclComm_t comm, int device, bool owned) : comm_(comm
 }
 
 Communicator::~Communicator() {
-  cudaSetDevice(device_);
+  const OnDevice on(device_, OnDevice::NoThrow{});
   if (scratch_) cudaFree(scratch_);
   if (barrier_word_) cudaFree(barrier_word_);
   if (host_stream_) cudaStreamDestroy(host_stream_);
@@ -153,6 +154,9 @@ std::vector<std::unique_ptr<Communicator>> Communicator::local_group(const std::
     if (d < 0 || d >= visible)
       throw std::invalid_argument("Communicator::local_group: device " + std::to_string(d) + " is not one of the " +
                                   std::to_string(visible) + " visible GPUs");
+  int caller_device = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&caller_device));
+  const OnDevice keep(caller_device);  // NCCL's initialisation visits every device of the group
   std::vector<ncclComm_t> comms(devices.size());
   connect_at_creation();
   WEFT_NCCL_CHECK(ncclCommInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()));
@@ -183,6 +187,8 @@ std::unique_ptr<Communicator> Communicator::from_environment() {
     const std::string id = host + ":" + std::to_string(std::stoi(port) + 1);  // MASTER_PORT itself is torchrun's store
     setenv("NCCL_COMM_ID", id.c_str(), 0);
   }
+  // One process per GPU: the launcher's local rank chooses the GPU, and it becomes the process's
+  // current device (the header says so), as torchrun's scripts do with torch.cuda.set_device.
   WEFT_CUDA_CHECK(cudaSetDevice(local));
   ncclUniqueId id;
   WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -207,7 +213,7 @@ NcclUniqueId Communicator::new_unique_id() {
 std::unique_ptr<Communicator> Communicator::from_unique_id(const NcclUniqueId& unique_id, int rank, int world_size, int device) {
   if (rank < 0 || rank >= world_size)
     throw std::invalid_argument("Communicator::from_unique_id: rank " + std::to_string(rank) + " is not in 0.." + std::to_string(world_size - 1));
-  WEFT_CUDA_CHECK(cudaSetDevice(device));
+  const OnDevice on(device);
   ncclUniqueId id;
   std::memcpy(&id, unique_id.bytes.data(), sizeof id);
   ncclComm_t comm;
@@ -229,7 +235,7 @@ void Communicator::connect_peers() {
   if (world_ == 1) return;
   // Every peer has passed learn_peers (an all-gather), so every rank is here too: the connections
   // that NCCL makes inside this group complete.
-  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  const OnDevice on(device_);
   auto* words = static_cast<uint16_t*>(scratch_);
   WEFT_NCCL_CHECK(ncclGroupStart());
   for (int p = 0; p < world_; ++p) {
@@ -286,7 +292,7 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
   // (cudaFree of peer-mapped memory, a library load).
   if (process_barrier_) return process_barrier_->exchange(rank_, data, bytes, timeout_ms());
   const size_t needed = bytes * static_cast<size_t>(world_ + 1);
-  WEFT_CUDA_CHECK(cudaSetDevice(device_));
+  const OnDevice on(device_);
   if (!host_stream_) WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking));
   if (needed > scratch_bytes_) {
     if (scratch_) WEFT_CUDA_CHECK(cudaFree(scratch_));

@@ -11,6 +11,7 @@
 #include "weft/plan/analysis.hpp"
 #include "weft/kernels/tile_program.hpp"
 #include "weft/plan/validation.hpp"
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
@@ -194,7 +195,7 @@ void require_aligned(const void* data, const std::string& who, const char* needs
 
 CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions options)
     : comm_(comm), plan_(std::move(plan)), options_(std::move(options)), impl_(new Impl) {
-  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const OnDevice on(comm_.device());
   comm_.require_usable("CudaExecutor");
   if (plan_.world_size() != comm_.world_size())
     throw std::invalid_argument("plan for " + std::to_string(plan_.world_size()) + " ranks given to a communicator of " +
@@ -455,7 +456,7 @@ void CudaExecutor::load_gemm_kernels() {
 }
 
 CudaExecutor::~CudaExecutor() {
-  cudaSetDevice(comm_.device());
+  const OnDevice on(comm_.device(), OnDevice::NoThrow{});
   Impl& im = *impl_;
   // cudaFree waits for the whole device: if a stream is stuck in a wait, freeing would hang the
   // process. Release the waits first; leak, loudly, if even that does not free the streams.
@@ -577,6 +578,7 @@ void CudaExecutor::bind_gathered_a(void* data) {
 std::string CudaExecutor::call_context() const { return describe(plan_.problem) + ", strategy " + plan_.strategy; }
 
 void CudaExecutor::check() {
+  const OnDevice on(comm_.device());
   const WaitRecord e = impl_->workspace->take_error();
   if (!e.failed) return;
   // Every message names the rank and the op (a process runs many), then the wait and the peer.
@@ -644,7 +646,7 @@ void CudaExecutor::fail_stuck_call(const std::string& what) {
 
 void CudaExecutor::run(cudaStream_t stream) {
   Impl& im = *impl_;
-  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const OnDevice on(comm_.device());
   comm_.require_usable("CudaExecutor::run");
   check();
   for (size_t b = 0; b < im.base.size(); ++b)
@@ -800,6 +802,7 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
 }
 
 void CudaExecutor::finish(cudaStream_t stream) {
+  const OnDevice on(comm_.device());
   Impl& im = *impl_;
   // Once a barrier of the call found the ranks out of step, the rest of the call waits for peers'
   // signals that will not come: check() says so (and releases those waits) without waiting out

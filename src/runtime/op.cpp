@@ -6,6 +6,7 @@
 
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/op_arguments.hpp"
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/workspace.hpp"
@@ -63,7 +64,7 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
                                   " b_layout=" + std::string(to_string(spec_.b_layout)) + " max_rows=" + std::to_string(spec_.max_rows) +
                                   " strategy=" + strategy_;
   comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
-  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const OnDevice on(comm_.device());
   workspace_ = std::make_unique<Workspace>(comm_);
   // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
   if (!routes_rows(spec_.op)) {

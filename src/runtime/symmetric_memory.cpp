@@ -3,12 +3,13 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
 
 void enable_peer_access(const Communicator& comm) {
-  WEFT_CUDA_CHECK(cudaSetDevice(comm.device()));
+  const OnDevice on(comm.device());
   for (int r = 0; r < comm.world_size(); ++r) {
     const PeerInfo& peer = comm.peer(r);
     if (r == comm.rank()) continue;
@@ -29,7 +30,7 @@ void enable_peer_access(const Communicator& comm) {
 
 SymmetricMemory::SymmetricMemory(Communicator& comm, size_t bytes, bool shared) : comm_(comm), bytes_(bytes), shared_(shared) {
   if (!shared) {
-    WEFT_CUDA_CHECK(cudaSetDevice(comm.device()));
+    const OnDevice on(comm.device());
     WEFT_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 16 : bytes_));
     peers_.assign(static_cast<size_t>(comm.world_size()), nullptr);
     opened_.assign(static_cast<size_t>(comm.world_size()), false);
@@ -37,6 +38,7 @@ SymmetricMemory::SymmetricMemory(Communicator& comm, size_t bytes, bool shared) 
     return;
   }
   comm.require_agreement(bytes, "the size of a symmetric allocation");
+  const OnDevice on(comm.device());
   enable_peer_access(comm);
   WEFT_CUDA_CHECK(cudaMalloc(&local_, bytes_ == 0 ? 16 : bytes_));
   struct Exported {
@@ -70,7 +72,7 @@ void* SymmetricMemory::on(int rank) const {
 }
 
 SymmetricMemory::~SymmetricMemory() {
-  cudaSetDevice(comm_.device());
+  const OnDevice on(comm_.device(), OnDevice::NoThrow{});
   for (size_t r = 0; r < peers_.size(); ++r)
     if (opened_[r]) cudaIpcCloseMemHandle(peers_[r]);
   cudaFree(local_);

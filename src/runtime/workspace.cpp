@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
 
 Workspace::Workspace(Communicator& comm) : comm_(comm) {
-  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const OnDevice on(comm_.device());
   WEFT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&device_error_host_), sizeof(WaitRecord), cudaHostAllocMapped));
   std::memset(static_cast<void*>(device_error_host_), 0, sizeof(WaitRecord));
   WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_error_device_), device_error_host_, 0));
@@ -18,7 +19,7 @@ Workspace::Workspace(Communicator& comm) : comm_(comm) {
 }
 
 Workspace::~Workspace() {
-  cudaSetDevice(comm_.device());
+  const OnDevice on(comm_.device(), OnDevice::NoThrow{});
   for (const LocalArena& a : retired_local_) cudaFree(a.data);
   if (local_) cudaFree(local_->data);
   cudaFreeHost(device_error_host_);
@@ -30,7 +31,7 @@ WorkspaceSize Workspace::size() const {
 }
 
 void Workspace::reserve(const WorkspaceSize& wanted) {
-  WEFT_CUDA_CHECK(cudaSetDevice(comm_.device()));
+  const OnDevice on(comm_.device());
   const WorkspaceSize now = size();
   // Shared symmetric memory and signals are collective: every rank takes the same branch because
   // every rank passes the same sizes (SymmetricMemory checks that they agree).

@@ -710,5 +710,45 @@ TEST(Executor, ACallThatCannotFinishRaisesAbortsAndReleasesTheDevice) {
   cudaStreamDestroy(stream);
 }
 
+
+// weft works on its communicator's GPU and hands the caller's current device back as it found it:
+// a thread whose current device is another GPU creates a communicator, an op and calls it, and its
+// current device is the same after each (a library that moved it would send the caller's next
+// allocations and launches to weft's GPU).
+TEST(Op, LeavesTheCallersCurrentDeviceAsItWas) {
+  int visible = 0;
+  WEFT_CUDA_CHECK(cudaGetDeviceCount(&visible));
+  if (visible < 2) GTEST_SKIP() << "needs 2 GPUs: the caller's device and weft's";
+  auto current = [] {
+    int d = -1;
+    WEFT_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+  };
+  WEFT_CUDA_CHECK(cudaSetDevice(1));
+  auto own = Communicator::local_group({0});
+  EXPECT_EQ(current(), 1) << "after Communicator::local_group({0})";
+  OpSpec spec{OpKind::ag_gemm, 256, 128, 128, DType::bf16, DType::bf16, "sequential", {}, 0, 0};
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaSetDevice(0));  // the call's buffers and stream live on weft's GPU
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    CallerBuffers buffers(spec, 1);
+    buffers.fill(spec, 0, 64, 5, buffers.a.data, stream);
+    WEFT_CUDA_CHECK(cudaSetDevice(1));
+    Op op(*own.front(), spec);
+    EXPECT_EQ(current(), 1) << "after Op's constructor";
+    op.run({buffers.a.data, buffers.b.data, buffers.c.data, 64, {}}, stream);
+    EXPECT_EQ(current(), 1) << "after Op::run";
+    op.finish(stream);
+    EXPECT_EQ(current(), 1) << "after Op::finish";
+    WEFT_CUDA_CHECK(cudaSetDevice(0));
+  }
+  WEFT_CUDA_CHECK(cudaStreamDestroy(stream));
+  WEFT_CUDA_CHECK(cudaSetDevice(1));
+  own.clear();
+  EXPECT_EQ(current(), 1) << "after the communicator's destructor";
+  WEFT_CUDA_CHECK(cudaSetDevice(0));
+}
+
 }  // namespace
 }  // namespace weft

@@ -43,7 +43,8 @@ class Communicator {
   static std::vector<std::unique_ptr<Communicator>> local_group(const std::vector<int>& devices);
   // Reads RANK/WORLD_SIZE/LOCAL_RANK (torchrun), OMPI_COMM_WORLD_* (Open MPI) or SLURM_PROCID/
   // SLURM_NTASKS/SLURM_LOCALID, and bootstraps NCCL through NCCL_COMM_ID (set from MASTER_ADDR and
-  // MASTER_PORT + 1 when absent). Throws naming the missing variable.
+  // MASTER_PORT + 1 when absent). Throws naming the missing variable. The local rank's GPU becomes the
+  // process's current device; every other call of weft leaves the caller's current device as it was.
   static std::unique_ptr<Communicator> from_environment();
   // A fresh id (on one rank); every rank then calls from_unique_id with it (collective).
   static NcclUniqueId new_unique_id();

@@ -100,9 +100,11 @@ def _symm_mem_group_name():
 
 def column_parallel_async_tp(x, weight):
     """gather(x) @ weight^T through torch.ops.symm_mem.fused_all_gather_matmul (sequence parallel)."""
-    return torch.ops.symm_mem.fused_all_gather_matmul(x.contiguous(), [weight.t()], gather_dim=0, group_name=_symm_mem_group_name())[1][0]
+    group_name = _symm_mem_group_name()  # first: importing _symmetric_memory registers torch.ops.symm_mem
+    return torch.ops.symm_mem.fused_all_gather_matmul(x.contiguous(), [weight.t()], gather_dim=0, group_name=group_name)[1][0]
 
 
 def row_parallel_async_tp(y, weight):
     """reduce_scatter(y @ weight^T) through torch.ops.symm_mem.fused_matmul_reduce_scatter (sequence parallel)."""
-    return torch.ops.symm_mem.fused_matmul_reduce_scatter(y.contiguous(), weight.t(), "sum", scatter_dim=0, group_name=_symm_mem_group_name())
+    group_name = _symm_mem_group_name()  # first: importing _symmetric_memory registers torch.ops.symm_mem
+    return torch.ops.symm_mem.fused_matmul_reduce_scatter(y.contiguous(), weight.t(), "sum", scatter_dim=0, group_name=group_name)
