@@ -7,7 +7,7 @@ set -u
 stacks() {  # stacks PID: the filtered stacks; the debugger's whole output goes to ${OUT:-/tmp}/stacks_PID.txt
   local debugger raw="${OUT:-/tmp}/stacks_$1.txt"
   debugger=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
-  timeout -s KILL 120 "$debugger" -p "$1" -batch -ex "info threads" -ex "thread apply all bt 25" > "$raw" 2>&1
+  timeout -s KILL ${STACKS_LIMIT_S:-30} "$debugger" -p "$1" -batch -ex "info threads" -ex "thread apply all bt 25" > "$raw" 2>&1
   if grep -qE "^#[0-9]" "$raw"; then
     grep -E "^Thread|^#" "$raw" | grep -v "?? ()" | cut -c1-200 | head -160
   else

@@ -93,9 +93,11 @@ stage_tests() {
   WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
   WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" "$d/ficco_probe.log" 240 \
-    bash scripts/hang_probe.sh $binary '*Op*.*ficco*' 1 ${FICCO_PROBE_S:-90} || status=1
+    bash scripts/hang_probe.sh $binary '*Op*.*ficco*' 1 ${FICCO_PROBE_S:-60} || status=1
   say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/ficco_probe.log" | head -3 | tr '\n' ' ')"
-  WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call" "$d/gpu_tests_thousand.log" 180 $binary --gtest_filter='*Thousand*' || status=1
+  # THOUSAND_ENV (e.g. "CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_DEVICE_WAIT_TIMEOUT_MS=60000"): the environment of
+  # this run alone, to tell a late rank from one that cannot proceed.
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call ${THOUSAND_ENV:-}" "$d/gpu_tests_thousand.log" 180 env ${THOUSAND_ENV:-} $binary --gtest_filter='*Thousand*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
     torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_multiprocess_check || status=1

@@ -816,6 +816,7 @@ void CudaExecutor::finish(cudaStream_t stream) {
 }
 
 std::string CudaExecutor::diagnose() const {
+  const OnDevice on(comm_.device(), OnDevice::NoThrow{});
   const Impl& im = *impl_;
   const auto values = im.signals->read_values();
   std::ostringstream out;
