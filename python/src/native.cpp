@@ -13,6 +13,7 @@
 
 #include "weft/ir/plan.hpp"
 #include "weft/model/tiling.hpp"
+#include "weft/model/shipped_defaults.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/auto.hpp"
 #include "weft/plan/plan_bounds.hpp"
@@ -179,14 +180,18 @@ NB_MODULE(_native, m) {
         weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
         weft::check_problem(p);
+        // As the op API chooses (weft::Op): the shipped or environment's profile and table unless given.
         weft::PlanOptions o;
-        if (!machine.empty()) o.machine = weft::load_machine_profile(machine);
-        if (!tuning.empty()) o.tuning = std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
+        o.machine = machine.empty() ? weft::default_machine_profile() : weft::load_machine_profile(machine);
+        if (tuning != "none")
+          o.tuning = tuning.empty() ? weft::default_tuning_table() : std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
         const weft::AutoChoice c = weft::choose_strategy(p, o);
         return std::make_tuple(c.candidate.strategy, c.reason);
       },
       "op"_a, "m"_a, "n"_a, "k"_a, "world_size"_a, "machine"_a = "", "tuning"_a = "",
-      "What auto runs for this problem and why: (strategy, reason). machine, tuning: a profile and a tuning table (JSON files).");
+      "What auto runs for this problem and why: (strategy, reason), as the op API chooses. machine, tuning: a profile and a tuning table "
+      "(JSON files; by default weft's shipped H200 measurements, or WEFT_MACHINE_PROFILE / WEFT_TUNING_TABLE); tuning=\"none\": the "
+      "simulator alone.");
   m.def(
       "describe_plan",
       [](const std::string& op, int64_t m, int64_t n, int64_t k, int world_size, const std::string& strategy, const std::string& b_layout) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "weft/model/shipped_defaults.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/op_arguments.hpp"
 #include "current_device.hpp"
@@ -47,12 +48,11 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // Shape, dtypes, MoE and divisibility (plan/op_arguments.hpp, tested on the CPU).
   check_op_shape(shape_of(spec_), comm_.world_size());
   strategy_ = spec_.strategy == "default" ? default_strategy(spec_.op, comm_.world_size()) : spec_.strategy;
-  // What auto chooses by, where the spec does not say: the environment's machine profile and tuning
-  // table (read on every rank alike; the plans' agreement check catches ranks that read others).
-  if (const char* path = std::getenv("WEFT_MACHINE_PROFILE"); path && *path && spec_.plan.machine.source == MachineProfile{}.source)
-    spec_.plan.machine = load_machine_profile(path);
-  if (const char* path = std::getenv("WEFT_TUNING_TABLE"); path && *path && !spec_.plan.tuning)
-    spec_.plan.tuning = std::make_shared<const TuningTable>(load_tuning_table(path));
+  // What auto chooses by, where the spec does not say: the shipped (measured) machine profile and
+  // tuning table, or the environment's (model/shipped_defaults.hpp; read on every rank alike, and
+  // the plans' agreement check catches ranks that read others).
+  if (spec_.plan.machine.source == MachineProfile{}.source) spec_.plan.machine = default_machine_profile();
+  if (!spec_.plan.tuning) spec_.plan.tuning = default_tuning_table();
   if (const char* keep = std::getenv("WEFT_KEEP_STRATEGY_AT_WORLD_ONE"); keep && std::string(keep) == "1")
     spec_.plan.keep_strategy_at_world_one = true;
   // Plans that reach a peer this machine cannot reach are refused (auto passes over them).

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
+#include "weft/model/shipped_defaults.hpp"
+#include "weft/model/simulator.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/auto.hpp"
 
@@ -84,6 +87,44 @@ TEST(Auto, NothingMeasuredOrTrustedFasterMeansSequential) {
   PlanOptions far;
   far.tuning = std::make_shared<const TuningTable>(table_with({{"sequential", {}, 0.1}, {"decomposed", {}, 0.5}}, 64, 64, 64));
   EXPECT_EQ(choose_strategy(p, far).reason.find("measured"), std::string::npos);
+}
+
+
+// A predicted gain counts beyond twice the strategy's recorded error: with every candidate's error
+// three quarters of the largest predicted gain, one error's worth would let the best through; twice
+// does not.
+TEST(Auto, APredictedGainCountsBeyondTwiceTheRecordedError) {
+  const Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::bf16, DType::bf16, {}};
+  const PlanOptions plain;
+  const double sequential = simulate(make_plan(find_strategy("sequential"), p, plain), plain.machine).seconds;
+  double largest_gain = 0;
+  for (const std::string& name : auto_candidates()) {
+    if (name == "sequential") continue;
+    try {
+      const double mine = simulate(make_plan(find_strategy(name), p, plain), plain.machine).seconds;
+      largest_gain = std::max(largest_gain, 1 - mine / sequential);
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  ASSERT_GT(largest_gain, 0.1) << "MLP-1's ReduceScatter is predicted to overlap";
+  PlanOptions o;
+  for (const std::string& name : auto_candidates()) o.machine.prediction_accuracy[name] = {0.0, 0.75 * largest_gain};
+  const AutoChoice c = choose_strategy(p, o);
+  EXPECT_EQ(c.candidate.strategy, "sequential") << c.reason;
+  for (const std::string& name : auto_candidates()) o.machine.prediction_accuracy[name] = {0.0, 0.45 * largest_gain};
+  EXPECT_NE(choose_strategy(p, o).candidate.strategy, "sequential") << "below half the gain, the error lets it count";
+}
+
+// The profile and table compiled into the library are the repository's measured files, and auto's
+// defaults are those where the environment names no other (the CI environment names none).
+TEST(ShippedDefaults, AreTheMeasuredH200ProfileAndTuningTable) {
+  EXPECT_EQ(shipped_machine_profile(), load_machine_profile(std::string(WEFT_BENCH_DIR) + "/machines/h200.json"));
+  ASSERT_TRUE(shipped_tuning_table());
+  EXPECT_EQ(*shipped_tuning_table(), load_tuning_table(std::string(WEFT_BENCH_DIR) + "/tuning/h200.json"));
+  EXPECT_FALSE(shipped_tuning_table()->entries.empty());
+  EXPECT_FALSE(shipped_machine_profile().prediction_accuracy.empty()) << "the fitted profile carries its errors";
+  if (!std::getenv("WEFT_MACHINE_PROFILE")) EXPECT_EQ(default_machine_profile(), shipped_machine_profile());
+  if (!std::getenv("WEFT_TUNING_TABLE")) EXPECT_EQ(default_tuning_table(), shipped_tuning_table());
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ struct MachineProfile {
   const CollectiveCurve* curve(CollectiveKind kind, int world_size) const;
   // The curve's overlapped_slowdown; 1 without a curve.
   double overlapped_slowdown(CollectiveKind kind, int world_size) const;
+  bool operator==(const MachineProfile&) const = default;
 };
 
 std::string machine_profile_json(const MachineProfile& profile);

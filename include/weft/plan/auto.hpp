@@ -7,7 +7,7 @@
 // world size (within options.auto_table_distance), where it was measured there; else as the
 // simulator predicts it, corrected by the strategy's recorded bias on this machine
 // (MachineProfile::prediction_accuracy). A measured gain counts beyond 1% (timing noise), a
-// predicted one beyond the strategy's recorded error and at least options.auto_margin; the largest
+// predicted one beyond twice the strategy's recorded error and at least options.auto_margin; the largest
 // gain that counts wins, and sequential where none does. A pure function of its arguments, so every
 // rank chooses the same.
 #pragma once
