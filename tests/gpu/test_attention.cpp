@@ -79,6 +79,7 @@ std::vector<Case> cases() {
 }
 
 std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Random inputs (row strides padded past their widths), the KV tiles, and the host's answer.
 struct Fixture {
@@ -405,8 +406,9 @@ TEST_P(AttentionPlans, MatchTheHostReferenceOnEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Strategies, AttentionPlans, testing::Values("sequential", "decomposed", "tilelink"),
-                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+std::string strategy_name(const testing::TestParamInfo<std::string>& info) { return info.param; }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AttentionPlans, testing::Values("sequential", "decomposed", "tilelink"), strategy_name);
 
 }  // namespace
 }  // namespace weft
