@@ -85,8 +85,7 @@ int command_bench_attention(const Arguments& args) {
   o.csv_path = args.text("csv", "");
   if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
   for (const std::string& a : args.list("attention", {})) {
-    const std::vector<int64_t> t = parse_shape(a);
-    if (t.size() != 4) throw std::invalid_argument("--attention takes TxHxGxD shapes (tokens, heads, kv heads, head dim), got '" + a + "'");
+    const std::vector<int64_t> t = parse_shape(a, 4);  // tokens, heads, kv heads, head dim
     o.shapes.push_back(AttentionShape{t[0], static_cast<int>(t[1]), static_cast<int>(t[2]), static_cast<int>(t[3])});
   }
   return on_gpus(
