@@ -215,8 +215,9 @@ struct Fixture {
     return e;
   }
 
-  // o within `roundings` bf16 rounding units of its scale (and 1e-6 absolute), lse within 1e-4 of
-  // its magnitude; -inf exactly where no key is visible. Returns the first mismatches, "" if none.
+  // o within `roundings` bf16 rounding units of its scale (and 1e-6 absolute); lse within 1e-3 of
+  // its magnitude (fp32 scores over d products, with room for the tensor cores' accumulation), -inf
+  // exactly where no key is visible. Returns the first mismatches, "" if none.
   std::string mismatches(const Expected& want, double roundings) const {
     const std::vector<uint16_t> got_o = dout.download();
     const std::vector<float> got_lse = dlse.download();
@@ -230,7 +231,7 @@ struct Fixture {
       for (int h = 0; h < c.heads; ++h) {
         const double want_lse = want.lse[static_cast<size_t>(i * c.heads + h)];
         const float lse = got_lse[static_cast<size_t>(i * ldlse + h)];
-        const bool lse_ok = std::isinf(want_lse) ? (std::isinf(lse) && lse < 0) : std::fabs(lse - want_lse) <= 1e-4 * std::max(1.0, std::fabs(want_lse));
+        const bool lse_ok = std::isinf(want_lse) ? (std::isinf(lse) && lse < 0) : std::fabs(lse - want_lse) <= 1e-3 * std::max(1.0, std::fabs(want_lse));
         if (!lse_ok) report("lse row " + std::to_string(i) + " head " + std::to_string(h) + ": got " + std::to_string(lse) + ", want " + std::to_string(want_lse));
         for (int x = 0; x < d; ++x) {
           const size_t at = static_cast<size_t>((i * c.heads + h) * d + x);
