@@ -17,6 +17,7 @@ endfunction()
 weft_cli_without_gpu(weft_cli_bench_gemm_without_gpu "bench gemm" time bench gemm --suite default --warmup 1 --iterations 3)
 weft_cli_without_gpu(weft_cli_bench_rmsnorm_without_gpu "bench rmsnorm" time bench rmsnorm --suite flashoverlap_ar --world 1 --warmup 1 --iterations 3)
 weft_cli_without_gpu(weft_cli_bench_kernels_without_gpu "bench kernels" time bench kernels --suite default --warmup 1 --iterations 3)
+weft_cli_without_gpu(weft_cli_bench_attention_without_gpu "bench attention" time bench attention --attention 1024x8x2x64 --warmup 1 --iterations 3)
 weft_cli_without_gpu(weft_cli_bench_tilelink_without_gpu "bench tilelink" time bench tilelink --iterations 2)
 weft_cli_without_gpu(weft_cli_characterize_without_gpu characterize measure characterize --suite default --world 1 --warmup 1 --iterations 2)
 weft_cli_without_gpu(weft_cli_tune_calibrate_without_gpu tune measure tune --calibrate --out ${CMAKE_CURRENT_BINARY_DIR}/machine_profile_never_written.json
@@ -37,6 +38,8 @@ if(WEFT_GPU_TESTS AND WEFT_HAVE_CUDA)
   weft_cli_on_gpu(weft_cli_gpu_bench_rmsnorm "restore\\+plain" "|DIFFERS|differed" bench rmsnorm --suite flashoverlap_ar --world 1 --warmup 1 --iterations 3)
   # Every kernel's output checked.
   weft_cli_on_gpu(weft_cli_gpu_bench_kernels "fraction of the copy roofline" "|FAILED|differed" bench kernels --suite default --warmup 1 --iterations 3)
+  # Sampled rows of every run checked against the host; a timed row for both head dims.
+  weft_cli_on_gpu(weft_cli_gpu_bench_attention " 64 +yes .* ok" "|FAILED|differed" bench attention --attention 1000x4x2x64,777x4x4x128 --warmup 1 --iterations 3)
   # At least one measured row under the header (world 1: the GEMM's decomposition losses).
   weft_cli_on_gpu(weft_cli_gpu_characterize "CIL NCCL.* 1 +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+\\.[0-9][0-9][0-9] " "" characterize --suite default --world 1
                   --warmup 1 --iterations 2)

@@ -63,15 +63,11 @@ CUTLASS_DEVICE void record_timeout(const OverlapGemmLaunch& launch, int tile_ind
   tile::record_timeout(launch.error, tile::kWaitInOverlapGemm, signal, tile_index, expected, observed);
 }
 
-// Called by the whole producer warp. Lane 0 spins (bounded); the warp then orders its later TMA
-// reads (async proxy) after what the acquire made visible (generic proxy).
+// Called by the whole producer warp (tile::producer_warp_wait: lane 0 waits, bounded, then the
+// warp fences the async proxy before its TMA loads).
 CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_index, const OverlapGemmTile& entry) {
-  // On timeout it goes on with whatever is there: wrong numbers, reported, rather than a hang.
-  if (threadIdx.x % 32 == 0)
-    tile::wait_at_least<true>(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
-                              tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, tile_index);
-  __syncwarp();
-  tile::fence_proxy_async();
+  tile::producer_warp_wait(launch.wait_signals + entry.wait_signal, entry.wait_signal, entry.wait_value,
+                           tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInOverlapGemm}, tile_index);
 }
 
 // BNMajor: B arrives as B^T [K, N] row-major (OverlapGemmLaunch::b_n_major). Only the main loop

@@ -207,7 +207,9 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   // bf16 everywhere; FP8 (and the f32 an FP8 GEMM may give) only where each step's lowering takes
   // it, which refuses naming what is missing (lowering/dtypes.cpp).
   for (const BufferDecl& decl : rank_plan().buffers) {
-    if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(is_fp8(plan_.problem.input_dtype) && decl.dtype == DType::f32))
+    // f32 also for attention's log-sum-exp, which the attention lowering checks.
+    const bool f32_ok = is_fp8(plan_.problem.input_dtype) || plan_.problem.op == OpKind::ag_attention;
+    if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(f32_ok && decl.dtype == DType::f32))
       throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
                                   "; the executor handles bf16 buffers, and FP8 operands with their bf16 or f32 results, so far");
     if (is_fp8(decl.dtype) && named(options_.caller_buffers, decl.name))
@@ -418,10 +420,7 @@ void CudaExecutor::lower_steps() {
           else if constexpr (std::is_same_v<T, CombineRowsStep>) return lowering::lower_combine_rows(body, step.label, context);
           else if constexpr (std::is_same_v<T, MoveBoxesStep>) return lowering::lower_move_boxes(body, step.label, context);
           else if constexpr (std::is_same_v<T, CollectiveStep>) return lowering::lower_collective(body, step.label, context);
-          else if constexpr (std::is_same_v<T, AttentionStep>)
-            throw std::invalid_argument("CudaExecutor: attention step '" + step.label +
-                                        "': weft has no attention kernel yet; ag_attention plans run on the CPU (reference executor, "
-                                        "weft plan / check / simulate)");
+          else if constexpr (std::is_same_v<T, AttentionStep>) return lowering::lower_attention(body, step.label, context);
           else if constexpr (std::is_same_v<T, JoinStep>) return {};  // a join only waits
           else static_assert(sizeof(T) == 0, "a step kind the CUDA executor does not lower");
         },
@@ -602,6 +601,10 @@ void CudaExecutor::check() {
     comm_.abort(why + "; the communicator was aborted");
     throw DeviceWaitTimeout(why + "; the communicator was aborted");
   }
+  if (e.source == tile::kWaitInAttention)
+    throw DeviceWaitTimeout(rank + ": an attention step's KV tile " + std::to_string(e.where) + " gave up waiting for signal '" +
+                            signal_name(e.signal) + "' (#" + std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " +
+                            std::to_string(e.observed) + ", so the call's result is wrong (WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
   if (e.source == tile::kWaitInTileProgram) {
     const auto& steps = rank_plan().steps;
     const std::string step = e.where >= 0 && static_cast<size_t>(e.where) < steps.size() ? steps[static_cast<size_t>(e.where)].label : "?";

@@ -105,7 +105,9 @@ std::vector<int> Arguments::integers(const std::string& name, const std::vector<
   return out;
 }
 
-std::vector<int64_t> parse_shape(const std::string& text) {
+std::vector<int64_t> parse_shape(const std::string& text, size_t parts) {
+  const std::string expected =
+      parts == 3 ? "a shape MxNxK of positive integers" : "a shape of " + std::to_string(parts) + " positive integers separated by 'x'";
   std::vector<int64_t> dims;
   size_t start = 0;
   while (true) {
@@ -117,12 +119,12 @@ std::vector<int64_t> parse_shape(const std::string& text) {
       if (used != part.size() || value < 1) throw std::invalid_argument(part);
       dims.push_back(value);
     } catch (const std::exception&) {
-      throw std::invalid_argument("expected a shape MxNxK of positive integers, got '" + text + "'");
+      throw std::invalid_argument("expected " + expected + ", got '" + text + "'");
     }
     if (x == std::string::npos) break;
     start = x + 1;
   }
-  if (dims.size() != 3) throw std::invalid_argument("expected a shape MxNxK of positive integers, got '" + text + "'");
+  if (dims.size() != parts) throw std::invalid_argument("expected " + expected + ", got '" + text + "'");
   return dims;
 }
 

@@ -71,7 +71,8 @@ void tilelink_options_from(const Arguments& args, TileLinkOptions& options);
 void require_knobs_apply(const Arguments& args, const std::vector<std::string>& strategy_names);
 // A strategy named for an op it has no plan for: refused, naming the ops it takes.
 void require_supports(const Strategy& strategy, OpKind op);
-// "MxNxK" as {M, N, K}; throws std::invalid_argument naming the text.
-std::vector<int64_t> parse_shape(const std::string& text);
+// "MxNxK" as {M, N, K} (or `parts` 'x'-separated positive integers); throws std::invalid_argument
+// naming the text.
+std::vector<int64_t> parse_shape(const std::string& text, size_t parts = 3);
 
 }  // namespace weft::cli

@@ -11,6 +11,7 @@
 #include "rmsnorm_bench.hpp"
 #include "tilelink_bench.hpp"
 #include "kernels_bench.hpp"
+#include "attention_bench.hpp"
 #include "bench_suite.hpp"
 #include "common/text_file.hpp"
 #include "on_gpus.hpp"
@@ -74,6 +75,29 @@ int command_bench_rmsnorm(const Arguments& args) {
     if (failed) std::printf("\n%d row(s): the fused RMSNorm differed from the plain one\n", failed);
     return failed ? 1 : 0;
   }, o.csv_path);
+}
+
+int command_bench_attention(const Arguments& args) {
+  AttentionBenchOptions o;
+  o.warmup = static_cast<int>(args.integer("warmup", 5));
+  o.iterations = static_cast<int>(args.integer("iterations", 20));
+  o.seed = static_cast<uint64_t>(args.integer("seed", 1));
+  o.csv_path = args.text("csv", "");
+  if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
+  for (const std::string& a : args.list("attention", {})) {
+    const std::vector<int64_t> t = parse_shape(a, 4);  // tokens, heads, kv heads, head dim
+    o.shapes.push_back(AttentionShape{t[0], static_cast<int>(t[1]), static_cast<int>(t[2]), static_cast<int>(t[3])});
+  }
+  return on_gpus(
+      "bench attention", "time",
+      [&](const DeviceScan& scan) {
+        const auto& d = scan.devices.front();
+        std::printf("GPU 0: %s, %d SMs; weft's attention kernel alone, self-attention of one sequence\n\n", d.name.c_str(), d.sm_count);
+        const int failed = run_attention_bench(o);
+        if (failed) std::printf("\n%d run(s) differed from the host reference on their sampled rows\n", failed);
+        return failed ? 1 : 0;
+      },
+      o.csv_path);
 }
 
 int command_bench_kernels(const Arguments& args) {

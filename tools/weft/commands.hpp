@@ -11,6 +11,7 @@ int command_bench(const Arguments& args);       // time strategies on GPUs; plan
 int command_bench_gemm(const Arguments& args);      // the overlap GEMM against cuBLASLt on one GPU
 int command_bench_rmsnorm(const Arguments& args);   // RMSNorm plain vs fused with signal's remap, one GPU
 int command_bench_tilelink(const Arguments& args);  // TileLink's microbenchmark: companion copy bandwidth, GEMM by comm SMs
+int command_bench_attention(const Arguments& args); // the attention kernel in TFLOP/s, one GPU
 int command_bench_kernels(const Arguments& args);   // the auxiliary kernels against the copy roofline, one GPU
 int command_characterize(const Arguments& args);  // FiCCO's decomposition and contention losses
 int command_tune(const Arguments& args);          // --calibrate: measure and save the machine profile

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     std::printf("weft %s\n", WEFT_VERSION);  // the CMake project version
     return 0;
   }
-  // "bench gemm", "bench rmsnorm", "bench tilelink", "bench kernels": two words.
+  // "bench gemm", "bench rmsnorm", "bench tilelink", "bench kernels", "bench attention": two words.
   std::string command = argv[1];
   int first = 2;
   if (command == "bench" && argc > 2 && argv[2][0] != '-') {
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
     else if (command == "bench rmsnorm") code = weft::cli::command_bench_rmsnorm(args);
     else if (command == "bench tilelink") code = weft::cli::command_bench_tilelink(args);
     else if (command == "bench kernels") code = weft::cli::command_bench_kernels(args);
+    else if (command == "bench attention") code = weft::cli::command_bench_attention(args);
     else if (command == "bench") code = weft::cli::command_bench(args);
     else if (command == "check") code = weft::cli::command_check(args);
     else if (command == "characterize") code = weft::cli::command_characterize(args);

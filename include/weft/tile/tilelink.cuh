@@ -141,6 +141,22 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t sign
   return true;
 }
 
+// Warp-wide: a warp-specialised kernel's loading warp, before the TMA loads of a tile that waits
+// (the overlap GEMM's producer, the attention kernel's per KV tile). Lane 0 waits (bounded,
+// system-scope acquire: the data may come from a peer or the copy engine); then the whole warp
+// orders its later async-proxy reads (TMA) after what the acquire made visible. It synchronises this
+// warp only: consumer_tile_wait's __syncthreads() would hang a kernel whose warps run apart. On
+// timeout it records, returns false (on lane 0) and lets the loads go on: wrong numbers, reported,
+// rather than a hang.
+__device__ __forceinline__ bool producer_warp_wait(const uint64_t* flag, int32_t signal, uint64_t expected, const WaitPolicy& policy,
+                                                   int32_t where) {
+  bool met = true;
+  if (threadIdx.x % 32 == 0) met = wait_at_least<true>(flag, signal, expected, policy, where);
+  __syncwarp();
+  fence_proxy_async();
+  return met;
+}
+
 // ---- tile-level notify and wait ----------------------------------------------------------------
 
 // This rank's counters and every rank's (peers[r] addresses rank r's array; peers[rank] == local).

@@ -9,7 +9,8 @@ namespace weft {
 namespace tile {
 
 // Who waited: a kernel of the user's (TileLink's primitives), the overlap GEMM, weft's companion
-// kernel of SM-driven tile steps, the device barrier at the start of a call (signal: the late rank);
+// kernel of SM-driven tile steps, the attention kernel (where: its KV tile), the device barrier at
+// the start of a call (signal: the late rank);
 // and not a wait but a disagreement: a peer met in the device barrier is making another call
 // (signal: that rank; expected: this rank's call signature, observed: the peer's).
 enum WaitSource : int32_t {
@@ -18,6 +19,7 @@ enum WaitSource : int32_t {
   kWaitInTileProgram = 2,
   kWaitInBarrier = 3,
   kOtherCallInBarrier = 4,
+  kWaitInAttention = 5,
 };
 
 struct WaitRecord {

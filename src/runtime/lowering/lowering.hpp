@@ -15,6 +15,7 @@
 #include <string>
 
 #include "weft/ir/plan.hpp"
+#include "weft/kernels/attention.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
 
@@ -86,6 +87,8 @@ Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& la
 Lowered lower_combine_rows(const CombineRowsStep& combine, const std::string& label, const Context& context);
 Lowered lower_move_boxes(const MoveBoxesStep& moves, const std::string& label, const Context& context);
 Lowered lower_collective(const CollectiveStep& collective, const std::string& label, const Context& context);
+// An attention step on weft's attention kernel (kernels/attention.hpp), merging in place where it says.
+Lowered lower_attention(const AttentionStep& attention, const std::string& label, const Context& context);
 // The steps `step_indices` of `plan` (one companion group, in stream order) as one launch of the
 // companion kernel; their waits and notifies happen inside it.
 Lowered lower_companion(const RankPlan& plan, const std::vector<int>& step_indices, const Context& context);

@@ -1,0 +1,415 @@
+// weft's attention kernel (kernels/attention.hpp) against softmax(Q K^T / sqrt(d)) V computed in
+// double on the host, element by element, on fresh random inputs with the outputs poisoned (NaN)
+// before every launch: head dims 64 and 128, MHA and GQA, causal by global position and not, lengths
+// that are and are not multiples of the kernel's tiles, KV tiles whose heights are not (pieces ending
+// inside the box, next to rows holding NaN), rows that see no key, the log-sum-exp, merging into a
+// previous partial result, persistent CTAs taking several units, per-tile waits released by another
+// stream and one that times out. Then the CUDA executor running ag_attention's sequential,
+// decomposed and tilelink plans on the visible GPUs (WEFT_TEST_WORLD) against the host reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "check_against_host.hpp"
+#include "element_check.hpp"
+#include "weft/kernels/attention.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/runtime/cuda_check.hpp"
+#include "weft/runtime/rank_threads.hpp"
+
+namespace weft {
+namespace {
+
+uint16_t to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even (finite inputs)
+  return static_cast<uint16_t>(bits >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class T>
+struct Device {
+  T* data = nullptr;
+  size_t count = 0;
+  explicit Device(size_t n) : count(n) { WEFT_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~Device() { cudaFree(data); }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  void upload(const std::vector<T>& host) { WEFT_CUDA_CHECK(cudaMemcpy(data, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    WEFT_CUDA_CHECK(cudaMemcpy(host.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+struct Case {
+  int head_dim;
+  int heads, kv_heads;
+  int64_t q_rows, kv_rows;
+  bool causal;
+  int64_t q_position, kv_position;
+  int64_t kv_tile_rows;   // KV tiles of this height over [0, kv_covered)
+  int64_t kv_covered;     // rows of k/v the tiles cover; the rest hold NaN and must not matter
+  int max_ctas;
+  std::string name;
+};
+
+std::vector<Case> cases() {
+  return {
+      {64, 4, 4, 256, 256, false, 0, 0, 128, 256, 0, "d64_mha_aligned"},
+      {128, 4, 1, 200, 200, true, 0, 0, 128, 200, 0, "d128_gqa4_causal_ragged"},
+      {64, 8, 2, 333, 633, true, 300, 0, 96, 633, 5, "d64_gqa4_causal_block_after_keys_tiles96"},
+      {128, 2, 2, 77, 500, false, 0, 0, 200, 450, 0, "d128_mha_short_queries_uncovered_tail"},
+      {64, 2, 1, 150, 300, true, 0, 64, 128, 300, 3, "d64_causal_keys_after_first_queries"},
+      {128, 6, 3, 129, 129, true, 0, 0, 64, 129, 2, "d128_gqa2_causal_persistent"},
+      {64, 1, 1, 1, 7, false, 0, 0, 128, 7, 0, "d64_one_query_seven_keys"},
+  };
+}
+
+std::string case_name(const testing::TestParamInfo<Case>& info) { return info.param.name; }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Random inputs (row strides padded past their widths), the KV tiles, and the host's answer.
+struct Fixture {
+  Case c;
+  int64_t ldq, ldk, ldo, ldlse;
+  std::vector<uint16_t> q, k, v;
+  std::vector<AttentionKvTile> tiles;
+  Device<uint16_t> dq, dk, dv, dout;
+  Device<float> dlse;
+  Device<AttentionKvTile> dtiles;
+  Device<uint64_t> signals;
+  Device<WaitRecord> error;
+  cudaStream_t stream{};
+
+  Fixture(const Case& cs, uint64_t seed)
+      : c(cs),
+        ldq(int64_t{cs.heads} * cs.head_dim + 8),
+        ldk(int64_t{cs.kv_heads} * cs.head_dim + 16),
+        ldo(int64_t{cs.heads} * cs.head_dim + 8),
+        ldlse(cs.heads + 3),
+        dq(static_cast<size_t>(cs.q_rows * ldq)),
+        dk(static_cast<size_t>(cs.kv_rows * ldk)),
+        dv(static_cast<size_t>(cs.kv_rows * ldk)),
+        dout(static_cast<size_t>(cs.q_rows * ldo)),
+        dlse(static_cast<size_t>(cs.q_rows * ldlse)),
+        dtiles(static_cast<size_t>((cs.kv_covered + cs.kv_tile_rows - 1) / cs.kv_tile_rows)),
+        signals(4),
+        error(1) {
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    auto fill = [&](std::vector<uint16_t>& m, int64_t rows, int64_t ld, float amplitude) {
+      m.assign(static_cast<size_t>(rows * ld), 0);
+      for (uint16_t& x : m) x = to_bf16(amplitude * uniform(rng));
+    };
+    fill(q, c.q_rows, ldq, 2.f);  // scores of a few units: a softmax that is neither flat nor one-hot
+    fill(k, c.kv_rows, ldk, 2.f);
+    fill(v, c.kv_rows, ldk, 1.f);
+    for (int64_t row = c.kv_covered; row < c.kv_rows; ++row)
+      for (int64_t j = 0; j < ldk; ++j) k[static_cast<size_t>(row * ldk + j)] = v[static_cast<size_t>(row * ldk + j)] = kBf16Nan;
+    for (int64_t row = 0; row < c.kv_covered; row += c.kv_tile_rows)
+      tiles.push_back(AttentionKvTile{row, std::min(c.kv_tile_rows, c.kv_covered - row)});
+    dq.upload(q);
+    dk.upload(k);
+    dv.upload(v);
+    WEFT_CUDA_CHECK(cudaMemset(signals.data, 0, 4 * sizeof(uint64_t)));
+    WEFT_CUDA_CHECK(cudaMemset(error.data, 0, sizeof(WaitRecord)));
+  }
+  ~Fixture() {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+
+  AttentionLaunch launch() {
+    dtiles.upload(tiles);
+    AttentionLaunch l;
+    l.q = dq.data;
+    l.k = dk.data;
+    l.v = dv.data;
+    l.o = dout.data;
+    l.lse = dlse.data;
+    l.ldq = ldq;
+    l.ldk = ldk;
+    l.ldv = ldk;
+    l.ldo = ldo;
+    l.ldlse = ldlse;
+    l.q_rows = c.q_rows;
+    l.kv_rows = c.kv_rows;
+    l.heads = c.heads;
+    l.kv_heads = c.kv_heads;
+    l.head_dim = c.head_dim;
+    l.q_position = c.q_position;
+    l.kv_position = c.kv_position;
+    l.causal = c.causal;
+    l.kv_tiles = dtiles.data;
+    l.kv_tile_count = static_cast<int>(tiles.size());
+    l.wait_signals = signals.data;
+    l.error = error.data;
+    l.wait_timeout_ns = 5'000'000'000ull;
+    l.max_ctas = c.max_ctas;
+    require_launchable(l);
+    require_valid_kv_tiles(l, tiles);
+    return l;
+  }
+
+  void poison() {
+    fill_u16(dout.data, static_cast<int64_t>(dout.count), kBf16Nan, stream);
+    std::vector<float> nan(dlse.count, std::numeric_limits<float>::quiet_NaN());
+    dlse.upload(nan);
+  }
+
+  WaitRecord read_error() const { return error.download()[0]; }
+
+  // The host's answer in double over the KV tiles `first` .. `last` - 1: o, lse and the error scale
+  // of o (softmax-weighted |v|) per (row, head).
+  struct Expected {
+    std::vector<double> o, scale, lse;
+  };
+  Expected expected(size_t first, size_t last) const {
+    const int d = c.head_dim, group = c.heads / c.kv_heads;
+    Expected e;
+    e.o.assign(static_cast<size_t>(c.q_rows * c.heads * d), 0.0);
+    e.scale = e.o;
+    e.lse.assign(static_cast<size_t>(c.q_rows * c.heads), -std::numeric_limits<double>::infinity());
+    std::vector<double> s;
+    std::vector<int64_t> keys;
+    for (int64_t i = 0; i < c.q_rows; ++i)
+      for (int h = 0; h < c.heads; ++h) {
+        const int g = h / group;
+        s.clear();
+        keys.clear();
+        for (size_t t = first; t < last; ++t)
+          for (int64_t j = tiles[t].row; j < tiles[t].row + tiles[t].rows; ++j) {
+            if (c.causal && c.kv_position + j > c.q_position + i) continue;
+            double dot = 0;
+            for (int x = 0; x < d; ++x)
+              dot += static_cast<double>(from_bf16(q[static_cast<size_t>(i * ldq + h * d + x)])) * from_bf16(k[static_cast<size_t>(j * ldk + g * d + x)]);
+            s.push_back(dot / std::sqrt(static_cast<double>(d)));
+            keys.push_back(j);
+          }
+        if (s.empty()) continue;
+        const double top = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - top));
+        e.lse[static_cast<size_t>(i * c.heads + h)] = top + std::log(sum);
+        for (size_t n = 0; n < s.size(); ++n)
+          for (int x = 0; x < d; ++x) {
+            const double value = from_bf16(v[static_cast<size_t>(keys[n] * ldk + g * d + x)]);
+            e.o[static_cast<size_t>((i * c.heads + h) * d + x)] += s[n] / sum * value;
+            e.scale[static_cast<size_t>((i * c.heads + h) * d + x)] += s[n] / sum * std::fabs(value);
+          }
+      }
+    return e;
+  }
+
+  // o within `roundings` bf16 rounding units of its scale (and 1e-6 absolute); lse within 1e-3 of
+  // its magnitude (fp32 scores over d products, with room for the tensor cores' accumulation), -inf
+  // exactly where no key is visible. Returns the first mismatches, "" if none.
+  std::string mismatches(const Expected& want, double roundings) const {
+    const std::vector<uint16_t> got_o = dout.download();
+    const std::vector<float> got_lse = dlse.download();
+    const int d = c.head_dim;
+    std::string out;
+    int reported = 0;
+    auto report = [&](const std::string& what) {
+      if (++reported <= 8) out += what + "\n";
+    };
+    for (int64_t i = 0; i < c.q_rows; ++i)
+      for (int h = 0; h < c.heads; ++h) {
+        const double want_lse = want.lse[static_cast<size_t>(i * c.heads + h)];
+        const float lse = got_lse[static_cast<size_t>(i * ldlse + h)];
+        const bool lse_ok = std::isinf(want_lse) ? (std::isinf(lse) && lse < 0) : std::fabs(lse - want_lse) <= 1e-3 * std::max(1.0, std::fabs(want_lse));
+        if (!lse_ok) report("lse row " + std::to_string(i) + " head " + std::to_string(h) + ": got " + std::to_string(lse) + ", want " + std::to_string(want_lse));
+        for (int x = 0; x < d; ++x) {
+          const size_t at = static_cast<size_t>((i * c.heads + h) * d + x);
+          const double got = from_bf16(got_o[static_cast<size_t>(i * ldo + h * d + x)]);
+          const double bound = roundings * std::ldexp(1.0, -9) * want.scale[at] + 1e-6;
+          if (!(std::fabs(got - want.o[at]) <= bound))
+            report("o row " + std::to_string(i) + " head " + std::to_string(h) + " col " + std::to_string(x) + ": got " + std::to_string(got) +
+                   ", want " + std::to_string(want.o[at]) + " (bound " + std::to_string(bound) + ")");
+        }
+      }
+    if (reported > 8) out += "... " + std::to_string(reported) + " mismatches in all\n";
+    return out;
+  }
+};
+
+class AttentionKernel : public testing::TestWithParam<Case> {};
+
+// P rounded to bf16 (2^-9 of the weighted |v|), o rounded once (2^-9), and margin.
+constexpr double kRoundings = 4.0;
+
+TEST_P(AttentionKernel, MatchesTheHostOnFreshInputsTwice) {
+  for (uint64_t seed : {11u, 12u}) {
+    Fixture f(GetParam(), seed + 100 * static_cast<uint64_t>(GetParam().head_dim));
+    Attention attention(f.launch());
+    const auto want = f.expected(0, f.tiles.size());
+    for (int call = 0; call < 2; ++call) {
+      f.poison();
+      attention.launch(f.stream);
+      ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << "the kernel did not finish";
+      EXPECT_EQ(f.read_error().failed, 0u);
+      const std::string bad = f.mismatches(want, kRoundings);
+      EXPECT_TRUE(bad.empty()) << "seed " << seed << " call " << call << ":\n" << bad;
+    }
+  }
+}
+
+TEST_P(AttentionKernel, MergesASecondPartOfTheKeysByItsLogSumExp) {
+  Fixture f(GetParam(), 77);
+  if (f.tiles.size() < 2) GTEST_SKIP() << "one KV tile: nothing to split";
+  const size_t split = f.tiles.size() / 2;
+  const std::vector<AttentionKvTile> all = f.tiles;
+  f.poison();
+  f.tiles.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(split));
+  launch_attention(f.launch(), f.stream);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));  // before the table is overwritten
+  f.tiles.assign(all.begin() + static_cast<std::ptrdiff_t>(split), all.end());
+  AttentionLaunch second = f.launch();
+  second.merge = true;
+  launch_attention(second, f.stream);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  f.tiles = all;
+  // One more rounding of o (the first part's, stored in bf16 before the merge reads it back).
+  const std::string bad = f.mismatches(f.expected(0, all.size()), kRoundings + 2);
+  EXPECT_TRUE(bad.empty()) << bad;
+}
+
+TEST_P(AttentionKernel, WaitsPerKvTileAreReleasedByAnotherStream) {
+  Fixture f(GetParam(), 5);
+  for (size_t t = 0; t < f.tiles.size(); ++t) {
+    f.tiles[t].wait_signal = static_cast<int32_t>(t % 2);
+    f.tiles[t].wait_value = 1 + t % 3;
+  }
+  AttentionLaunch l = f.launch();
+  f.poison();
+  cudaStream_t other;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  launch_attention(l, f.stream);
+  // Keep the other stream busy for a while first, so that the kernel really waits.
+  Device<uint16_t> busy(size_t{1} << 26);
+  for (int i = 0; i < 8; ++i) fill_random_bf16(busy.data, static_cast<int64_t>(busy.count), static_cast<uint64_t>(i), other);
+  signal_add(f.signals.data + 0, 3, other);
+  signal_add(f.signals.data + 1, 3, other);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_EQ(f.read_error().failed, 0u);
+  const std::string bad = f.mismatches(f.expected(0, f.tiles.size()), kRoundings);
+  EXPECT_TRUE(bad.empty()) << bad;
+  cudaStreamSynchronize(other);
+  cudaStreamDestroy(other);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernel, testing::ValuesIn(cases()), case_name);
+
+TEST(AttentionKernelWaits, AnUnmetWaitTimesOutAndNamesItsKvTile) {
+  Fixture f(cases()[0], 3);
+  f.tiles.back().wait_signal = 2;
+  f.tiles.back().wait_value = 5;
+  AttentionLaunch l = f.launch();
+  l.wait_timeout_ns = 20'000'000;  // 20 ms
+  launch_attention(l, f.stream);
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << "the kernel must give up, not hang";
+  const WaitRecord e = f.read_error();
+  EXPECT_EQ(e.failed, 1u);
+  EXPECT_EQ(e.source, tile::kWaitInAttention);
+  EXPECT_EQ(e.where, static_cast<int>(f.tiles.size()) - 1);
+  EXPECT_EQ(e.signal, 2);
+  EXPECT_EQ(e.expected, 5u);
+  EXPECT_EQ(e.observed, 0u);
+}
+
+TEST(AttentionKernelChecks, RefuseWhatTheKernelCannotRun) {
+  Fixture f(cases()[0], 1);
+  AttentionLaunch good = f.launch();
+  auto refused = [&](AttentionLaunch l, const std::string& words) {
+    try {
+      require_launchable(l);
+      ADD_FAILURE() << "accepted; expected a refusal naming '" << words << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  AttentionLaunch l = good;
+  l.head_dim = 96;
+  refused(l, "head dim 96");
+  l = good;
+  l.kv_heads = 3;
+  refused(l, "multiple of key/value heads 3");
+  l = good;
+  l.q = static_cast<const char*>(good.q) + 2;
+  refused(l, "16-byte aligned");
+  l = good;
+  l.ldk = good.ldk - 4;
+  refused(l, "row stride");
+  std::vector<AttentionKvTile> outside = f.tiles;
+  outside.back().rows += 1;
+  EXPECT_THROW(require_valid_kv_tiles(good, outside), std::invalid_argument);
+}
+
+// ---- the executor: ag_attention's plans --------------------------------------------------------
+
+const std::vector<std::unique_ptr<Communicator>>& group() { return bench::test_group(); }
+
+struct PlanCase {
+  std::string strategy;
+  int64_t tokens;
+  int batch, heads, kv_heads, head_dim;
+  bool causal;
+  int tile_n;           // KV tile rows (the plan's tile_n)
+  int comm_tile_rows;   // tilelink's communication tiles (0: a rank's block)
+};
+
+class AttentionPlans : public testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionPlans, MatchTheHostReferenceOnEveryRank) {
+  const int world = static_cast<int>(group().size());
+  const std::string strategy = GetParam();
+  const PlanCase shapes[] = {
+      {strategy, 256, 1, 4, 4, 64, false, 128, 0},
+      {strategy, 200, 2, 4, 2, 64, true, 128, 64},   // ragged blocks: pieces ending inside the gathered K/V
+      {strategy, 130, 1, 4, 1, 128, true, 64, 0},
+      {strategy, 96, 1, 2, 2, 128, false, 96, 32},
+  };
+  for (const PlanCase& s : shapes) {
+    Problem p;
+    p.op = OpKind::ag_attention;
+    p.world_size = world;
+    p.m = s.tokens;
+    p.batch = s.batch;
+    p.heads = s.heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.causal = s.causal;
+    PlanOptions options;
+    options.tile_n = s.tile_n;
+    options.tilelink.comm_tile_rows = s.comm_tile_rows;
+    const Plan plan = find_strategy(strategy).build(p, options);
+    std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
+    // Three calls: the copy engine's counters and the signals start each call from a new epoch.
+    for_each_rank(group(), [&](Communicator& comm) {
+      checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, static_cast<uint64_t>(s.tokens), 3);
+    });
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " rank " << r << ": " << checks[static_cast<size_t>(r)].explain();
+  }
+}
+
+std::string strategy_name(const testing::TestParamInfo<std::string>& info) { return info.param; }
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AttentionPlans, testing::Values("sequential", "decomposed", "tilelink"), strategy_name);
+
+}  // namespace
+}  // namespace weft

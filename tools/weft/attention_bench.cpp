@@ -1,0 +1,154 @@
+// `weft bench attention`: the attention kernel alone on GPU 0 (attention_bench.hpp). Each shape,
+// causal and not: inputs random, the output poisoned, one run checked on sampled rows (first, middle
+// and last query of the first and last head) against softmax(Q K^T / sqrt(d)) V in double, then
+// timed (median of `iterations`, L2 not flushed: Q, K and V are read many times per run anyway).
+#include "attention_bench.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "common/text_file.hpp"
+#include "measure.hpp"
+#include "weft/kernels/attention.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/runtime/cuda_check.hpp"
+
+namespace weft::cli {
+
+using namespace weft::bench;
+
+namespace {
+
+float bf16_value(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+
+std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
+  std::vector<uint16_t> host(count);
+  WEFT_CUDA_CHECK(cudaMemcpy(host.data(), b.data, count * 2, cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// The largest error of the sampled rows in units of their scale (softmax-weighted |v|); NaN where
+// one is not finite.
+double sampled_error(const AttentionShape& s, bool causal, const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
+                     const DeviceBuffer& o) {
+  const int64_t T = s.tokens, d = s.head_dim, qc = int64_t{s.heads} * d, kc = int64_t{s.kv_heads} * d;
+  const std::vector<uint16_t> hq = to_host(q, static_cast<size_t>(T * qc)), hk = to_host(k, static_cast<size_t>(T * kc)),
+                              hv = to_host(v, static_cast<size_t>(T * kc)), ho = to_host(o, static_cast<size_t>(T * qc));
+  double worst = 0;
+  std::vector<double> p(static_cast<size_t>(T));
+  for (int64_t i : {int64_t{0}, T / 2, T - 1})
+    for (int h : {0, s.heads - 1}) {
+      const int g = h / (s.heads / s.kv_heads);
+      const int64_t keys = causal ? i + 1 : T;
+      double top = -INFINITY;
+      for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t x = 0; x < d; ++x)
+          dot += static_cast<double>(bf16_value(hq[static_cast<size_t>(i * qc + h * d + x)])) * bf16_value(hk[static_cast<size_t>(j * kc + g * d + x)]);
+        p[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
+        top = std::max(top, p[static_cast<size_t>(j)]);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < keys; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - top));
+      for (int64_t x = 0; x < d; ++x) {
+        double want = 0, scale = 0;
+        for (int64_t j = 0; j < keys; ++j) {
+          const double value = bf16_value(hv[static_cast<size_t>(j * kc + g * d + x)]);
+          want += p[static_cast<size_t>(j)] / sum * value;
+          scale += p[static_cast<size_t>(j)] / sum * std::fabs(value);
+        }
+        const double got = bf16_value(ho[static_cast<size_t>(i * qc + h * d + x)]);
+        const double error = std::fabs(got - want) / (scale + 1e-12);
+        if (!std::isfinite(got)) return NAN;
+        worst = std::max(worst, error);
+      }
+    }
+  return worst;
+}
+
+std::vector<AttentionShape> default_shapes() {
+  return {{4096, 32, 8, 128}, {8192, 32, 8, 128}, {16384, 32, 8, 128}, {8192, 32, 32, 128}, {8192, 16, 16, 64}, {16384, 32, 4, 64}};
+}
+
+}  // namespace
+
+int run_attention_bench(const AttentionBenchOptions& o) {
+  std::optional<OutputFile> csv_file;
+  std::FILE* csv = nullptr;
+  if (!o.csv_path.empty()) {
+    csv_file.emplace(o.csv_path, "CSV file");
+    csv = csv_file->stream();
+    std::fprintf(csv, "tokens,heads,kv_heads,head_dim,causal,tiles,tflop,ms,tflops,error,check\n");
+  }
+  std::printf("%8s %6s %8s %8s %7s %10s %10s %9s %9s %s\n", "tokens", "heads", "kv_heads", "head_dim", "causal", "TFLOP", "ms", "TFLOP/s",
+              "error", "check");
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int failed = 0;
+  for (const AttentionShape& s : o.shapes.empty() ? default_shapes() : o.shapes)
+    for (bool causal : {false, true}) {
+      const int64_t qc = int64_t{s.heads} * s.head_dim, kc = int64_t{s.kv_heads} * s.head_dim;
+      DeviceBuffer q(static_cast<size_t>(s.tokens * qc) * 2), k(static_cast<size_t>(s.tokens * kc) * 2), v(static_cast<size_t>(s.tokens * kc) * 2),
+          out(static_cast<size_t>(s.tokens * qc) * 2), lse(static_cast<size_t>(s.tokens * s.heads) * 4);
+      fill_random_bf16(q.data, s.tokens * qc, o.seed, stream);
+      fill_random_bf16(k.data, s.tokens * kc, o.seed + 1, stream);
+      fill_random_bf16(v.data, s.tokens * kc, o.seed + 2, stream);
+      fill_u16(out.data, s.tokens * qc, kBf16Nan, stream);
+      const AttentionTiling tiling = attention_tiling(s.head_dim);
+      std::vector<AttentionKvTile> tiles;
+      for (int64_t row = 0; row < s.tokens; row += tiling.tile_kv) tiles.push_back({row, std::min<int64_t>(tiling.tile_kv, s.tokens - row)});
+      DeviceBuffer table(tiles.size() * sizeof(AttentionKvTile));
+      WEFT_CUDA_CHECK(cudaMemcpy(table.data, tiles.data(), tiles.size() * sizeof(AttentionKvTile), cudaMemcpyHostToDevice));
+      AttentionLaunch l;
+      l.q = q.data;
+      l.k = k.data;
+      l.v = v.data;
+      l.o = out.data;
+      l.lse = static_cast<float*>(lse.data);
+      l.ldq = l.ldo = qc;
+      l.ldk = l.ldv = kc;
+      l.ldlse = s.heads;
+      l.q_rows = l.kv_rows = s.tokens;
+      l.heads = s.heads;
+      l.kv_heads = s.kv_heads;
+      l.head_dim = s.head_dim;
+      l.causal = causal;
+      l.kv_tiles = static_cast<const AttentionKvTile*>(table.data);
+      l.kv_tile_count = static_cast<int>(tiles.size());
+      require_valid_kv_tiles(l, tiles);
+      Attention attention(l);
+      attention.launch(stream);
+      if (!synchronize_with_timeout(stream, 60000)) throw std::runtime_error("the attention kernel did not finish in 60 s");
+      const double error = sampled_error(s, causal, q, k, v, out);
+      // Two bf16 roundings (P and O) of the weighted |v|, with margin; NaN fails.
+      const bool ok = error <= 4 * std::ldexp(1.0, -9);
+      if (!ok) ++failed;
+      const std::vector<double> ms = interleaved_median_ms({[&](cudaStream_t st) { attention.launch(st); }}, stream, o.warmup, o.iterations,
+                                                           [&](size_t) {
+                                                             if (!synchronize_with_timeout(stream, 60000))
+                                                               throw std::runtime_error("the attention kernel did not finish in 60 s");
+                                                           });
+      const int64_t computed = attention_tiles_computed(l, tiles);
+      const double tflop = 4.0 * tiling.tile_q * tiling.tile_kv * s.head_dim * static_cast<double>(computed) / 1e12;
+      const double tflops = tflop / (ms[0] * 1e-3);
+      std::printf("%8lld %6d %8d %8d %7s %10.3f %10.4f %9.1f %9.2e %s\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads, s.head_dim,
+                  causal ? "yes" : "no", tflop, ms[0], tflops, error, ok ? "ok" : "FAILED");
+      std::fflush(stdout);
+      if (csv)
+        std::fprintf(csv, "%lld,%d,%d,%d,%d,%lld,%.4f,%.5f,%.2f,%.3e,%s\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads, s.head_dim,
+                     causal ? 1 : 0, static_cast<long long>(computed), tflop, ms[0], tflops, error, ok ? "ok" : "FAILED");
+    }
+  cudaStreamDestroy(stream);
+  if (csv_file) csv_file->close();
+  return failed;
+}
+
+}  // namespace weft::cli
