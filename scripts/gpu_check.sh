@@ -8,6 +8,8 @@
 #   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   kernels: `weft bench kernels` (the auxiliary kernels against the copy roofline, GPU 0; KERNELS_ARGS).
+#   attention: the attention kernel's GPU tests, ag_attention's plans at world 1 (and 2), the overlap
+#   GEMM tests, compute-sanitizer memcheck of the kernel tests, `weft bench attention` (ATTENTION_ARGS).
 #   tilelink: `weft bench tilelink` (companion copy bandwidth by CTAs, GEMM by SMs given to communication).
 #   nccl-only: with WEFT_P2P=0 (no load/store between ranks; NCCL's own transports, and at world > 1
 #   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 as well): the op API's tests of every strategy and
@@ -138,6 +140,25 @@ fi
 if wants kernels; then
   ./build-device/weft bench kernels --csv "$out/kernels.csv" ${KERNELS_ARGS:-} 2> "$out/kernels.err" | tee "$out/kernels.txt" || status=1
   tail -5 "$out/kernels.err"
+fi
+if wants attention; then
+  # The attention kernel alone, then ag_attention's plans through the executor at world 1 (and 2 where
+  # there are two GPUs), the overlap GEMM tests (the producer wait both kernels share), the kernel
+  # under compute-sanitizer, and its speed.
+  t=build-device/tests/gpu/weft_gpu_tests
+  timeout 600 $t --gtest_filter='*AttentionKernel*' > "$out/attention_kernel.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED)|Failure|error" "$out/attention_kernel.log" | head -30
+  for w in 1 2; do
+    [ "$w" -le "$gpus" ] || continue
+    WEFT_TEST_WORLD=$w timeout 600 $t --gtest_filter='*AttentionPlans*' > "$out/attention_plans_w$w.log" 2>&1 || status=1
+    grep -E "^\[  (PASSED|FAILED)" "$out/attention_plans_w$w.log"
+  done
+  timeout 600 $t --gtest_filter='*OverlapGemm*' > "$out/attention_overlap_gemm_regression.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED)" "$out/attention_overlap_gemm_regression.log"
+  timeout 600 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $t --gtest_filter='*AttentionKernel*' > "$out/attention_memcheck.log" 2>&1 || status=1
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/attention_memcheck.log"
+  ./build-device/weft bench attention --csv "$out/attention.csv" ${ATTENTION_ARGS:-} 2> "$out/attention.err" | tee "$out/attention.txt" || status=1
+  tail -5 "$out/attention.err"
 fi
 if wants gemm; then
   ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1

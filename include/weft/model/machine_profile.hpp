@@ -61,7 +61,7 @@ struct MachineProfile {
   double gemm_efficiency = 0.95;            // a library GEMM's achieved fraction of peak_flops (128x256 tiles)
   double overlap_gemm_efficiency = 0.95;    // the overlap GEMM's rate relative to that (its own tile table)
   // An attention kernel's achieved fraction of peak_flops, counting 4 q k d FLOPs per unmasked block
-  // of q queries and k keys. Not measured here (no attention kernel yet): FlashAttention-3 reports
+  // of q queries and k keys. Not measured here (weft's attention kernel has not run yet): FlashAttention-3 reports
   // about 75% of an H100's peak at head dim 128 and long sequences, less for short ones.
   double attention_efficiency = 0.6;
   double gemm_fixed_seconds = 6e-6;         // a GEMM launch's fixed cost (launch, ramp-up, last wave's tail)
