@@ -202,8 +202,12 @@ NB_MODULE(_native, m) {
         weft::draw_routing(p, 1);
         weft::check_problem(p);
         const weft::Strategy& chosen = weft::find_strategy(strategy);
-        weft::require_plan_fits(p, weft::resolve_options(chosen, p, {}));
-        const weft::Plan plan = weft::make_plan(chosen, p);
+        // As the op API plans (weft::Op): auto chooses by the shipped or environment's profile and table.
+        weft::PlanOptions o;
+        o.machine = weft::default_machine_profile();
+        o.tuning = weft::default_tuning_table();
+        weft::require_plan_fits(p, weft::resolve_options(chosen, p, o));
+        const weft::Plan plan = weft::make_plan(chosen, p, o);
         weft::require_valid(plan);
         return weft::to_string(plan);
       },
