@@ -215,7 +215,8 @@ def _fake_out_dtype(kind, a, b, scale_a, scale_b, out_dtype):
                          "torch._scaled_mm takes")
     b_row = scale_b.dim() in (1, 2) and scale_b.shape[-1] == n and scale_b.numel() == n
     if b_row:
-        if not (scale_a.dim() in (1, 2) and scale_a.shape[0] == rows and scale_a.numel() == rows):
+        a_row = scale_a.dim() in (1, 2) and scale_a.shape[0] == rows and scale_a.numel() == rows
+        if not (a_row or (rows == 1 and scale_a.numel() == 1)):
             raise ValueError(f"{op}: scale_b is one per column (row-wise scaling), so scale_a must be one per row of A: "
                              f"[{rows}, 1] float32, got {list(scale_a.shape)}")
     elif scale_b.numel() != 1:
