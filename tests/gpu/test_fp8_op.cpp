@@ -135,9 +135,9 @@ INSTANTIATE_TEST_SUITE_P(ScalingModes, Fp8Op,
                          testing::Values(Case{Scaling::tensor, DType::bf16, OpKind::gemm_ar}, Case{Scaling::tensor, DType::f32, OpKind::gemm_rs},
                                          Case{Scaling::row, DType::bf16, OpKind::gemm_rs}, Case{Scaling::row, DType::f32, OpKind::ag_gemm},
                                          Case{Scaling::block, DType::bf16, OpKind::gemm_ar}, Case{Scaling::block, DType::f32, OpKind::gemm_ar}),
-                         [](const testing::TestParamInfo<Case>& info) {
-                           return std::string(to_string(info.param.scaling)) + "_" + std::string(to_string(info.param.op)) + "_to_" +
-                                  std::string(to_string(info.param.out));
+                         [](const testing::TestParamInfo<Case>& param) {
+                           return std::string(to_string(param.param.scaling)) + "_" + std::string(to_string(param.param.op)) + "_to_" +
+                                  std::string(to_string(param.param.out));
                          });
 
 std::string error_of(const std::function<void()>& f) {
