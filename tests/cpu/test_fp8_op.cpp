@@ -152,9 +152,10 @@ std::map<std::string, std::set<std::string>> runnable_fp8_strategies(int world) 
             runs[key].insert(s.name);
           } catch (const std::invalid_argument& e) {
             EXPECT_TRUE(gap) << s.name << " " << key << " declined without a gap: " << e.what();
-            if (gap)
+            if (gap) {
               EXPECT_NE(std::string(e.what()).find("strategy '" + s.name + "' declines e4m3 here on the GPU: " + *gap), std::string::npos)
-                << e.what();
+                  << e.what();
+            }
           }
         }
   return runs;
@@ -212,7 +213,9 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   Problem bf16 = fp8_problem(OpKind::ag_gemm, 4, Scaling::none, DType::bf16);
   bf16.input_dtype = DType::bf16;
   for (const char* s : {"sequential", "decomposed", "fused", "chunked", "signal"})
-    if (find_strategy(s).supports(bf16.op)) EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy(s), bf16), {false, {"A", "B"}})) << s;
+    if (find_strategy(s).supports(bf16.op)) {
+      EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy(s), bf16), {false, {"A", "B"}})) << s;
+    }
 }
 
 TEST(Fp8OpStrategies, AutoPicksAmongTheStrategiesThatRunOrSaysWhyNoneDoes) {

@@ -91,8 +91,6 @@ struct OpSpec {
   int64_t max_rows = 0;  // the largest `rows` a call will pass
   DType input_dtype = DType::bf16;   // A's: bf16, or FP8 (e4m3, e5m2) with `scaling`
   DType output_dtype = DType::bf16;  // bf16; FP8 ops: bf16 or f32
-  std::optional<DType> b_dtype;      // B's where it differs from A's (e5m2 x e4m3 either way round)
-  Scaling scaling = Scaling::none;   // FP8: tensor, row or block (see the header)
   // A strategy of strategies(), or "default" (default_strategy: auto). auto chooses per row count by
   // plan.machine (else WEFT_MACHINE_PROFILE, else the built-in H200 figures) and plan.tuning (else
   // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
@@ -108,6 +106,10 @@ struct OpSpec {
   int64_t call_timeout_ms = 0;
   // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
   BLayout b_layout = BLayout::nk;
+  // FP8 (input_dtype e4m3 or e5m2): B's dtype where it differs from A's (e5m2 x e4m3 either way
+  // round), and how both are scaled: tensor, row or block (see the header).
+  std::optional<DType> b_dtype = std::nullopt;
+  Scaling scaling = Scaling::none;
 };
 
 struct RunArgs {
