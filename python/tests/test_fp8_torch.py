@@ -39,7 +39,7 @@ def quantize(x, row_wise, same_on_every_rank=False):
     else:
         amax = x.abs().amax()
         if same_on_every_rank and wt.world_size() > 1:
-            torch.distributed.all_reduce(amax, op=torch.distributed.ReduceOp.MAX, group=wt.comm.process_group())
+            torch.distributed.all_reduce(amax, op=torch.distributed.ReduceOp.MAX, group=wt.process_group())
     scale = (amax / E4M3_MAX).clamp(min=1e-12)
     return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale.float().contiguous()
 
@@ -59,7 +59,7 @@ def poison_next(shape, dtype):
 
 def collective(op, x):
     """torch.distributed's reduction of op (gemm_rs, gemm_ar) over every rank's partial product x."""
-    world, group = wt.world_size(), wt.comm.process_group()
+    world, group = wt.world_size(), wt.process_group()
     if world == 1:
         return x
     if op == "gemm_ar":
