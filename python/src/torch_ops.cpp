@@ -69,6 +69,20 @@ class Tensor {
     shim_check(torch_shim().get_device_index(handle_, &i), "aoti_torch_get_device_index");
     return i;
   }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t i = 0; i < dim(); ++i) n *= sizes()[i];
+    return n;
+  }
+  // Its elements one after another (any strides of size-1 dimensions).
+  bool dense() const {
+    int64_t expected = 1;
+    for (int64_t i = dim() - 1; i >= 0; --i) {
+      if (sizes()[i] != 1 && strides()[i] != expected) return false;
+      expected *= sizes()[i];
+    }
+    return true;
+  }
   void* data() const {
     void* p = nullptr;
     shim_check(torch_shim().get_data_ptr(handle_, &p), "aoti_torch_get_data_ptr");
@@ -79,15 +93,26 @@ class Tensor {
   TensorHandle handle_ = nullptr;
 };
 
+// The dtypes of a call: bf16 -> bf16, or FP8 A and B with their scaling mode -> bf16 or f32.
+struct CallDtypes {
+  DType a = DType::bf16, b = DType::bf16, out = DType::bf16;
+  Scaling scaling = Scaling::none;
+  bool operator==(const CallDtypes&) const = default;
+};
+
 struct OpKey {
   OpKind kind;
   BLayout b_layout;
   int64_t n, k, strategy, max_rows;
+  CallDtypes dtypes;
   bool operator==(const OpKey&) const = default;
 };
 struct OpKeyHash {
   size_t operator()(const OpKey& key) const {
     size_t h = static_cast<size_t>(key.kind) * 2 + static_cast<size_t>(key.b_layout);
+    for (int v : {static_cast<int>(key.dtypes.a), static_cast<int>(key.dtypes.b), static_cast<int>(key.dtypes.out),
+                  static_cast<int>(key.dtypes.scaling)})
+      h = h * 31u + static_cast<size_t>(v);
     for (int64_t v : {key.n, key.k, key.strategy, key.max_rows}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
     return h;
   }
@@ -132,12 +157,36 @@ Communicator& communicator() {
   return *state().comm;
 }
 
-// dtype and device.
-void check_placement(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
+// The weft dtype of a torch dtype code weft takes (bfloat16, float32, float8_e4m3fn, float8_e5m2).
+std::optional<DType> weft_dtype(int32_t code) {
   const TorchShim& shim = torch_shim();
-  if (t.dtype() != shim.dtype_bfloat16())
-    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not bfloat16 (dtype code " + std::to_string(t.dtype()) +
-                                "); weft's ops take torch.bfloat16");
+  if (code == shim.dtype_bfloat16()) return DType::bf16;
+  if (code == shim.dtype_float32()) return DType::f32;
+  if (code == shim.dtype_float8_e4m3fn()) return DType::e4m3;
+  if (code == shim.dtype_float8_e5m2()) return DType::e5m2;
+  return std::nullopt;
+}
+
+std::string torch_name(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return "torch.bfloat16";
+    case DType::f32: return "torch.float32";
+    case DType::e4m3: return "torch.float8_e4m3fn";
+    case DType::e5m2: return "torch.float8_e5m2";
+    default: return std::string(to_string(dtype));
+  }
+}
+
+// dtype (`expected`: bf16, or where the call is FP8 the operand's FP8 dtype) and device.
+void check_placement(const char* op, const char* name, const Tensor& t, const Communicator& comm, DType expected = DType::bf16) {
+  const TorchShim& shim = torch_shim();
+  const std::optional<DType> got = weft_dtype(t.dtype());
+  const bool fp8_call = is_fp8(expected);
+  if (fp8_call ? !(got && is_fp8(*got)) : got != expected)
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is " + (got ? torch_name(*got) : "dtype code " + std::to_string(t.dtype())) +
+                                (fp8_call ? "; A is FP8 here, so " + std::string(name) + " must be torch.float8_e4m3fn or torch.float8_e5m2"
+                                          : "; weft's ops take torch.bfloat16 (or FP8 A and B, float8_e4m3fn / float8_e5m2, with scale_a and "
+                                            "scale_b)"));
   if (t.device_type() != shim.device_type_cuda() || t.device_index() != comm.device())
     throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not on cuda:" + std::to_string(comm.device()) +
                                 ", weft's communicator's GPU");
@@ -149,9 +198,9 @@ void check_aligned(const char* op, const char* name, const Tensor& t) {
                                 " does not start on a 16-byte boundary (a view at an odd offset?); call .contiguous() on a fresh tensor");
 }
 
-// A, out: bfloat16 on the communicator's GPU, row-major contiguous, 16-byte aligned.
-void check_operand(const char* op, const char* name, const Tensor& t, const Communicator& comm) {
-  check_placement(op, name, t, comm);
+// A, out: bfloat16 (FP8 calls: A FP8) on the communicator's GPU, row-major contiguous, 16-byte aligned.
+void check_operand(const char* op, const char* name, const Tensor& t, const Communicator& comm, DType expected = DType::bf16) {
+  check_placement(op, name, t, comm, expected);
   const int64_t* s = t.sizes();
   const int64_t* st = t.strides();
   if (t.dim() != 2 || !((s[1] <= 1 || st[1] == 1) && (s[0] <= 1 || st[0] == s[1])))
@@ -163,8 +212,8 @@ void check_operand(const char* op, const char* name, const Tensor& t, const Comm
 // [n, k] (strides (k, 1): a linear layer's weight) is nk; the transpose of a row-major [k, n]
 // (strides (1, n): X.t() of a contiguous X, e.g. weight.t()) is kn, which the GEMMs read as it lies.
 // A size-1 dimension fits both; it counts as nk. Any other view is refused, not copied.
-BLayout b_operand_layout(const char* op, const Tensor& b, const Communicator& comm) {
-  check_placement(op, "B", b, comm);
+BLayout b_operand_layout(const char* op, const Tensor& b, const Communicator& comm, DType expected = DType::bf16) {
+  check_placement(op, "B", b, comm, expected);
   if (b.dim() != 2) throw std::invalid_argument(std::string("weft.") + op + ": B must be a 2-D tensor [n, k]");
   const int64_t* s = b.sizes();
   const int64_t* st = b.strides();
@@ -211,10 +260,58 @@ std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routin
   return table;
 }
 
+// An optional argument (T?) off the stack: null for None, else the StableIValue the dispatcher
+// allocated, which this takes (and deletes) at once, so that no early refusal leaks it.
+std::optional<StableIValue> take_optional(StableIValue value) {
+  StableIValue* boxed = nullptr;
+  std::memcpy(&boxed, &value, sizeof boxed);
+  if (!boxed) return std::nullopt;
+  const StableIValue inner = *boxed;
+  delete boxed;
+  return inner;
+}
+
+// The scales of an FP8 call, as torch._scaled_mm takes them: fp32 on the GPU, one element each
+// (tensor scaling: a 0-d or 1-element tensor), or one per row of A ([rows] or [rows, 1]) and one per
+// row of B [n, k], i.e. per output column ([n] or [1, n]): row scaling. Both the same mode.
+Scaling check_scales(const char* op, const Tensor& scale_a, const Tensor& scale_b, int64_t rows, int64_t n, const Communicator& comm) {
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"scale_a", &scale_a}, {"scale_b", &scale_b}}) {
+    const std::optional<DType> got = weft_dtype(t->dtype());
+    if (got != DType::f32)
+      throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is " + (got ? torch_name(*got) : "dtype code " + std::to_string(t->dtype())) +
+                                  "; the scales are torch.float32 (dequantization scales, as torch._scaled_mm takes them)");
+    if (t->device_type() != torch_shim().device_type_cuda() || t->device_index() != comm.device())
+      throw std::invalid_argument(std::string("weft.") + op + ": " + name + " is not on cuda:" + std::to_string(comm.device()) +
+                                  ", weft's communicator's GPU");
+    if (!t->dense()) throw std::invalid_argument(std::string("weft.") + op + ": " + name + " must be contiguous; call .contiguous()");
+    check_aligned(op, name, *t);
+  }
+  auto shape = [](const Tensor& t) {
+    std::string text = "[";
+    for (int64_t i = 0; i < t.dim(); ++i) text += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+    return text + "]";
+  };
+  const bool a_row = scale_a.dim() >= 1 && scale_a.dim() <= 2 && scale_a.sizes()[0] == rows && scale_a.numel() == rows && rows > 1;
+  const bool b_row = scale_b.dim() >= 1 && scale_b.dim() <= 2 && scale_b.sizes()[scale_b.dim() - 1] == n && scale_b.numel() == n;
+  if (b_row) {
+    if (!a_row && !(rows == 1 && scale_a.numel() == 1))
+      throw std::invalid_argument(std::string("weft.") + op + ": scale_b is one per column (row-wise scaling), so scale_a must be one per row of A: [" +
+                                  std::to_string(rows) + ", 1] float32, got " + shape(scale_a));
+    return Scaling::row;
+  }
+  if (scale_b.numel() != 1)
+    throw std::invalid_argument(std::string("weft.") + op + ": scale_b must be one float32 (a 0-d or 1-element tensor: tensor-wise scaling) or one per " +
+                                "column of the output ([1, " + std::to_string(n) + "]: row-wise), got " + shape(scale_b));
+  if (scale_a.numel() != 1)
+    throw std::invalid_argument(std::string("weft.") + op + ": scale_b is one float32 (tensor-wise scaling), so scale_a must be one too (a 0-d or "
+                                "1-element tensor), got " + shape(scale_a));
+  return Scaling::tensor;
+}
+
 // The op of this shape family (made the first time: collective).
-Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows) {
+Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows, const CallDtypes& dtypes = {}) {
   Communicator& comm = communicator();
-  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size())};
+  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size()), dtypes};
   auto& ops = state().ops;
   auto it = ops.find(key);
   if (it == ops.end()) {
@@ -225,14 +322,19 @@ Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy
     spec.b_layout = b_layout;
     spec.max_rows = key.max_rows;
     spec.strategy = strategy_name(to_string(kind).data(), strategy);
+    spec.input_dtype = dtypes.a;
+    if (dtypes.b != dtypes.a) spec.b_dtype = dtypes.b;
+    spec.output_dtype = dtypes.out;
+    spec.scaling = dtypes.scaling;
     it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
   }
   return *it->second;
 }
 
-// One call: stack = [a, b, (routing), (out), strategy]; leaves the result (or nothing, for the
-// _into ops, which write `out`; with `gathered`, ag_gemm_gathered: the result and gather(a)) on the stack.
-void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
+// One call: stack = [a, b, (routing), (out), strategy, (scale_a?, scale_b?, out_dtype?: `scaled`,
+// the plain ag_gemm, gemm_rs and gemm_ar)]; leaves the result (or nothing, for the _into ops, which
+// write `out`; with `gathered`, ag_gemm_gathered: the result and gather(a)) on the stack.
+void call(OpKind kind, bool into, bool gathered, bool scaled, StableIValue* stack) {
   const char* name = to_string(kind).data();
   Communicator& comm = communicator();
   const bool routed = routes_rows(kind);
@@ -243,18 +345,55 @@ void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
   if (routed) routing.emplace(stack[arg++]);
   if (into) out.emplace(stack[arg++]);
   int64_t strategy = 0;
-  std::memcpy(&strategy, &stack[arg], sizeof strategy);
+  std::memcpy(&strategy, &stack[arg++], sizeof strategy);
+  std::optional<Tensor> scale_a, scale_b;
+  std::optional<int32_t> out_dtype_code;
+  if (scaled) {
+    if (auto v = take_optional(stack[arg++])) scale_a.emplace(*v);
+    if (auto v = take_optional(stack[arg++])) scale_b.emplace(*v);
+    if (auto v = take_optional(stack[arg++])) {
+      int32_t code = 0;
+      std::memcpy(&code, &*v, sizeof code);
+      out_dtype_code = code;
+    }
+  }
 
-  check_operand(name, "A", a, comm);
-  const BLayout b_layout = b_operand_layout(name, b, comm);
+  // FP8 where A is: then B is FP8 too, both scales are given, and the output is bf16 or f32.
+  CallDtypes dtypes;
+  if (const std::optional<DType> a_dtype = weft_dtype(a.dtype()); a_dtype && is_fp8(*a_dtype)) {
+    dtypes.a = *a_dtype;
+    dtypes.b = weft_dtype(b.dtype()).value_or(DType::bf16);
+  }
+  const bool fp8 = is_fp8(dtypes.a);
+  if (!fp8 && (scale_a || scale_b))
+    throw std::invalid_argument(std::string("weft.") + name + ": " + (scale_a ? "scale_a" : "scale_b") +
+                                " is given, but A is not FP8; the scales are for float8_e4m3fn / float8_e5m2 operands");
+  if (fp8 && (!scale_a || !scale_b))
+    throw std::invalid_argument(std::string("weft.") + name + ": A is " + torch_name(dtypes.a) + ", so " + (scale_a ? "scale_b" : "scale_a") +
+                                " is needed (float32: one element, or one per row of A / per column of the output, as torch._scaled_mm takes them)");
+  if (out_dtype_code) {
+    const std::optional<DType> out = weft_dtype(*out_dtype_code);
+    const bool allowed = fp8 ? (out == DType::bf16 || out == DType::f32) : out == DType::bf16;
+    if (!allowed)
+      throw std::invalid_argument(std::string("weft.") + name + ": out_dtype " + (out ? torch_name(*out) : "code " + std::to_string(*out_dtype_code)) +
+                                  (fp8 ? " is not taken: FP8 products give torch.bfloat16 or torch.float32" : " is not taken: bfloat16 products give torch.bfloat16"));
+    dtypes.out = *out;
+  }
+
+  check_operand(name, "A", a, comm, dtypes.a);
+  const BLayout b_layout = b_operand_layout(name, b, comm, dtypes.a);
+  if (fp8 && b_layout != BLayout::nk)
+    throw std::invalid_argument(std::string("weft.") + name + ": an FP8 B must be row-major [n, k] (strides (k, 1)), whose .t() is the "
+                                "column-major [k, n] operand torch._scaled_mm takes; got B as the transpose of a row-major [k, n]");
   const int64_t rows = a.sizes()[0], k = a.sizes()[1], n = b.sizes()[0];
   if (b.sizes()[1] != k)
     throw std::invalid_argument(std::string("weft.") + name + ": A is [rows, k] and B is [n, k]; A has k=" + std::to_string(k) +
                                 ", B has k=" + std::to_string(b.sizes()[1]));
   if (rows < 1 || n < 1 || k < 1) throw std::invalid_argument(std::string("weft.") + name + ": empty operand");
-  if (k % 8 || n % 8)
-    throw std::invalid_argument(std::string("weft.") + name + ": n=" + std::to_string(n) + " and k=" + std::to_string(k) +
-                                " must be multiples of 8 (16-byte rows for the GEMMs)");
+  const int64_t multiple = fp8 ? 16 : 8;
+  if (k % multiple || n % multiple)
+    throw std::invalid_argument(std::string("weft.") + name + ": n=" + std::to_string(n) + " and k=" + std::to_string(k) + " must be multiples of " +
+                                std::to_string(multiple) + " (16-byte rows for the GEMMs)");
   const int world = comm.world_size();
   if (kind == OpKind::gemm_rs && rows % world)
     throw std::invalid_argument("weft.gemm_rs: rows=" + std::to_string(rows) + " must be a multiple of the world size " + std::to_string(world));
@@ -271,7 +410,15 @@ void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
         for (int d : r) out_rows += d == comm.rank();
   }
 
-  Op& op = op_for(kind, b_layout, n, k, strategy, rows);
+  if (fp8) {
+    dtypes.scaling = check_scales(name, *scale_a, *scale_b, rows, n, comm);
+    args.scale_a = static_cast<const float*>(scale_a->data());
+    args.scale_b = static_cast<const float*>(scale_b->data());
+    args.scale_a_count = scale_a->numel();
+    args.scale_b_count = scale_b->numel();
+  }
+
+  Op& op = op_for(kind, b_layout, n, k, strategy, rows, dtypes);
 
   const TorchShim& shim = torch_shim();
   TensorHandle result = nullptr;
@@ -285,8 +432,8 @@ void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
   } else {
     const int64_t sizes[2] = {out_rows, n};
     const int64_t strides[2] = {n, 1};
-    shim_check(shim.empty_strided(2, sizes, strides, shim.dtype_bfloat16(), shim.device_type_cuda(), comm.device(), &result),
-               "aoti_torch_empty_strided");
+    const int32_t out_code = dtypes.out == DType::f32 ? shim.dtype_float32() : shim.dtype_bfloat16();
+    shim_check(shim.empty_strided(2, sizes, strides, out_code, shim.device_type_cuda(), comm.device(), &result), "aoti_torch_empty_strided");
     shim_check(shim.get_data_ptr(result, &c), "aoti_torch_get_data_ptr");
   }
   std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned(result, shim.delete_tensor_object);
@@ -320,7 +467,7 @@ void call(OpKind kind, bool into, bool gathered, StableIValue* stack) {
 
 template <OpKind kind, bool into, bool gathered = false>
 void boxed(StableIValue* stack, uint64_t, uint64_t) {
-  call(kind, into, gathered, stack);
+  call(kind, into, gathered, !into && !gathered && !routes_rows(kind), stack);
 }
 
 void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_cuda) {

@@ -39,6 +39,9 @@ const TorchShim& load_torch_shim(const std::string& libtorch_cpu, const std::str
   find(cpu, libtorch_cpu, "aoti_torch_dtype_bfloat16", s.dtype_bfloat16);
   find(cpu, libtorch_cpu, "aoti_torch_dtype_int32", s.dtype_int32);
   find(cpu, libtorch_cpu, "aoti_torch_dtype_int64", s.dtype_int64);
+  find(cpu, libtorch_cpu, "aoti_torch_dtype_float32", s.dtype_float32);
+  find(cpu, libtorch_cpu, "aoti_torch_dtype_float8_e4m3fn", s.dtype_float8_e4m3fn);
+  find(cpu, libtorch_cpu, "aoti_torch_dtype_float8_e5m2", s.dtype_float8_e5m2);
   find(cpu, libtorch_cpu, "aoti_torch_device_type_cpu", s.device_type_cpu);
   find(cpu, libtorch_cpu, "aoti_torch_device_type_cuda", s.device_type_cuda);
   find(cpu, libtorch_cpu, "aoti_torch_delete_tensor_object", s.delete_tensor_object);

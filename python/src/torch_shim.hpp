@@ -11,7 +11,10 @@
 namespace weft::python {
 
 // An at::Tensor owned through the shim (AtenTensorHandle); a StableIValue is a uint64_t whose leading
-// bytes hold the handle (Tensor) or the value (int, bool) (PyTorch's docs/notes/libtorch_stable_abi).
+// bytes hold the handle (Tensor) or the value (int, bool; a ScalarType: the shim's dtype code), and an
+// optional argument (T?) is a null pointer (None) or a pointer to a StableIValue the dispatcher
+// allocated with new, which the kernel deletes (PyTorch's docs/notes/libtorch_stable_abi and
+// torch/csrc/stable/stableivalue_conversions.h).
 using TensorHandle = struct AtenTensorOpaque*;
 using LibraryHandle = struct TorchLibraryOpaque*;
 using StableIValue = uint64_t;
@@ -22,6 +25,9 @@ struct TorchShim {
   int32_t (*dtype_bfloat16)() = nullptr;
   int32_t (*dtype_int32)() = nullptr;
   int32_t (*dtype_int64)() = nullptr;
+  int32_t (*dtype_float32)() = nullptr;
+  int32_t (*dtype_float8_e4m3fn)() = nullptr;
+  int32_t (*dtype_float8_e5m2)() = nullptr;
   int32_t (*device_type_cpu)() = nullptr;
   int32_t (*device_type_cuda)() = nullptr;
   ShimError (*delete_tensor_object)(TensorHandle) = nullptr;

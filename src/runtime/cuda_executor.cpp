@@ -9,6 +9,7 @@
 
 #include "lowering/lowering.hpp"
 #include "weft/plan/analysis.hpp"
+#include "weft/plan/gpu_lowering.hpp"
 #include "weft/kernels/tile_program.hpp"
 #include "weft/plan/validation.hpp"
 #include "current_device.hpp"
@@ -119,6 +120,9 @@ struct CudaExecutor::Impl {
   // Each buffer of this rank: its address; a caller's buffer's is the one bound last.
   std::vector<void*> base;
   std::vector<bool> caller_owned;
+  // A caller's FP8 buffer's scales (bind's `scales`); null for the others, whose scales follow
+  // their elements (bytes_of).
+  std::vector<void*> scale_base;
   // Peers' symmetric buffers as this GPU sees them, keyed by (rank, buffer); addresses never move.
   std::map<std::pair<int, int>, void*> peer_base;
   // Symmetric inputs copied in from the caller's pointer after the barrier: (buffer, source).
@@ -212,11 +216,10 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
     if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(f32_ok && decl.dtype == DType::f32))
       throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
                                   "; the executor handles bf16 buffers, and FP8 operands with their bf16 or f32 results, so far");
-    if (is_fp8(decl.dtype) && named(options_.caller_buffers, decl.name))
-      throw std::invalid_argument("CudaExecutor: caller buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
-                                  ": the executor does not bind an FP8 input's scales per call yet; leave it in the workspace and fill buffer(\"" +
-                                  decl.name + "\") and buffer(\"" + scale_name(decl.name) + "\")");
   }
+  // What the executor cannot lower for the plan's dtypes, decided on the CPU (plan/gpu_lowering.hpp).
+  if (auto gap = gpu_lowering_gap(plan_, {options_.plain_gemm == ExecutorOptions::PlainGemm::overlap, options_.caller_buffers}))
+    throw std::invalid_argument("CudaExecutor: " + *gap + " (" + call_context() + ")");
   if (options_.caller_gathered_a && rank_plan().gathered_a.empty())
     throw std::invalid_argument("CudaExecutor: the gathered A was asked for (ExecutorOptions::caller_gathered_a), but the plan of " +
                                 call_context() + " keeps none" + (plan_.problem.op == OpKind::ag_gemm ? "" : " (only ag_gemm gathers A)"));
@@ -313,11 +316,14 @@ void CudaExecutor::place_buffers() {
       WEFT_CUDA_CHECK(cudaMalloc(&stand_in, bytes_of(plan_.problem, decl)));
       im.placeholders.push_back(stand_in);
       im.base.push_back(stand_in);
+      im.scale_base.push_back(scale_grid(plan_.problem, decl) ? static_cast<char*>(stand_in) + aligned(element_bytes_of(decl)) : nullptr);
+      continue;
     } else if (decl.symmetric) {
       im.base.push_back(static_cast<char*>(im.workspace->symmetric_on(comm_.rank())) + offset);
     } else {
       im.base.push_back(static_cast<char*>(im.workspace->local()) + offset);
     }
+    im.scale_base.push_back(nullptr);
   }
   // Peers' symmetric buffers: at the offsets their own plans place them in their arenas (only a plan
   // that reaches peers has them mapped).
@@ -334,6 +340,7 @@ void CudaExecutor::place_buffers() {
 void CudaExecutor::lower_steps() {
   Impl& im = *impl_;
   lowering::Context context;
+  context.plan = &plan_;
   context.rank = comm_.rank();
   context.world_size = comm_.world_size();
   context.region = [this](const Region& r) {
@@ -364,6 +371,7 @@ void CudaExecutor::lower_steps() {
     lowering::BoundScales s;
     s.elements = region(r);
     s.byte_offset = aligned(element_bytes_of(decl));
+    if (r.rank == comm_.rank() && impl_->scale_base.at(static_cast<size_t>(r.buffer))) s.scale_base = &impl_->scale_base[static_cast<size_t>(r.buffer)];
     s.grid = *grid;
     s.buffer_rows = decl.rows;
     s.buffer_cols = decl.cols;
@@ -510,7 +518,7 @@ void* CudaExecutor::buffer(std::string_view name) const {
   for (size_t b = 0; b < rank_plan().buffers.size(); ++b) {
     const BufferDecl& decl = rank_plan().buffers[b];
     if (scale_grid(plan_.problem, decl) && scale_name(decl.name) == name && impl_->base[b])
-      return static_cast<char*>(impl_->base[b]) + aligned(element_bytes_of(decl));
+      return impl_->scale_base[b] ? impl_->scale_base[b] : static_cast<char*>(impl_->base[b]) + aligned(element_bytes_of(decl));
   }
   return impl_->base.at(static_cast<size_t>(find_buffer(rank_plan(), name)));
 }
@@ -539,7 +547,7 @@ DeviceRegion CudaExecutor::output() const {
   return region(out);
 }
 
-void CudaExecutor::bind(std::string_view name, const void* data) {
+void CudaExecutor::bind(std::string_view name, const void* data, const void* scales) {
   Impl& im = *impl_;
   if (!named(options_.caller_buffers, std::string(name)))
     throw std::invalid_argument("CudaExecutor::bind: '" + std::string(name) + "' is not one of ExecutorOptions::caller_buffers");
@@ -548,6 +556,14 @@ void CudaExecutor::bind(std::string_view name, const void* data) {
   const bool in_place = decl.symmetric && options_.symmetric_inputs_in_place && data == nullptr;
   if (!in_place && data == nullptr) throw std::invalid_argument("CudaExecutor::bind: '" + decl.name + "' is null");
   require_aligned(data, "CudaExecutor::bind: '" + decl.name + "'", "the GEMMs' loads (TMA, cuBLASLt)");
+  const bool fp8 = scale_grid(plan_.problem, decl).has_value();
+  if (fp8 != (scales != nullptr))
+    throw std::invalid_argument("CudaExecutor::bind: '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
+                                (fp8 ? " and needs its scales (fp32, device_scale_index's layout)" : " and takes no scales"));
+  if (fp8) {
+    require_aligned(scales, "CudaExecutor::bind: the scales of '" + decl.name + "'", "cuBLASLt's scale vectors");
+    im.scale_base[b] = const_cast<void*>(scales);
+  }
   if (decl.symmetric) {
     std::erase_if(im.copied_in, [&](const auto& entry) { return entry.first == static_cast<int>(b); });
     if (!in_place) im.copied_in.emplace_back(static_cast<int>(b), data);
@@ -680,7 +696,10 @@ std::vector<const void*> CudaExecutor::bindings() const {
   const Impl& im = *impl_;
   std::vector<const void*> key;
   for (size_t b = 0; b < im.base.size(); ++b)
-    if (im.caller_owned[b]) key.push_back(im.base[b]);
+    if (im.caller_owned[b]) {
+      key.push_back(im.base[b]);
+      key.push_back(im.scale_base[b]);
+    }
   for (const auto& [buffer, source] : im.copied_in) {
     key.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(buffer)));
     key.push_back(source);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include "weft/model/shipped_defaults.hpp"
 #include "weft/model/tuning_table.hpp"
@@ -31,7 +32,11 @@ uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, b
   return key;
 }
 
-OpShape shape_of(const OpSpec& spec) { return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout}; }
+OpShape shape_of(const OpSpec& spec) {
+  return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout, spec.b_dtype, spec.scaling};
+}
+
+bool fp8_spec(const OpSpec& spec) { return is_fp8(spec.input_dtype); }
 
 }  // namespace
 
@@ -57,21 +62,30 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     spec_.plan.keep_strategy_at_world_one = true;
   // Plans that reach a peer this machine cannot reach are refused (auto passes over them).
   if (!spec_.plan.topology) spec_.plan.topology = comm_.topology();
+  // An FP8 plan the CUDA executor cannot lower yet is declined (make_plan names why; auto passes over
+  // the strategy): plan/gpu_lowering.hpp.
+  if (fp8_spec(spec_)) spec_.plan.gpu_lowerable_only = true;
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
   if (!strategy.supports(spec_.op))
     throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));
   const std::string fingerprint = std::string(to_string(spec_.op)) + " n=" + std::to_string(spec_.n) + " k=" + std::to_string(spec_.k) +
                                   " b_layout=" + std::string(to_string(spec_.b_layout)) + " max_rows=" + std::to_string(spec_.max_rows) +
-                                  " strategy=" + strategy_;
+                                  " strategy=" + strategy_ + " " + std::string(to_string(spec_.input_dtype)) + "x" +
+                                  std::string(to_string(spec_.b_dtype.value_or(spec_.input_dtype))) + "->" +
+                                  std::string(to_string(spec_.output_dtype)) + " scaling=" + std::string(to_string(spec_.scaling));
   comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
+  // The plan of the largest call, before any memory: a strategy that declines (an FP8 plan the
+  // executor cannot lower) fails here alike on every rank.
+  std::optional<Plan> largest;
+  if (!routes_rows(spec_.op)) largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
   const OnDevice on(comm_.device());
   workspace_ = std::make_unique<Workspace>(comm_);
   // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
-  if (!routes_rows(spec_.op)) {
+  if (largest) {
     ExecutorOptions options;
     options.caller_buffers = {"A", "B"};
     options.caller_output = true;
-    workspace_->reserve(workspace_size(make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan), options));
+    workspace_->reserve(workspace_size(*largest, options));
   }
 }
 
@@ -140,7 +154,10 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   check_op_pointer(args.a, "a");
   check_op_pointer(args.b, "b");
   check_op_pointer(args.c, "c");
+  check_op_scales(shape_of(spec_), args.rows, args.scale_a, args.scale_a_count, args.scale_b, args.scale_b_count);
   const bool gathered_a = args.gathered_a != nullptr;
+  if (gathered_a && fp8_spec(spec_))
+    throw std::invalid_argument("weft::Op::run: gathered_a is not taken with FP8 operands yet (the gathered rows' scales are not handed back)");
   if (gathered_a) {
     if (spec_.op != OpKind::ag_gemm)
       throw std::invalid_argument("weft::Op::run: gathered_a is ag_gemm's (the gathered input); " + std::string(to_string(spec_.op)) +
@@ -153,8 +170,8 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
     in_place = it->second->executor->buffer("A") == args.a;
   Lowered& entry = lowered(args.rows, args.routing, in_place, gathered_a, "weft::Op::run");
   CudaExecutor& exec = *entry.executor;
-  exec.bind("A", entry.in_place ? nullptr : args.a);
-  exec.bind("B", args.b);
+  exec.bind("A", entry.in_place ? nullptr : args.a, args.scale_a);
+  exec.bind("B", args.b, args.scale_b);
   exec.bind_output(args.c);
   if (gathered_a) exec.bind_gathered_a(args.gathered_a);
   exec.run(stream);

@@ -57,4 +57,13 @@ bool spans_rows(const ScaleGrid& grid);
 // its elements).
 int64_t scales_touched(const ScaleGrid& grid, int64_t row, int64_t col, int64_t rows, int64_t cols);
 
+// Where the CUDA executor keeps scale (row cell, col cell) of an FP8 buffer of rows x cols with
+// `grid`, as an index into its fp32 scale array (and where weft::Op's caller gives them):
+// cuBLASLt's layouts. tensor: 0; row: the row; block, A's 1x128: K-block-major with the rows padded
+// to a multiple of 4, K block b of row i at b * pad4(rows) + i (VEC128_32F); B's 128x128:
+// row-block-major with the K blocks padded to a multiple of 4, at row block * pad4(K blocks) + K
+// block (BLK128x128_32F). And how many floats it holds.
+int64_t device_scale_index(const ScaleGrid& grid, int64_t rows, int64_t cols, ScaleCell cell);
+int64_t device_scale_count(const ScaleGrid& grid, int64_t rows, int64_t cols);
+
 }  // namespace weft

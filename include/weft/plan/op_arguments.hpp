@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "weft/ir/problem.hpp"
@@ -19,11 +20,23 @@ struct OpShape {
   DType input_dtype = DType::bf16;
   DType output_dtype = DType::bf16;
   BLayout b_layout = BLayout::nk;
+  std::optional<DType> b_dtype = std::nullopt;  // B's where it differs from A's (FP8 only)
+  Scaling scaling = Scaling::none;              // FP8 operands' (ir/scaling.hpp)
 };
 
-// An op the API takes at this world size: not MoE (yet), positive sizes, bf16, n and k multiples of
-// 8, and for gemm_rs max_rows a multiple of the world size.
+// An op the API takes at this world size: not MoE (yet), positive sizes, bf16 -> bf16 or FP8
+// (e4m3/e5m2 A and B with a scaling mode, B laid out nk) -> bf16 or f32, n and k multiples of 8 (of
+// 16 for FP8: 16-byte rows either way), and for gemm_rs max_rows a multiple of the world size.
 void check_op_shape(const OpShape& shape, int world_size);
+
+// How many fp32 scales an FP8 op's call of `rows` rows takes for `operand` (RunArgs::scale_a: this
+// rank's A [rows, k]; scale_b: B [n, k]), in device_scale_index's layout (ir/scaling.hpp); 0 for a
+// bf16 op.
+int64_t op_scale_count(const OpShape& shape, int64_t rows, Operand operand);
+
+// A call's scales: none for a bf16 op; for an FP8 op both, not null, 16-byte aligned, each holding
+// op_scale_count floats (`a_count`, `b_count`: what the caller says it passes).
+void check_op_scales(const OpShape& shape, int64_t rows, const void* scale_a, int64_t a_count, const void* scale_b, int64_t b_count);
 
 // The problem of one call of `rows` rows (1..max_rows) with `routing` (the routed ops need it, the
 // others take none), checked (check_problem).

@@ -120,6 +120,10 @@ struct PlanOptions {
   // caller's A into C, whatever the strategy (plan_gemm_alone). Set, it keeps the strategy's own plan
   // instead, to exercise that strategy's machinery (copies, signals, waits) on one GPU.
   bool keep_strategy_at_world_one = false;
+  // make_plan declines (std::invalid_argument, the reason) a plan the CUDA executor cannot lower for
+  // its dtypes with the inputs A and B given by the caller (gpu_lowering_gap, plan/gpu_lowering.hpp):
+  // weft::Op sets it, so that an FP8 op declines at construction and auto passes over the strategy.
+  bool gpu_lowerable_only = false;
 };
 
 struct Strategy {

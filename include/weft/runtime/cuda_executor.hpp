@@ -124,8 +124,11 @@ class CudaExecutor {
 
   // Gives a caller buffer's memory for the next calls (throws std::invalid_argument for a buffer
   // not in ExecutorOptions::caller_buffers, a null pointer, or one not 16-byte aligned). A symmetric
-  // input's `data` may be null when symmetric_inputs_in_place: the caller writes buffer(name).
-  void bind(std::string_view name, const void* data);
+  // input's `data` may be null when symmetric_inputs_in_place: the caller writes buffer(name). An
+  // FP8 buffer's `scales` (fp32, 16-byte aligned, in device_scale_index's layout) come with it, read
+  // by the call as its elements are; other buffers take none. (An FP8 input in symmetric memory is
+  // refused at construction: copying it in with its scales has no lowering yet.)
+  void bind(std::string_view name, const void* data, const void* scales = nullptr);
   // With caller_output: the result lands at `data`, row-major [rows, cols] of the plan's output,
   // contiguous (16-byte aligned).
   void bind_output(void* data);
@@ -166,14 +169,7 @@ class CudaExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Where the executor keeps scale (row cell, col cell) of an FP8 buffer of rows x cols with `grid`,
-// as an index into the fp32 array at buffer(scale_name(name)): cuBLASLt's layouts. tensor: 0; row:
-// the row; block, A's 1x128: K-block-major with the rows padded to a multiple of 4, K block b of row
-// i at b * pad4(rows) + i (VEC128_32F); B's 128x128: row-block-major with the K blocks padded to a
-// multiple of 4, at row block * pad4(K blocks) + K block (BLK128x128_32F). And how many floats it
-// holds.
-int64_t device_scale_index(const ScaleGrid& grid, int64_t rows, int64_t cols, ScaleCell cell);
-int64_t device_scale_count(const ScaleGrid& grid, int64_t rows, int64_t cols);
+// The layout of an FP8 buffer's scales at buffer(scale_name(name)): device_scale_index (ir/scaling.hpp).
 
 // The workspace a plan needs on every rank (symmetric bytes: the largest of any rank's).
 WorkspaceSize workspace_size(const Plan& plan, const ExecutorOptions& options);

@@ -15,6 +15,26 @@
 //   gemm_a2a: a = [rows, k]; row i of A_r B_r^T goes to rank routing[r][i];  c = the rows routed
 //             here, by source rank then row                                 [output_rows(args), n]
 //   a2a_gemm: a = tokens [rows, k]; row i goes to rank routing[r][i]; c = (the rows routed here) * B^T
+// FP8 (OpSpec::input_dtype e4m3 or e5m2, with a scaling mode): a and b hold FP8 values, row-major
+// [rows, k] and [n, k] (b_layout nk only: cuBLASLt's FP8 matmul reads both K-major), c is
+// output_dtype (bf16 or f32), and the call computes c = (scale_a * a) (scale_b * b)^T with fp32
+// dequantization scales (torch._scaled_mm's meaning; ir/scaling.hpp). RunArgs::scale_a and scale_b
+// point to fp32 device arrays, 16-byte aligned, laid out as device_scale_index says:
+//   tensor: one float each (A's the same on every rank: the scale of the whole logical A);
+//   row   : scale_a one per row of this rank's A [rows], scale_b one per row of B [n] (per output
+//           column of c);
+//   block : DeepSeek-V3's. scale_a 1x128: a scale per row and 128-column block of K, K-block-major
+//           with the rows padded to a multiple of 4 (block b of row i at b * pad4(rows) + i);
+//           scale_b 128x128: row-block-major with the K blocks padded to a multiple of 4 (block
+//           (i, j) at i * pad4(ceil(k / 128)) + j): cuBLASLt's VEC128_32F and BLK128x128_32F.
+// RunArgs::scale_a_count / scale_b_count say how many floats each holds (op_scale_count gives it,
+// plan/op_arguments.hpp); run checks them. Only plans whose GEMMs are library GEMMs and whose other
+// steps move no FP8 data run on the GPU so far (gpu_lowering_gap, plan/gpu_lowering.hpp): a strategy
+// whose FP8 plan does not declines at construction naming why, and auto picks among those that run.
+// In practice: every strategy at world 1 (the GEMM alone); above it, the strategies of gemm_rs and
+// gemm_ar whose GEMMs are plain and which reduce bf16 partial sums (never f32 ones, nor FP8 rows
+// moved): see the CPU test Fp8OpStrategies for the list. gathered_a is not taken with FP8.
+//
 // Each op's sequential equivalent is the `sequential` strategy: cuBLASLt GEMM, then the NCCL
 // collective (before it, for ag_gemm and a2a_gemm), on one stream. Every strategy takes B in either
 // layout (the GEMMs read kn through their transpose flag, or an N-major B operand: no copy).
@@ -37,7 +57,8 @@
 // never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing, for
 // the MoE ops), a plan and its lowering, cached. Nothing per call.
 //
-// Errors: std::invalid_argument before anything is launched (null or misaligned pointers, rows
+// Errors: std::invalid_argument before anything is launched (null or misaligned pointers, scales
+// missing, misaligned or of the wrong count for the scaling mode, rows
 // above max_rows, rows not a multiple of W for gemm_rs, a routing that does not fit, ranks that
 // disagree on the spec or on a call's plan); DeviceWaitTimeout at the next run, finish or check
 // after a call whose device-side wait gave up; CallTimeout (communicator aborted) when a call does
@@ -50,6 +71,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,8 +89,8 @@ struct OpSpec {
   int64_t n = 0;
   int64_t k = 0;
   int64_t max_rows = 0;  // the largest `rows` a call will pass
-  DType input_dtype = DType::bf16;
-  DType output_dtype = DType::bf16;
+  DType input_dtype = DType::bf16;   // A's: bf16, or FP8 (e4m3, e5m2) with `scaling`
+  DType output_dtype = DType::bf16;  // bf16; FP8 ops: bf16 or f32
   // A strategy of strategies(), or "default" (default_strategy: auto). auto chooses per row count by
   // plan.machine (else WEFT_MACHINE_PROFILE, else the built-in H200 figures) and plan.tuning (else
   // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
@@ -84,6 +106,10 @@ struct OpSpec {
   int64_t call_timeout_ms = 0;
   // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
   BLayout b_layout = BLayout::nk;
+  // FP8 (input_dtype e4m3 or e5m2): B's dtype where it differs from A's (e5m2 x e4m3 either way
+  // round), and how both are scaled: tensor, row or block (see the header).
+  std::optional<DType> b_dtype = std::nullopt;
+  Scaling scaling = Scaling::none;
 };
 
 struct RunArgs {
@@ -96,6 +122,12 @@ struct RunArgs {
   std::vector<std::vector<int>> routing;
   // ag_gemm only, optional: where gather(A) lands, [W * rows, k] row-major contiguous (see the header).
   void* gathered_a = nullptr;
+  // FP8 ops: the dequantization scales of a and b (fp32 on the device, see the header) and how many
+  // floats each holds; bf16 ops: none.
+  const float* scale_a = nullptr;
+  const float* scale_b = nullptr;
+  int64_t scale_a_count = 0;
+  int64_t scale_b_count = 0;
 };
 
 // The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and

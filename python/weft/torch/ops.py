@@ -3,9 +3,10 @@ torch.compile(fullgraph=True) traces them without graph breaks; they run on the 
 and can be captured with torch.cuda.graph (after one eager call with the same shapes, as
 torch.cuda.graph's warm-up does).
 
-    torch.ops.weft.ag_gemm(a, b, strategy=0) -> C          gather(a) @ b.T            [W * rows, n]
-    torch.ops.weft.gemm_rs(a, b, strategy=0) -> C          reduce_scatter(a @ b.T)    [rows / W, n]
-    torch.ops.weft.gemm_ar(a, b, strategy=0) -> C          all_reduce(a @ b.T)        [rows, n]
+    torch.ops.weft.ag_gemm(a, b, strategy=0, scale_a=None, scale_b=None, out_dtype=None) -> C
+                                                           gather(a) @ b.T            [W * rows, n]
+    torch.ops.weft.gemm_rs(a, b, strategy=0, ...same) -> C reduce_scatter(a @ b.T)    [rows / W, n]
+    torch.ops.weft.gemm_ar(a, b, strategy=0, ...same) -> C all_reduce(a @ b.T)        [rows, n]
     torch.ops.weft.gemm_a2a(a, b, routing, strategy=0)     row i of a @ b.T to rank routing[r][i]
     torch.ops.weft.a2a_gemm(a, b, routing, strategy=0)     row i of a to rank routing[r][i], then @ b.T
     torch.ops.weft.{ag_gemm,gemm_rs,gemm_ar}_into(a, b, out, strategy=0)   the same, into `out`
@@ -26,13 +27,26 @@ ag_gemm_gathered is AsyncTP's return_A: the gathered input comes back from the o
 where the call left them, one device copy), so a layer keeps it for its weight gradient instead of
 gathering again. Its sequential equivalent: g = all_gather(a); (g @ b.T, g).
 
+FP8 (ag_gemm, gemm_rs, gemm_ar): a float8_e4m3fn (or float8_e5m2) A with scale_a and scale_b, as
+torch._scaled_mm takes them: the op computes the collective of torch._scaled_mm(a, b.t(), scale_a,
+scale_b, out_dtype=out_dtype), where b is the FP8 weight row-major [n, k] (its .t() is the
+column-major [k, n] operand _scaled_mm wants; the kn view is refused for FP8), scale_a a 0-d or
+1-element float32 tensor (tensor-wise) or one per row of a ([rows, 1], row-wise), scale_b one element
+or one per output column ([1, n]), both the same mode; dequantization scales (real = value * scale);
+out_dtype torch.bfloat16 (the default: weft gives no FP8 output) or torch.float32. For ag_gemm,
+tensor-wise scale_a is the scale of the whole gathered A (the same on every rank), as AsyncTP's
+fused_all_gather_scaled_matmul assumes. Only strategies whose FP8 plans the executor lowers run
+(every one at world 1; above it the library-GEMM plans that reduce bf16 partial sums: gemm_rs and
+gemm_ar with bf16 output); the others, and default where none does, raise ValueError naming why
+(weft::Op, plan/gpu_lowering.hpp).
+
 `strategy` is an int (PyTorch's stable C ABI, through which weft registers the kernels in C++,
 carries no strings): strategy_id(name) gives it, 0 is "default". The functions of this module with
 the ops' names take the name instead: ag_gemm(a, b, strategy="fused", out=None).
 
 The kernels are C++ (python/src/torch_ops.cpp): a call goes from PyTorch's dispatcher to weft's
 checks and weft::Op::run without Python. Every call is checked before anything is launched: dtype
-(bfloat16), device (the communicator's GPU), layout (row-major contiguous, b also transposed as
+(bfloat16, or FP8 with float32 scales), device (the communicator's GPU), layout (row-major contiguous, b also transposed as
 above; 16-byte aligned) and
 shapes raise ValueError naming what is wrong (the dispatcher turns C++'s std::invalid_argument into it);
 ranks whose ops disagree fail in the collective check when the op is first made. Ops are cached per
@@ -48,9 +62,9 @@ from .. import _native
 from .comm import communicator
 
 _SCHEMAS = {
-    "ag_gemm": "ag_gemm(Tensor a, Tensor b, int strategy=0) -> Tensor",
-    "gemm_rs": "gemm_rs(Tensor a, Tensor b, int strategy=0) -> Tensor",
-    "gemm_ar": "gemm_ar(Tensor a, Tensor b, int strategy=0) -> Tensor",
+    "ag_gemm": "ag_gemm(Tensor a, Tensor b, int strategy=0, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) -> Tensor",
+    "gemm_rs": "gemm_rs(Tensor a, Tensor b, int strategy=0, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) -> Tensor",
+    "gemm_ar": "gemm_ar(Tensor a, Tensor b, int strategy=0, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) -> Tensor",
     "gemm_a2a": "gemm_a2a(Tensor a, Tensor b, Tensor routing, int strategy=0) -> Tensor",
     "a2a_gemm": "a2a_gemm(Tensor a, Tensor b, Tensor routing, int strategy=0) -> Tensor",
     "ag_gemm_into": "ag_gemm_into(Tensor a, Tensor b, Tensor(a!) out, int strategy=0) -> ()",
@@ -83,33 +97,48 @@ def check_errors():
     _native.torch_ops_check()
 
 
-def _call(op, a, b, strategy, out, *routing):
+def _call(op, a, b, strategy, out, *routing, scales=None):
     sid = strategy_id(strategy)
+    if scales is not None:  # FP8 (see the module): into `out` not yet
+        if out is not None:
+            raise ValueError(f"weft.torch.{op}: FP8 calls (scale_a, scale_b) give a new result tensor; they do not take out=")
+        return getattr(torch.ops.weft, op)(a, b, sid, *scales)
     if out is None:
         return getattr(torch.ops.weft, op)(a, b, *routing, sid)
     getattr(torch.ops.weft, op + "_into")(a, b, out, sid)
     return out
 
 
-def ag_gemm(a, b, strategy="default", out=None, return_a=False):
+def _scales(scale_a, scale_b, out_dtype):
+    if scale_a is None and scale_b is None and out_dtype is None:
+        return None
+    return scale_a, scale_b, out_dtype
+
+
+def ag_gemm(a, b, strategy="default", out=None, return_a=False, scale_a=None, scale_b=None, out_dtype=None):
     """gather(a) @ b.T: a [rows, k] is this rank's shard, b [n, k] (either layout, see the module);
     returns [W * rows, n] (into `out` if given). With return_a, (that, gather(a) [W * rows, k]):
-    the input the op gathered, for the weight gradient (not with `out`)."""
+    the input the op gathered, for the weight gradient (not with `out`). FP8: scale_a, scale_b and
+    out_dtype as torch._scaled_mm takes them (see the module)."""
     if return_a:
         if out is not None:
             raise ValueError("weft.torch.ag_gemm: return_a gives a new result tensor; it does not take out=")
+        if _scales(scale_a, scale_b, out_dtype) is not None:
+            raise ValueError("weft.torch.ag_gemm: return_a is not taken with FP8 scales yet (the gathered rows' scales are not handed back)")
         return torch.ops.weft.ag_gemm_gathered(a, b, strategy_id(strategy))
-    return _call("ag_gemm", a, b, strategy, out)
+    return _call("ag_gemm", a, b, strategy, out, scales=_scales(scale_a, scale_b, out_dtype))
 
 
-def gemm_rs(a, b, strategy="default", out=None):
-    """reduce_scatter(a @ b.T) over rows: a [rows, k] (a K shard), b [n, k]; returns [rows / W, n]."""
-    return _call("gemm_rs", a, b, strategy, out)
+def gemm_rs(a, b, strategy="default", out=None, scale_a=None, scale_b=None, out_dtype=None):
+    """reduce_scatter(a @ b.T) over rows: a [rows, k] (a K shard), b [n, k]; returns [rows / W, n].
+    FP8: scale_a, scale_b and out_dtype as torch._scaled_mm takes them (see the module)."""
+    return _call("gemm_rs", a, b, strategy, out, scales=_scales(scale_a, scale_b, out_dtype))
 
 
-def gemm_ar(a, b, strategy="default", out=None):
-    """all_reduce(a @ b.T): a [rows, k] (a K shard), b [n, k]; returns [rows, n]."""
-    return _call("gemm_ar", a, b, strategy, out)
+def gemm_ar(a, b, strategy="default", out=None, scale_a=None, scale_b=None, out_dtype=None):
+    """all_reduce(a @ b.T): a [rows, k] (a K shard), b [n, k]; returns [rows, n]. FP8: scale_a,
+    scale_b and out_dtype as torch._scaled_mm takes them (see the module)."""
+    return _call("gemm_ar", a, b, strategy, out, scales=_scales(scale_a, scale_b, out_dtype))
 
 
 def gemm_a2a(a, b, routing, strategy="default"):
@@ -153,10 +182,59 @@ def _fake_rows(kind, a):
     return {"ag_gemm": world * a.shape[0], "gemm_rs": a.shape[0] // world, "gemm_ar": a.shape[0]}[kind]
 
 
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _fake_out_dtype(kind, a, b, scale_a, scale_b, out_dtype):
+    """The result's dtype of a call with these arguments, refusing (ValueError, naming the argument
+    and what it must be) what the kernel (python/src/torch_ops.cpp) would refuse for its dtypes and
+    the scales' shapes: the fake kernels' view of the same rules, so that a traced or compiled call
+    fails where the eager call would."""
+    op = f"weft.{kind}"
+    fp8 = a.dtype in _FP8
+    if not fp8:
+        if scale_a is not None or scale_b is not None:
+            raise ValueError(f"{op}: {'scale_a' if scale_a is not None else 'scale_b'} is given, but A is not FP8; "
+                             "the scales are for float8_e4m3fn / float8_e5m2 operands")
+        if out_dtype not in (None, torch.bfloat16):
+            raise ValueError(f"{op}: out_dtype {out_dtype} is not taken: bfloat16 products give torch.bfloat16")
+        return torch.bfloat16
+    if b.dtype not in _FP8:
+        raise ValueError(f"{op}: B is {b.dtype}; A is FP8 here, so B must be torch.float8_e4m3fn or torch.float8_e5m2")
+    if a.dtype == torch.float8_e5m2 and b.dtype == torch.float8_e5m2:
+        raise ValueError(f"{op}: e5m2 x e5m2 is not an FP8 GEMM: one of A and B must be torch.float8_e4m3fn")
+    if scale_a is None or scale_b is None:
+        raise ValueError(f"{op}: A is {a.dtype}, so {'scale_b' if scale_a is not None else 'scale_a'} is needed (float32: one element, "
+                         "or one per row of A / per column of the output, as torch._scaled_mm takes them)")
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scale.dtype != torch.float32:
+            raise ValueError(f"{op}: {name} is {scale.dtype}; the scales are torch.float32 (dequantization scales, as torch._scaled_mm takes them)")
+    rows, n = a.shape[0], b.shape[0]
+    if b.dim() == 2 and b.stride(1) != 1 and b.shape[1] > 1:
+        raise ValueError(f"{op}: an FP8 B must be row-major [n, k] (strides (k, 1)), whose .t() is the column-major [k, n] operand "
+                         "torch._scaled_mm takes")
+    b_row = scale_b.dim() in (1, 2) and scale_b.shape[-1] == n and scale_b.numel() == n
+    if b_row:
+        a_row = scale_a.dim() in (1, 2) and scale_a.shape[0] == rows and scale_a.numel() == rows
+        if not (a_row or (rows == 1 and scale_a.numel() == 1)):
+            raise ValueError(f"{op}: scale_b is one per column (row-wise scaling), so scale_a must be one per row of A: "
+                             f"[{rows}, 1] float32, got {list(scale_a.shape)}")
+    elif scale_b.numel() != 1:
+        raise ValueError(f"{op}: scale_b must be one float32 (a 0-d or 1-element tensor: tensor-wise scaling) or one per column of "
+                         f"the output ([1, {n}]: row-wise), got {list(scale_b.shape)}")
+    elif scale_a.numel() != 1:
+        raise ValueError(f"{op}: scale_b is one float32 (tensor-wise scaling), so scale_a must be one too (a 0-d or 1-element tensor), "
+                         f"got {list(scale_a.shape)}")
+    if out_dtype not in (None, torch.bfloat16, torch.float32):
+        raise ValueError(f"{op}: out_dtype {out_dtype} is not taken: FP8 products give torch.bfloat16 or torch.float32")
+    return out_dtype or torch.bfloat16
+
+
 def _register_fakes():
     for kind in ("ag_gemm", "gemm_rs", "gemm_ar"):
-        def fake(a, b, strategy=0, kind=kind):
-            return a.new_empty((_fake_rows(kind, a), b.shape[0]))
+        def fake(a, b, strategy=0, scale_a=None, scale_b=None, out_dtype=None, kind=kind):
+            dtype = _fake_out_dtype(kind, a, b, scale_a, scale_b, out_dtype)
+            return a.new_empty((_fake_rows(kind, a), b.shape[0]), dtype=dtype)
 
         def fake_into(a, b, out, strategy=0):
             return None

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "weft/model/simulator.hpp"
 
@@ -56,26 +58,33 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
   // measured there (trusted beyond 1%, timing noise), else predicted by the simulator, corrected by
   // the strategy's recorded bias (trusted beyond its recorded error, and at least auto_margin).
   std::optional<double> predicted_sequential;
+  std::string declines;  // why the strategies that do not run here decline ("; "-separated)
   auto prediction = [&](const std::string& name) -> std::optional<double> {
     try {
       const double seconds = simulate(make_plan(find_strategy(name), p, o), o.machine).seconds;
       const auto it = o.machine.prediction_accuracy.find(name);
       return seconds / (1 + (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.bias));
-    } catch (const std::invalid_argument&) {
+    } catch (const std::invalid_argument& e) {
+      if (name != "sequential") declines += std::string(declines.empty() ? "" : "; ") + e.what();
       return std::nullopt;  // declines this shape
     }
   };
-  double best_ratio = 1;
-  // A strategy whose plan reaches a peer this topology cannot reach does not run here at all.
+  // A strategy whose plan reaches a peer this topology cannot reach, or that the CUDA executor
+  // cannot lower (PlanOptions::gpu_lowerable_only), does not run here at all.
   auto runs_here = [&](const std::string& name, const PlanOptions& with) {
-    if (!o.topology) return true;
+    if (!o.topology && !o.gpu_lowerable_only) return true;
     try {
       make_plan(find_strategy(name), p, with);
       return true;
-    } catch (const std::invalid_argument&) {
+    } catch (const std::invalid_argument& e) {
+      declines += std::string(declines.empty() ? "" : "; ") + e.what();
       return false;
     }
   };
+  // Where sequential itself does not run (an FP8 problem whose gather the executor cannot lower),
+  // the fastest strategy that does wins, whatever its margin over sequential's prediction.
+  const bool sequential_runs = runs_here("sequential", o);
+  double best_ratio = sequential_runs ? 1 : std::numeric_limits<double>::infinity();
   for (const std::string& name : candidates) {
     if (name == "sequential" || !find_strategy(name).supports(p.op)) continue;
     const TunedCandidate* at = nullptr;
@@ -92,21 +101,25 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
     } else {
       if (!predicted_sequential) predicted_sequential = prediction("sequential");
       const std::optional<double> mine = prediction(name);
-      if (!mine || !predicted_sequential) continue;
-      ratio = *mine / *predicted_sequential;
+      if (!mine || (!predicted_sequential && sequential_runs)) continue;
+      ratio = predicted_sequential ? *mine / *predicted_sequential : *mine;
       const auto it = o.machine.prediction_accuracy.find(name);
       trust = std::max(o.auto_margin, kErrorsTrusted * (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.error));
       why = "predicted " + name + " " + format_ms(*mine * 1e3) + " vs sequential " + format_ms(*predicted_sequential * 1e3) + " (bias-corrected; trusted beyond " +
             std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
     }
-    if (ratio <= 1 - trust && ratio < best_ratio && runs_here(name, at ? apply_candidate(o, *at) : o)) {
+    if ((ratio <= 1 - trust || !sequential_runs) && ratio < best_ratio && runs_here(name, at ? apply_candidate(o, *at) : o)) {
       best_ratio = ratio;
       choice.candidate = at ? *at : TunedCandidate{name, {}, 0};
       choice.options = at ? apply_candidate(o, *at) : o;
       choice.reason = why;
     }
   }
-  if (choice.candidate.strategy == "sequential")
+  if (!sequential_runs && choice.candidate.strategy == "sequential")
+    throw std::invalid_argument("auto: no strategy runs " + std::string(to_string(p.op)) + " " + std::string(to_string(p.input_dtype)) +
+                                " here: " + declines);
+  if (!sequential_runs) choice.reason = "sequential does not run here; " + choice.reason;
+  else if (choice.candidate.strategy == "sequential")
     choice.reason = measured ? "measured at m=" + std::to_string(measured->m) + " n=" + std::to_string(measured->n) + " k=" + std::to_string(measured->k) +
                                    " and predicted: nothing trusted to be faster than sequential"
                              : "predicted: nothing trusted to be faster than sequential";

@@ -3,6 +3,7 @@
 #include "weft/model/ficco_heuristic.hpp"
 #include "weft/model/tiling.hpp"
 #include "weft/model/tuning_table.hpp"
+#include "weft/plan/gpu_lowering.hpp"
 #include "weft/plan/strategies.hpp"
 
 namespace weft {
@@ -121,11 +122,24 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
   return o;
 }
 
+namespace {
+
+// PlanOptions::gpu_lowerable_only: the strategy declines what the CUDA executor cannot lower.
+Plan lowerable(const std::string& strategy, Plan plan, const PlanOptions& base) {
+  if (!base.gpu_lowerable_only) return plan;
+  if (auto gap = gpu_lowering_gap(plan, {false, {"A", "B"}}))
+    throw std::invalid_argument("strategy '" + strategy + "' declines " + std::string(to_string(plan.problem.input_dtype)) +
+                                " here on the GPU: " + *gap);
+  return plan;
+}
+
+}  // namespace
+
 Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptions& base) {
   if (runs_as_gemm_alone(problem) && !base.keep_strategy_at_world_one) {
     if (!strategy.supports(problem.op))  // declines as its builder would
       throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
-    return plan_gemm_alone(problem, base, strategy.name);
+    return lowerable(strategy.name, plan_gemm_alone(problem, base, strategy.name), base);
   }
   if (is_attention(problem.op) && problem.world_size == 1 && !base.keep_strategy_at_world_one) {
     if (!strategy.supports(problem.op))
@@ -135,7 +149,7 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);
   require_whole_scale_blocks(strategy.name, plan);
-  return plan;
+  return lowerable(strategy.name, std::move(plan), base);
 }
 
 // Block-scaled FP8 is multiplied in whole 128-column blocks of K: a plan that cuts K elsewhere

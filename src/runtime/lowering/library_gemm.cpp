@@ -25,6 +25,9 @@ struct Descriptors {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t weight = nullptr, activation = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // FP8 operands of a caller's buffer: their scales move with the bindings, so each enqueue sets the
+  // scale pointers again (empty otherwise: set once at lowering).
+  std::optional<BoundScales> moving_a_scales, moving_b_scales;
   ~Descriptors() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (auto* l : {weight, activation, out})
@@ -64,18 +67,26 @@ const float* scales_from(const BoundScales& s, const std::string& label, const c
   return s.resolve();
 }
 
+// Row-major C = A B^T runs as column-major C^T = B A^T: cuBLASLt's A is our B (the weight), its B
+// our A, so the scale pointers cross over.
+void set_scale_pointers(Descriptors& d, const BoundScales& a, const BoundScales& b, const std::string& label) {
+  const float* weight_scales = scales_from(b, label, "B");
+  const float* activation_scales = scales_from(a, label, "A");
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, sizeof weight_scales));
+  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scales, sizeof activation_scales));
+}
+
 void set_fp8(Descriptors& d, const GemmStep& gemm, const std::string& label, const Context& context) {
   const std::optional<BoundScales> a = context.scales(gemm.a), b = context.scales(gemm.b);
   if (!a || !b) throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "' multiplies FP8 by a matrix that is not FP8");
-  // Row-major C = A B^T runs as column-major C^T = B A^T: cuBLASLt's A is our B (the weight), its B
-  // our A, so the scale pointers cross over.
-  const float* weight_scales = scales_from(*b, label, "B");
-  const float* activation_scales = scales_from(*a, label, "A");
   const int32_t weight_mode = scale_mode(b->grid), activation_mode = scale_mode(a->grid);
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof weight_mode));
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &activation_mode, sizeof activation_mode));
-  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, sizeof weight_scales));
-  WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scales, sizeof activation_scales));
+  set_scale_pointers(d, *a, *b, label);
+  if (a->scale_base || b->scale_base) {
+    d.moving_a_scales = a;
+    d.moving_b_scales = b;
+  }
   // Fast accumulation skips the periodic promotion of partial sums to fp32: off unless asked, and
   // never with block scales (cuBLASLt runs those only with it off).
   const bool block = a->grid.block_cols > 0;
@@ -138,8 +149,9 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
   cublasLtHandle_t lt = context.lt;
   void* ws = context.gemm_workspace;
   const size_t ws_bytes = context.gemm_workspace_bytes;
-  auto enqueue = [d, a, b, c, beta, lt, ws, ws_bytes](cudaStream_t stream) {
+  auto enqueue = [d, a, b, c, beta, lt, ws, ws_bytes, label](cudaStream_t stream) {
     const float one = 1.0f;
+    if (d->moving_a_scales) set_scale_pointers(*d, *d->moving_a_scales, *d->moving_b_scales, label);
     const DeviceRegion ra = a.resolve(), rb = b.resolve(), rc = c.resolve();
     WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, d->desc, &one, rb.data, d->weight, ra.data, d->activation, &beta, rc.data, d->out, rc.data,
                                      d->out, &d->algo, ws, ws_bytes, stream));

@@ -37,19 +37,25 @@ struct BoundRegion {
   DeviceRegion resolve() const { return DeviceRegion{static_cast<char*>(*base) + offset * dtype_bytes(dtype), rows, cols, stride}; }
 };
 
-// The scales of an FP8 region: its buffer's whole scale array, byte_offset bytes after the buffer's
-// start, in device_scale_index's layout (runtime/cuda_executor.hpp).
+// The scales of an FP8 region: its buffer's whole scale array, in device_scale_index's layout
+// (runtime/cuda_executor.hpp): byte_offset bytes after the buffer's start, or for a caller's buffer
+// where the caller bound them (*scale_base, read at enqueue time like the elements' address).
 struct BoundScales {
   BoundRegion elements;  // the region itself
   size_t byte_offset = 0;
+  void* const* scale_base = nullptr;
   ScaleGrid grid;
   int64_t buffer_rows = 0, buffer_cols = 0;
 
-  const float* resolve() const { return reinterpret_cast<const float*>(static_cast<const char*>(*elements.base) + byte_offset); }
+  const float* resolve() const {
+    if (scale_base) return static_cast<const float*>(*scale_base);
+    return reinterpret_cast<const float*>(static_cast<const char*>(*elements.base) + byte_offset);
+  }
 };
 
 // What a lowering may use from the executor.
 struct Context {
+  const Plan* plan = nullptr;  // the plan being lowered
   int rank = 0;
   int world_size = 1;
   std::function<BoundRegion(const Region&)> region;          // a plan region as this GPU sees it

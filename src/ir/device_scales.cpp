@@ -1,6 +1,6 @@
-// Where the CUDA executor keeps an FP8 buffer's scales: the layouts cuBLASLt's scale modes read
-// (runtime/cuda_executor.hpp, device_scale_index).
-#include "weft/runtime/cuda_executor.hpp"
+// Where the CUDA executor (and weft::Op's caller) keeps an FP8 buffer's scales: the layouts
+// cuBLASLt's scale modes read (ir/scaling.hpp, device_scale_index).
+#include "weft/ir/scaling.hpp"
 
 namespace weft {
 

@@ -1,0 +1,38 @@
+// Which plans the CUDA executor can run for their dtypes, decided on the CPU: the one home of that
+// decision. The executor refuses a step with the reason given here before lowering it
+// (runtime/lowering/dtypes.cpp); make_plan declines such a plan where PlanOptions::gpu_lowerable_only
+// asks (weft::Op does, so an FP8 op declines at construction and auto passes over the strategy).
+//
+// What the executor lowers for FP8 so far: a GEMM whose tile table is plain (is_plain_tile_table,
+// run by cuBLASLt's FP8 matmul) with B row-major [N, K] and, where block-scaled, operands that are
+// whole buffers (the scales of a sub-box are not addressed yet), and data movement only of bf16
+// (the partial sums an FP8 GEMM gives in bf16, never f32). Nothing moves FP8 rows or their scales
+// (copies, NCCL all_gather / all_to_all, row permutations, box moves), the overlap GEMM has no FP8
+// mainloop, and the caller's FP8 inputs are bound in place (their scales with them), never copied
+// into symmetric memory.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/ir/plan.hpp"
+
+namespace weft {
+
+struct GpuLoweringOptions {
+  // ExecutorOptions::PlainGemm::overlap: plain tables run on the overlap GEMM too.
+  bool plain_gemm_on_overlap = false;
+  // Inputs the caller gives per call (ExecutorOptions::caller_buffers; weft::Op: A and B).
+  std::vector<std::string> caller_inputs;
+};
+
+// Why the executor cannot lower `step` (of one of the plan's ranks) for the dtypes it touches, naming
+// the step and what is missing; empty where it can.
+std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap);
+
+// The first such gap of any rank's step, or an FP8 caller input that the plan keeps in symmetric
+// memory (copying it in with its scales has no lowering); empty where the executor runs the plan.
+std::optional<std::string> gpu_lowering_gap(const Plan& plan, const GpuLoweringOptions& options);
+
+}  // namespace weft

@@ -1,0 +1,116 @@
+#include "weft/plan/gpu_lowering.hpp"
+
+#include <tuple>
+#include <variant>
+
+namespace weft {
+
+namespace {
+
+const char* kind_of(const StepBody& body) {
+  return std::visit(
+      [](const auto& b) -> const char* {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, GemmStep>) return "GEMM";
+        else if constexpr (std::is_same_v<T, CopyStep>) return "copy";
+        else if constexpr (std::is_same_v<T, ReduceStep>) return "reduction";
+        else if constexpr (std::is_same_v<T, PermuteRowsStep>) return "row permutation";
+        else if constexpr (std::is_same_v<T, CombineRowsStep>) return "top-k combine";
+        else if constexpr (std::is_same_v<T, MoveBoxesStep>) return "box move";
+        else if constexpr (std::is_same_v<T, CollectiveStep>) return "collective";
+        else if constexpr (std::is_same_v<T, AttentionStep>) return "attention";
+        else return "join";
+      },
+      body);
+}
+
+std::vector<Region> regions_of(const StepBody& body) {
+  return std::visit(
+      [](const auto& b) -> std::vector<Region> {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, GemmStep>) {
+          std::vector<Region> r{b.a, b.b};
+          for (const GemmTile& t : b.tiles) {
+            r.push_back(t.store);
+            r.insert(r.end(), t.addends.begin(), t.addends.end());
+            if (t.a_rows) r.push_back(*t.a_rows);
+          }
+          return r;
+        } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep> ||
+                             std::is_same_v<T, CollectiveStep>) {
+          return {b.src, b.dst};
+        } else if constexpr (std::is_same_v<T, ReduceStep>) {
+          std::vector<Region> r = b.srcs;
+          r.push_back(b.dst);
+          return r;
+        } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
+          return {b.src, b.weights, b.dst};
+        } else if constexpr (std::is_same_v<T, AttentionStep>) {
+          return {b.q, b.k, b.v, b.o, b.lse};
+        } else {
+          return {};
+        }
+      },
+      body);
+}
+
+const BufferDecl& decl_of(const Plan& plan, const Region& r) {
+  return plan.ranks.at(static_cast<size_t>(r.rank)).buffers.at(static_cast<size_t>(r.buffer));
+}
+
+bool whole(const Region& r, const BufferDecl& decl) {
+  return r.box.row == 0 && r.box.col == 0 && r.box.rows == decl.rows && r.box.cols == decl.cols;
+}
+
+// A plain FP8 GEMM the library GEMM cannot take as planned: B stored [K, N], or a block-scaled
+// operand that is part of its buffer.
+std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
+  const BufferDecl& a = decl_of(plan, gemm.a);
+  const BufferDecl& b = decl_of(plan, gemm.b);
+  if (b.order == MemoryOrder::column_major)
+    return "GEMM step '" + label + "' multiplies an FP8 B stored [K, N] (layout kn); cuBLASLt's FP8 matmul takes B row-major [N, K] only (TN)";
+  if (plan.problem.scaling == Scaling::block)
+    for (const auto& [operand, decl, name] : {std::tuple{gemm.a, a, "A"}, std::tuple{gemm.b, b, "B"}})
+      if (!whole(operand, decl))
+        return "GEMM step '" + label + "' reads " + std::to_string(operand.box.rows) + "x" + std::to_string(operand.box.cols) + " of its block-scaled " +
+               name + " '" + decl.name + "' (" + std::to_string(decl.rows) + "x" + std::to_string(decl.cols) +
+               "); the library GEMM takes block scales of whole buffers only so far";
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
+  if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
+  for (const Region& r : regions_of(step.body)) {
+    const DType dtype = decl_of(plan, r).dtype;
+    if (dtype == DType::bf16) continue;
+    if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
+      if (is_plain_tile_table(*gemm) && !plain_gemm_on_overlap) return library_gemm_gap(plan, *gemm, step.label);
+      return "GEMM step '" + step.label + "' reads or writes " + std::string(to_string(dtype)) +
+             " and its tile table needs the overlap GEMM (waits, notifies, remapped or peer stores, addends, or "
+             "ExecutorOptions::PlainGemm::overlap), which has no FP8 mainloop yet; FP8 runs on the GPU only as a plain library GEMM "
+             "(cuBLASLt) so far";
+    }
+    return std::string(kind_of(step.body)) + " step '" + step.label + "' touches " + std::string(to_string(dtype)) +
+           " data; the executor lowers only library GEMMs for FP8 so far: moving FP8 rows with their scales (copies, NCCL all_gather / "
+           "all_to_all, row permutations) or f32 partial sums has no lowering yet, so this plan runs on the CPU only (weft check)";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> gpu_lowering_gap(const Plan& plan, const GpuLoweringOptions& options) {
+  for (const RankPlan& rp : plan.ranks) {
+    for (const std::string& name : options.caller_inputs) {
+      const BufferDecl& decl = rp.buffers.at(static_cast<size_t>(find_buffer(rp, name)));
+      if (is_fp8(decl.dtype) && decl.symmetric)
+        return "the plan keeps the caller's FP8 input '" + name + "' in symmetric memory on rank " + std::to_string(rp.rank) +
+               " (peers read it there); copying it in with its scales has no lowering yet";
+    }
+    for (const Step& step : rp.steps)
+      if (auto gap = gpu_step_gap(plan, step, options.plain_gemm_on_overlap)) return "rank " + std::to_string(rp.rank) + ": " + *gap;
+  }
+  return std::nullopt;
+}
+
+}  // namespace weft

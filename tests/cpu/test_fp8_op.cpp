@@ -1,0 +1,232 @@
+// FP8 through the op API on the CPU: weft::Op's spec and call checks (plan/op_arguments.hpp), and
+// which strategies' FP8 plans the CUDA executor lowers (plan/gpu_lowering.hpp), where make_plan
+// declines the others with the reason and auto passes over them.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "weft/plan/auto.hpp"
+#include "weft/plan/gpu_lowering.hpp"
+#include "weft/plan/op_arguments.hpp"
+
+namespace weft {
+namespace {
+
+template <class Call>
+void expect_refused(Call call, const std::string& expected) {
+  try {
+    call();
+    ADD_FAILURE() << "accepted; expected a refusal naming '" << expected << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
+OpShape fp8_shape(OpKind op, Scaling scaling, DType out = DType::bf16, int64_t max_rows = 256) {
+  OpShape s{op, 384, 256, max_rows, DType::e4m3, out};
+  s.scaling = scaling;
+  return s;
+}
+
+TEST(Fp8OpArguments, TheFp8SpecsTheApiTakes) {
+  for (Scaling scaling : {Scaling::tensor, Scaling::row, Scaling::block})
+    for (DType out : {DType::bf16, DType::f32})
+      for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+        EXPECT_NO_THROW(check_op_shape(fp8_shape(op, scaling, out), 4)) << to_string(op) << " " << to_string(scaling);
+  OpShape mixed = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  mixed.input_dtype = DType::e5m2;
+  mixed.b_dtype = DType::e4m3;
+  EXPECT_NO_THROW(check_op_shape(mixed, 2)) << "e5m2 gradients x e4m3 weights";
+}
+
+TEST(Fp8OpArguments, BadFp8SpecsAreRefusedNamingWhatIsWrong) {
+  OpShape s = fp8_shape(OpKind::gemm_ar, Scaling::none);
+  expect_refused([&] { check_op_shape(s, 1); }, "FP8 operands need a scaling mode");
+  s = fp8_shape(OpKind::gemm_ar, Scaling::row, DType::e4m3);
+  expect_refused([&] { check_op_shape(s, 1); }, "an FP8 GEMM gives bf16 or f32");
+  s = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  s.input_dtype = DType::e5m2;
+  expect_refused([&] { check_op_shape(s, 1); }, "e5m2 x e5m2 is not an FP8 GEMM");
+  s = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  s.b_dtype = DType::bf16;
+  expect_refused([&] { check_op_shape(s, 1); }, "FP8 multiplies only FP8");
+  s = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  s.b_layout = BLayout::kn;
+  expect_refused([&] { check_op_shape(s, 1); }, "an FP8 B is laid out nk");
+  s = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  s.k = 264;  // a multiple of 8, not of 16
+  expect_refused([&] { check_op_shape(s, 1); }, "n=384 and k=264 must be multiples of 16");
+  OpShape bf16{OpKind::gemm_ar, 128, 64, 256, DType::bf16, DType::bf16};
+  bf16.scaling = Scaling::tensor;
+  expect_refused([&] { check_op_shape(bf16, 1); }, "scaling tensor is for FP8 operands");
+  bf16.scaling = Scaling::none;
+  bf16.output_dtype = DType::f32;
+  expect_refused([&] { check_op_shape(bf16, 1); }, "bf16 -> f32 is not supported yet");
+}
+
+int64_t pad4(int64_t n) { return (n + 3) / 4 * 4; }
+int64_t blocks(int64_t n) { return (n + 127) / 128; }
+
+TEST(Fp8OpArguments, ScaleCountsPerMode) {
+  const int64_t rows = 37;
+  EXPECT_EQ(op_scale_count(fp8_shape(OpKind::gemm_ar, Scaling::tensor), rows, Operand::a), 1);
+  EXPECT_EQ(op_scale_count(fp8_shape(OpKind::gemm_ar, Scaling::tensor), rows, Operand::b), 1);
+  EXPECT_EQ(op_scale_count(fp8_shape(OpKind::gemm_ar, Scaling::row), rows, Operand::a), rows);
+  EXPECT_EQ(op_scale_count(fp8_shape(OpKind::gemm_ar, Scaling::row), rows, Operand::b), 384);
+  OpShape block = fp8_shape(OpKind::gemm_ar, Scaling::block);
+  block.k = 400;  // a partial last K block
+  EXPECT_EQ(op_scale_count(block, rows, Operand::a), blocks(400) * pad4(rows));
+  EXPECT_EQ(op_scale_count(block, rows, Operand::b), blocks(384) * pad4(blocks(400)));
+  EXPECT_EQ(op_scale_count(OpShape{OpKind::gemm_ar, 128, 64, 256, DType::bf16, DType::bf16}, rows, Operand::a), 0);
+}
+
+TEST(Fp8OpArguments, ACallsScalesAreCheckedBeforeLaunch) {
+  alignas(16) static float storage[4096];
+  const float* good = storage;
+  const OpShape row = fp8_shape(OpKind::gemm_ar, Scaling::row);
+  EXPECT_NO_THROW(check_op_scales(row, 40, good, 40, good, 384));
+  expect_refused([&] { check_op_scales(row, 40, nullptr, 0, good, 384); }, "scale_a is null; row scaling needs 40 scales (one fp32 per row of A)");
+  expect_refused([&] { check_op_scales(row, 40, good, 40, nullptr, 0); }, "scale_b is null");
+  expect_refused([&] { check_op_scales(row, 40, good, 39, good, 384); }, "scale_a holds 39 scales; row scaling of this call (rows=40 n=384 k=256) needs 40");
+  expect_refused([&] { check_op_scales(row, 40, good, 40, good, 1); }, "scale_b holds 1 scales");
+  expect_refused([&] { check_op_scales(row, 40, good + 1, 40, good, 384); }, "scale_a at");
+  const OpShape tensor = fp8_shape(OpKind::gemm_ar, Scaling::tensor);
+  EXPECT_NO_THROW(check_op_scales(tensor, 40, good, 1, good, 1));
+  expect_refused([&] { check_op_scales(tensor, 40, good, 40, good, 1); }, "needs 1 (one fp32 for the whole operand)");
+  const OpShape block = fp8_shape(OpKind::gemm_ar, Scaling::block);
+  EXPECT_NO_THROW(check_op_scales(block, 40, good, 2 * 40, good, 3 * 4));
+  expect_refused([&] { check_op_scales(block, 40, good, 2 * 40, good, 3 * 2); }, "needs 12 (fp32 128x128 block scales of B");
+  const OpShape bf16{OpKind::gemm_ar, 128, 64, 256, DType::bf16, DType::bf16};
+  EXPECT_NO_THROW(check_op_scales(bf16, 40, nullptr, 0, nullptr, 0));
+  expect_refused([&] { check_op_scales(bf16, 40, good, 1, nullptr, 0); }, "scale_a is given, but the op's operands are bf16");
+}
+
+Problem fp8_problem(OpKind op, int world, Scaling scaling, DType out) {
+  Problem p;
+  p.op = op;
+  p.m = 64 * world;
+  p.n = 384;
+  p.k = 512;
+  p.world_size = world;
+  p.input_dtype = DType::e4m3;
+  p.output_dtype = out;
+  p.scaling = scaling;
+  if (routes_rows(op))
+    for (int r = 0; r < world; ++r) {
+      p.routing.emplace_back();
+      for (int64_t i = 0; i < p.m; ++i) p.routing.back().push_back(static_cast<int>((i + r) % world));
+    }
+  return p;
+}
+
+PlanOptions lowerable_only() {
+  PlanOptions o;
+  o.gpu_lowerable_only = true;
+  return o;
+}
+
+// Which (op, strategy) pairs run FP8 on the GPU at a world above one, by scaling mode and output
+// dtype; every other pair declines through make_plan with the gap's reason.
+std::map<std::string, std::set<std::string>> runnable_fp8_strategies(int world) {
+  std::map<std::string, std::set<std::string>> runs;
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+    for (Scaling scaling : {Scaling::tensor, Scaling::row, Scaling::block})
+      for (DType out : {DType::bf16, DType::f32})
+        for (const Strategy& s : strategies()) {
+          if (!s.supports(op) || s.name == "auto") continue;
+          const Problem p = fp8_problem(op, world, scaling, out);
+          const std::string key = std::string(to_string(op)) + " " + std::string(to_string(scaling)) + "->" + std::string(to_string(out));
+          Plan plan;
+          try {
+            plan = make_plan(s, p, PlanOptions{});
+          } catch (const std::invalid_argument&) {
+            continue;  // declined for its own reasons (ficco 2D's K slices of block scales)
+          }
+          const std::optional<std::string> gap = gpu_lowering_gap(plan, {false, {"A", "B"}});
+          try {
+            const Plan kept = make_plan(s, p, lowerable_only());
+            EXPECT_FALSE(gap) << s.name << " " << key << ": make_plan kept a plan with a gap: " << *gap;
+            runs[key].insert(s.name);
+          } catch (const std::invalid_argument& e) {
+            EXPECT_TRUE(gap) << s.name << " " << key << " declined without a gap: " << e.what();
+            if (gap) {
+              EXPECT_NE(std::string(e.what()).find("strategy '" + s.name + "' declines e4m3 here on the GPU: " + *gap), std::string::npos)
+                  << e.what();
+            }
+          }
+        }
+  return runs;
+}
+
+TEST(Fp8OpStrategies, EveryStrategyRunsAtWorldOneAsItsLibraryGemm) {
+  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
+    for (Scaling scaling : {Scaling::tensor, Scaling::row, Scaling::block})
+      for (const Strategy& s : strategies()) {
+        if (!s.supports(op)) continue;
+        const Plan plan = make_plan(s, fp8_problem(op, 1, scaling, DType::f32), lowerable_only());
+        EXPECT_EQ(plan.ranks.at(0).steps.size(), 1u) << s.name;
+      }
+}
+
+TEST(Fp8OpStrategies, AboveWorldOneOnlyPlainGemmsOverBf16ReductionsRun) {
+  for (int world : {2, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const auto runs = runnable_fp8_strategies(world);
+    for (const auto& [key, names] : runs) {
+      std::string list;
+      for (const std::string& n : names) list += " " + n;
+      std::cout << "world " << world << " " << key << ":" << list << "\n";
+      // What moves FP8 rows (ag_gemm's AllGather, a2a_gemm's all-to-all of tokens) or f32 partial
+      // sums has no lowering: nothing of those runs.
+      EXPECT_EQ(key.find("ag_gemm"), std::string::npos) << key << list;
+      EXPECT_EQ(key.find("a2a_gemm"), std::string::npos) << key << list;
+      EXPECT_EQ(key.find("->f32"), std::string::npos) << key << list;
+      for (const std::string& n : names) EXPECT_FALSE(find_strategy(n).overlap_gemm) << n << " runs on the overlap GEMM, which has no FP8 mainloop";
+    }
+    // The baselines: a library GEMM, then NCCL's reduction of bf16 partial sums.
+    for (const char* key : {"gemm_rs tensor->bf16", "gemm_rs row->bf16", "gemm_ar tensor->bf16", "gemm_ar row->bf16", "gemm_ar block->bf16"}) {
+      ASSERT_TRUE(runs.count(key)) << key;
+      EXPECT_TRUE(runs.at(key).count("sequential")) << key;
+    }
+  }
+}
+
+TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
+  const Plan gather = make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16));
+  const auto gap = gpu_lowering_gap(gather, {false, {"A", "B"}});
+  ASSERT_TRUE(gap);
+  EXPECT_NE(gap->find("collective step"), std::string::npos) << *gap;
+  EXPECT_NE(gap->find("touches e4m3 data"), std::string::npos) << *gap;
+  const Plan reduce = make_plan(find_strategy("sequential"), fp8_problem(OpKind::gemm_rs, 2, Scaling::row, DType::f32));
+  const auto f32 = gpu_lowering_gap(reduce, {false, {"A", "B"}});
+  ASSERT_TRUE(f32);
+  EXPECT_NE(f32->find("touches f32 data"), std::string::npos) << *f32;
+  const Plan alone = make_plan(find_strategy("sequential"), fp8_problem(OpKind::gemm_ar, 1, Scaling::block, DType::bf16));
+  EXPECT_FALSE(gpu_lowering_gap(alone, {false, {"A", "B"}}));
+  const auto on_overlap = gpu_lowering_gap(alone, {true, {"A", "B"}});
+  ASSERT_TRUE(on_overlap);
+  EXPECT_NE(on_overlap->find("no FP8 mainloop"), std::string::npos) << *on_overlap;
+  // bf16 plans have nothing to decline.
+  Problem bf16 = fp8_problem(OpKind::ag_gemm, 4, Scaling::none, DType::bf16);
+  bf16.input_dtype = DType::bf16;
+  for (const char* s : {"sequential", "decomposed", "fused", "chunked", "signal"})
+    if (find_strategy(s).supports(bf16.op)) {
+      EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy(s), bf16), {false, {"A", "B"}})) << s;
+    }
+}
+
+TEST(Fp8OpStrategies, AutoPicksAmongTheStrategiesThatRunOrSaysWhyNoneDoes) {
+  for (int world : {2, 4}) {
+    const Problem rs = fp8_problem(OpKind::gemm_rs, world, Scaling::row, DType::bf16);
+    const Plan chosen = make_plan(find_strategy("auto"), rs, lowerable_only());
+    EXPECT_FALSE(gpu_lowering_gap(chosen, {false, {"A", "B"}})) << chosen.strategy;
+    expect_refused([&] { make_plan(find_strategy("auto"), fp8_problem(OpKind::ag_gemm, world, Scaling::row, DType::bf16), lowerable_only()); },
+                   "auto: no strategy runs ag_gemm e4m3 here: strategy 'sequential' declines e4m3 here on the GPU");
+  }
+}
+
+}  // namespace
+}  // namespace weft
