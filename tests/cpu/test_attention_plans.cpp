@@ -10,6 +10,7 @@
 #include <set>
 
 #include "weft/model/simulator.hpp"
+#include "weft/plan/gpu_lowering.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/reference/cpu_proof.hpp"
@@ -66,7 +67,7 @@ TEST(AttentionProblem, ChecksItsShapeAndKeepsItsFieldsToItself) {
   EXPECT_EQ(describe(p), "ag_attention m=8 batch=3 heads=4 kv_heads=2 head_dim=16 causal world=2 bf16->bf16");
   EXPECT_EQ(parse_op("ag_attention"), OpKind::ag_attention);
   EXPECT_TRUE(std::find(all_ops().begin(), all_ops().end(), OpKind::ag_attention) == all_ops().end())
-      << "the GPU sweeps iterate all_ops(): no attention kernel yet";
+      << "the GEMM ops' GPU sweeps iterate all_ops(); ag_attention has its own (tests/gpu/test_attention.cpp)";
   auto rejects = [](Problem q, const std::string& words) {
     try {
       check_problem(q);
@@ -298,6 +299,22 @@ TEST(AttentionSimulator, CausalMaskingSkipsHiddenBlocksAndOverlapHidesTheGather)
   const double sequential = run("sequential", 4, 2048, false).seconds;
   EXPECT_LT(run("tilelink", 4, 2048, false).seconds, sequential);
   EXPECT_LT(run("decomposed", 4, 2048, false).seconds, sequential);
+}
+
+
+// The CUDA executor's dtype gate (plan/gpu_lowering.hpp, which refuses FP8 plans it cannot lower)
+// passes every attention plan to the attention lowering: their bf16 Q/K/V/O move as any bf16 rows,
+// and the f32 log-sum-exp is the attention step's own (a gap here would refuse every ag_attention
+// call on the GPU before its kernel ran).
+TEST(AttentionPlans, TheExecutorsDtypeGateLetsEveryStrategyThrough) {
+  for (int world : {1, 2, 4})
+    for (bool causal : {false, true})
+      for (const char* name : {"sequential", "decomposed", "tilelink"}) {
+        const Problem p = attention(world, 256, 8, 2, 64, causal);
+        const Plan plan = make_plan(find_strategy(name), p);
+        const auto gap = gpu_lowering_gap(plan, GpuLoweringOptions{});
+        EXPECT_FALSE(gap) << name << " world " << world << (causal ? " causal" : "") << ": " << gap.value_or("");
+      }
 }
 
 }  // namespace
