@@ -183,8 +183,9 @@ NB_MODULE(_native, m) {
         // As the op API chooses (weft::Op): the shipped or environment's profile and table unless given.
         weft::PlanOptions o;
         o.machine = machine.empty() ? weft::default_machine_profile() : weft::load_machine_profile(machine);
-        if (tuning != "none")
-          o.tuning = tuning.empty() ? weft::default_tuning_table() : std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
+        // The default table only beside the default profile (as weft::Op): not another machine's.
+        if (!tuning.empty() && tuning != "none") o.tuning = std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
+        else if (tuning.empty() && machine.empty()) o.tuning = weft::default_tuning_table();
         const weft::AutoChoice c = weft::choose_strategy(p, o);
         return std::make_tuple(c.candidate.strategy, c.reason);
       },

@@ -45,7 +45,8 @@ const MachineProfile& default_machine_profile() {
 std::shared_ptr<const TuningTable> default_tuning_table() {
   static const std::shared_ptr<const TuningTable> table = []() -> std::shared_ptr<const TuningTable> {
     const std::string path = environment("WEFT_TUNING_TABLE");
-    if (path.empty()) return shipped_tuning_table();
+    // The shipped table goes with the shipped profile: beside another machine's profile, none.
+    if (path.empty()) return environment("WEFT_MACHINE_PROFILE").empty() ? shipped_tuning_table() : nullptr;
     if (path == "none") return nullptr;
     return std::make_shared<const TuningTable>(load_tuning_table(path));
   }();

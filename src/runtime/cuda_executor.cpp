@@ -478,7 +478,11 @@ CudaExecutor::~CudaExecutor() {
   };
   bool drained = drain();
   if (!drained) {
-    im.signals->release_every_wait();
+    try {
+      im.signals->release_every_wait();
+    } catch (const std::exception& e) {  // a destructor does not throw: say it and leak below
+      std::fprintf(stderr, "weft: rank %d could not release its waits: %s\n", comm_.rank(), e.what());
+    }
     drained = drain();
   }
   if (!drained) {
@@ -840,7 +844,13 @@ void CudaExecutor::finish(cudaStream_t stream) {
 std::string CudaExecutor::diagnose() const {
   const OnDevice on(comm_.device(), OnDevice::NoThrow{});
   const Impl& im = *impl_;
-  const auto values = im.signals->read_values();
+  // A diagnosis never throws: it is asked for where a call is stuck, in destructors among others.
+  std::vector<uint64_t> values;
+  try {
+    values = im.signals->read_values();
+  } catch (const std::exception& e) {
+    return "rank " + std::to_string(comm_.rank()) + ": the signals could not be read (" + e.what() + ")\n";
+  }
   std::ostringstream out;
   int unmet = 0;
   for (const Impl::Step& low : im.steps)

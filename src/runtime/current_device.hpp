@@ -25,7 +25,7 @@ class OnDevice {
   ~OnDevice() {
     if (previous_ < 0) return;
     int now = -1;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+    if (cudaGetDevice(&now) != cudaSuccess || (now != previous_ && cudaSetDevice(previous_) != cudaSuccess)) cudaGetLastError();
   }
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;

@@ -10,6 +10,7 @@
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/tile_program.hpp"
+#include "current_device.hpp"
 #include "weft/runtime/cuda_check.hpp"
 
 namespace weft {
@@ -44,6 +45,7 @@ StreamValue64 write_value_64() {
 
 SignalSet::SignalSet(Communicator& comm, int count, bool shared)
     : comm_(comm), count_(count), memory_(comm, (static_cast<size_t>(count) + 3 * static_cast<size_t>(comm.world_size()) + 1) * sizeof(uint64_t), shared) {
+  const OnDevice on_device(comm.device());
   WEFT_CUDA_CHECK(cudaMallocHost(&host_copy_, memory_.bytes()));
   if (shared) {
     const int world = comm.world_size();
@@ -61,6 +63,7 @@ SignalSet::SignalSet(Communicator& comm, int count, bool shared)
 }
 
 SignalSet::~SignalSet() {
+  const OnDevice on_device(comm_.device(), OnDevice::NoThrow{});
   cudaFreeHost(host_copy_);
   if (arrivals_on_) cudaFree(arrivals_on_);
 }
@@ -117,6 +120,7 @@ void SignalSet::release_every_wait() const {
   // or the signatures after it.
   std::vector<uint64_t> released(static_cast<size_t>(count_) + static_cast<size_t>(comm_.world_size()), uint64_t{1} << 62);
   std::memcpy(host_copy_, released.data(), released.size() * sizeof(uint64_t));
+  const OnDevice on_device(comm_.device());
   cudaStream_t writer;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaMemcpyAsync(local(), host_copy_, released.size() * sizeof(uint64_t), cudaMemcpyHostToDevice, writer));
@@ -125,6 +129,7 @@ void SignalSet::release_every_wait() const {
 }
 
 std::vector<uint64_t> SignalSet::read_values() const {
+  const OnDevice on_device(comm_.device());
   cudaStream_t reader;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaMemcpyAsync(host_copy_, local(), static_cast<size_t>(count_) * sizeof(uint64_t), cudaMemcpyDeviceToHost, reader));

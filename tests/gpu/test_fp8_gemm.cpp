@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 
+#include "../support/device_matrices.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/reference/fp8.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -42,20 +43,7 @@ void upload_operand(CudaExecutor& exec, const Problem& p, const std::string& nam
 
 HostMatrix download_output(CudaExecutor& exec, DType dtype) {
   const DeviceRegion out = exec.output();
-  HostMatrix host(out.rows, out.cols);
-  if (dtype == DType::f32) {
-    WEFT_CUDA_CHECK(cudaMemcpy2D(host.data.data(), static_cast<size_t>(out.cols) * 4, out.data, static_cast<size_t>(out.stride) * 4,
-                                 static_cast<size_t>(out.cols) * 4, static_cast<size_t>(out.rows), cudaMemcpyDeviceToHost));
-    return host;
-  }
-  std::vector<uint16_t> bits(host.data.size());
-  WEFT_CUDA_CHECK(cudaMemcpy2D(bits.data(), static_cast<size_t>(out.cols) * 2, out.data, static_cast<size_t>(out.stride) * 2,
-                               static_cast<size_t>(out.cols) * 2, static_cast<size_t>(out.rows), cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < bits.size(); ++i) {
-    const uint32_t word = uint32_t{bits[i]} << 16;
-    std::memcpy(&host.data[i], &word, sizeof word);
-  }
-  return host;
+  return test_support::download_bf16_or_f32(out.data, out.rows, out.cols, out.stride, dtype);
 }
 
 struct Fp8Case {

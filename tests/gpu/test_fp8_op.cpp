@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 
+#include "../support/device_matrices.hpp"
 #include "weft/plan/op_arguments.hpp"
 #include "weft/reference/fp8.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -45,18 +46,7 @@ struct Fp8Operand {
 };
 
 HostMatrix download(const void* c, int64_t rows, int64_t cols, DType dtype) {
-  HostMatrix host(rows, cols);
-  if (dtype == DType::f32) {
-    WEFT_CUDA_CHECK(cudaMemcpy(host.data.data(), c, host.data.size() * 4, cudaMemcpyDeviceToHost));
-    return host;
-  }
-  std::vector<uint16_t> bits(host.data.size());
-  WEFT_CUDA_CHECK(cudaMemcpy(bits.data(), c, bits.size() * 2, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < bits.size(); ++i) {
-    const uint32_t word = uint32_t{bits[i]} << 16;
-    std::memcpy(&host.data[i], &word, sizeof word);
-  }
-  return host;
+  return test_support::download_bf16_or_f32(c, rows, cols, cols, dtype);
 }
 
 struct Case {

@@ -741,6 +741,10 @@ TEST(Op, LeavesTheCallersCurrentDeviceAsItWas) {
     EXPECT_EQ(current(), 1) << "after Op::run";
     op.finish(stream);
     EXPECT_EQ(current(), 1) << "after Op::finish";
+    {
+      Op another(*own.front(), spec);  // destroyed with GPU 1 current: its executors, workspace and signals free on GPU 0
+    }
+    EXPECT_EQ(current(), 1) << "after Op's destructor";
     WEFT_CUDA_CHECK(cudaSetDevice(0));
   }
   WEFT_CUDA_CHECK(cudaStreamDestroy(stream));

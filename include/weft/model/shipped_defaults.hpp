@@ -4,7 +4,8 @@
 //
 //   PlanOptions o;
 //   o.machine = default_machine_profile();   // WEFT_MACHINE_PROFILE=path overrides; "builtin": MachineProfile{}
-//   o.tuning = default_tuning_table();       // WEFT_TUNING_TABLE=path overrides; "none": no table
+//   o.tuning = default_tuning_table();       // WEFT_TUNING_TABLE=path overrides; "none": no table; none
+//                                            // either where WEFT_MACHINE_PROFILE names another machine
 //
 // Both are read once per process; every rank of a job reads the same environment, and the op API's
 // plan agreement check catches ranks that did not.

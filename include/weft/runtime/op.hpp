@@ -92,8 +92,9 @@ struct OpSpec {
   DType input_dtype = DType::bf16;   // A's: bf16, or FP8 (e4m3, e5m2) with `scaling`
   DType output_dtype = DType::bf16;  // bf16; FP8 ops: bf16 or f32
   // A strategy of strategies(), or "default" (default_strategy: auto). auto chooses per row count by
-  // plan.machine (else WEFT_MACHINE_PROFILE, else the built-in H200 figures) and plan.tuning (else
-  // WEFT_TUNING_TABLE); plan(rows).strategy says what it chose ("auto=decomposed").
+  // plan.machine and plan.tuning, where left as they are by default_machine_profile() and
+  // default_tuning_table() (model/shipped_defaults.hpp: the environment's, else weft's measured H200
+  // profile and table); plan(rows).strategy says what it chose ("auto=decomposed").
   std::string strategy = "default";
   // Knobs of the strategies (machine profile, signal's wave groups, ...); the tile and K split are
   // the model's (model/tiling.hpp). At world 1 an op is its GEMM alone unless

@@ -59,7 +59,7 @@ import os
 import torch
 
 from .. import _native
-from .comm import communicator
+from .comm import communicator, is_initialized
 
 _SCHEMAS = {
     "ag_gemm": "ag_gemm(Tensor a, Tensor b, int strategy=0, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) -> Tensor",
@@ -87,8 +87,9 @@ def strategy_id(name):
 
 
 def synchronize():
-    """Waits for the current stream (bounded) and raises what went wrong in any weft op's calls."""
-    _native.torch_ops_finish(torch.cuda.current_stream().cuda_stream)
+    """Waits for the current stream of weft's GPU (bounded) and raises what went wrong in any weft op's calls."""
+    device = communicator().device if is_initialized() else None  # weft's GPU, whichever is current
+    _native.torch_ops_finish(torch.cuda.current_stream(device).cuda_stream)
 
 
 def check_errors():

@@ -105,8 +105,9 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
       ratio = predicted_sequential ? *mine / *predicted_sequential : *mine;
       const auto it = o.machine.prediction_accuracy.find(name);
       trust = std::max(o.auto_margin, kErrorsTrusted * (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.error));
-      why = "predicted " + name + " " + format_ms(*mine * 1e3) + " vs sequential " + format_ms(*predicted_sequential * 1e3) + " (bias-corrected; trusted beyond " +
-            std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
+      why = "predicted " + name + " " + format_ms(*mine * 1e3) +
+            (predicted_sequential ? " vs sequential " + format_ms(*predicted_sequential * 1e3) : std::string(" (sequential does not run here)")) +
+            " (bias-corrected; trusted beyond " + std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
     }
     if ((ratio <= 1 - trust || !sequential_runs) && ratio < best_ratio && runs_here(name, at ? apply_candidate(o, *at) : o)) {
       best_ratio = ratio;
