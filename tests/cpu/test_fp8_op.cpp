@@ -10,20 +10,13 @@
 
 #include "weft/plan/auto.hpp"
 #include "weft/plan/gpu_lowering.hpp"
+#include "../support/expect_refused.hpp"
 #include "weft/plan/op_arguments.hpp"
 
 namespace weft {
 namespace {
 
-template <class Call>
-void expect_refused(Call call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted; expected a refusal naming '" << expected << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-  }
-}
+using test_support::expect_refused;
 
 OpShape fp8_shape(OpKind op, Scaling scaling, DType out = DType::bf16, int64_t max_rows = 256) {
   OpShape s{op, 384, 256, max_rows, DType::e4m3, out};

@@ -5,21 +5,13 @@
 
 #include <cstdint>
 
+#include "../support/expect_refused.hpp"
 #include "weft/plan/op_arguments.hpp"
 
 namespace weft {
 namespace {
 
-// Runs `call`, which must throw std::invalid_argument whose message holds `expected`.
-template <class Call>
-void expect_refused(Call call, const std::string& expected) {
-  try {
-    call();
-    ADD_FAILURE() << "accepted; expected a refusal naming '" << expected << "'";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
-  }
-}
+using test_support::expect_refused;
 
 OpShape shape(OpKind op, int64_t max_rows = 256) { return OpShape{op, 128, 64, max_rows, DType::bf16, DType::bf16}; }
 
