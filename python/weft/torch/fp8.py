@@ -65,12 +65,17 @@ class Float8(NamedTuple):
 
 
 def amax(x, rowwise, across_ranks=False):
-    """max |x| in fp32: [rows, 1] per row, else 0-d; across_ranks: the largest over weft's ranks
-    (the one scale a tensor gathered from every rank's rows must share)."""
+    """max |x| in fp32: [rows, 1] per row, else 0-d; across_ranks (tensor-wise): the largest over
+    weft's ranks (the one scale a tensor gathered from every rank's rows must share; rows keep their
+    own scales where row-wise)."""
     x = x.detach()
-    found = x.abs().amax(dim=-1, keepdim=True).float() if rowwise else x.abs().amax().float()
+    if rowwise:
+        return x.abs().amax(dim=-1, keepdim=True).float()
+    found = x.abs().amax().float()
     if across_ranks and world_size() > 1:
+        found = found.reshape(1)  # a 1-element tensor for the collective, 0-d again after
         torch.distributed.all_reduce(found, op=torch.distributed.ReduceOp.MAX, group=process_group())
+        found = found.reshape(())
     return found
 
 
