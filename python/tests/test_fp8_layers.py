@@ -3,9 +3,15 @@ GPU needed: the quantization against its definition computed in float64 (scales 
 saturation, zero tensors, row-wise scales), and the layers at world 1 on the CPU with weft's ops
 as CPU kernels by their definitions (the FP8 arguments honoured and checked as the fake kernels
 check them), forward and every gradient against the same recipe written in plain torch
-(weft/torch/plain.py), relative errors recorded (record_property, and printed with -s). The same
-layers on GPUs, at world 1 and under torchrun, are test_fp8_torch.py's."""
+(weft/torch/plain.py), relative errors recorded (record_property, and printed with -s); and the MLP
+at world 2 over gloo (fp8_world_of_two.py: ag_gemm declining FP8 as it does above world 1, the
+amax shared across ranks, the FP8 rows gathered by torch.distributed). The same layers on GPUs, at
+world 1 and under torchrun, are test_fp8_torch.py's."""
 
+import os
+import re
+import subprocess
+import sys
 import types
 import warnings
 
@@ -212,3 +218,17 @@ def test_other_refusals_of_weft_s_op_are_not_taken_for_a_decline(world_of_one_wi
     layer = layer_of("row", RECIPES[0], True)
     with pytest.raises(ValueError, match="scale_a is torch.float64"):
         layer(varied(48, 128, seed=5))
+
+
+def test_the_fp8_mlp_at_world_two_over_gloo_matches_the_recipe():
+    """fp8_world_of_two.py in processes of its own: every recipe, sequence parallel (the gathered
+    input kept or not) or not, a strategy that runs FP8 and one that declines it, on both ranks."""
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp8_world_of_two.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    checked = re.findall(r"rank \d [a-z]+ sp=", done.stdout)
+    assert len(checked) == 2 * 2 * 3 * 2 and "FAILED" not in done.stdout, done.stdout
