@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import checking  # this folder's (python/tests)
+
 WORLD = 2
 DECLINING = {"fused"}
 TOLERANCE = 4e-3  # test_fp8_layers.py's
@@ -86,7 +88,7 @@ def rel(got, want):
     return ((got - want).norm() / want.norm()).item()
 
 
-def check(rank, wt, plain, recipe, sequence_parallel, strategy, save_gathered_input):
+def check(rank, wt, recipe, sequence_parallel, strategy, save_gathered_input):
     torch.manual_seed(7 + rank)  # each rank's own weight shards
     layer = wt.TensorParallelMLP(64, 128, sequence_parallel, strategy, "cpu", save_gathered_input=save_gathered_input, fp8=recipe)
     own = rank if sequence_parallel else 0  # without sequence parallelism both ranks hold the same x
@@ -97,12 +99,7 @@ def check(rank, wt, plain, recipe, sequence_parallel, strategy, save_gathered_in
         warnings.simplefilter("always")
         z = layer(xw)
     z.backward(dz)
-    xp = x.clone().requires_grad_()
-    up, down = (p.detach().clone().requires_grad_() for p in (layer.up.weight, layer.down.weight))
-    zp = plain.fp8_mlp(xp, up, down, sequence_parallel, recipe)
-    zp.backward(dz)
-    errors = {"output": rel(z, zp), "dx": rel(xw.grad, xp.grad), "dW_up": rel(layer.up.weight.grad, up.grad),
-              "dW_down": rel(layer.down.weight.grad, down.grad)}
+    errors = checking.fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel)
     warned = sorted({str(w.message).split(" with strategy")[0].split(": ")[-1] for w in caught if "weft.torch" in str(w.message)})
     # ag_gemm declines FP8 above world 1 (sequence parallel); gemm_rs / gemm_ar only for DECLINING.
     want_warned = (["ag_gemm"] if sequence_parallel else []) + ([("gemm_rs" if sequence_parallel else "gemm_ar")] if strategy in DECLINING else [])
@@ -118,7 +115,7 @@ def run(rank, port):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     import weft.torch as wt
-    from weft.torch import comm, fp8, ops, plain
+    from weft.torch import comm, fp8, ops
 
     comm._state.update(comm=types.SimpleNamespace(world_size=WORLD, rank=rank), group=dist.group.WORLD)
     lib = register_ops(ops)
@@ -127,7 +124,7 @@ def run(rank, port):
         for sequence_parallel, save in ((True, False), (True, True), (False, False)):
             for strategy in ("default", "fused"):
                 fp8._declined.clear()  # each case warns afresh
-                ok &= check(rank, wt, plain, recipe, sequence_parallel, strategy, save)
+                ok &= check(rank, wt, recipe, sequence_parallel, strategy, save)
     lib._destroy()
     dist.destroy_process_group()
     if not ok:

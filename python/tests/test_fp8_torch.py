@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 import checking  # noqa: E402
 import weft  # noqa: E402
 import weft.torch as wt  # noqa: E402
-from weft.torch import plain  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -195,11 +194,6 @@ def test_the_fp8_mlp_matches_the_recipe_in_plain_torch(scaling, sequence_paralle
         # At world 1 every strategy runs FP8; above it a declined product names weft's reason.
         assert world > 1 or not ours, ours
         assert all("declines" in m or "no strategy runs" in m for m in ours), ours
-        xp = x.clone().requires_grad_()
-        up, down = (p.detach().clone().requires_grad_() for p in (layer.up.weight, layer.down.weight))
-        zp = plain.fp8_mlp(xp, up, down, sequence_parallel, recipe)
-        zp.backward(dz)
-        errors = {"output": rel(z, zp), "dx": rel(xw.grad, xp.grad), "dW_up": rel(layer.up.weight.grad, up.grad),
-                  "dW_down": rel(layer.down.weight.grad, down.grad)}
+        errors = checking.fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel)
         print(f"fp8 mlp {scaling} {strategy} sp={sequence_parallel} call {call} world {world}: {errors}")
         assert max(errors.values()) < FP8_LAYER_TOLERANCE, errors
