@@ -25,8 +25,10 @@ FP8 (fp8=weft.torch.fp8.Float8Recipe("tensorwise" | "rowwise"); default None: bf
         the recipe's whichever way the communication runs.
     backward: the bf16 backward above (the same weft ops) on the dequantized FP8 operands the
         forward multiplied (the e4m3 input and weight times their scales, in bf16): the gradient
-        of the FP8 product with quantization passed straight through; no e5m2 gradients yet. The
-        FP8 input is what is kept for dW (half the bytes of bf16's).
+        of the FP8 product with quantization passed straight through; no e5m2 gradients yet. Kept
+        for the backward: the FP8 input (half bf16's bytes) and the FP8 weight shard with their
+        scales; a sequence-parallel dW gathers the dequantized input again (bf16, beside dx's op)
+        unless save_gathered_input keeps the FP8 rows the forward gathered.
 Each product of a backward that multiplies by the weight itself (dy @ W) passes W.t() to the op: a
 view the op reads as it lies (b in layout kn, see weft/torch/ops.py), so no backward copies a weight.
 At world 1 nothing is communicated: every product is torch.mm on the tensors as they are, and the
@@ -160,7 +162,8 @@ def _init_weight(out_features, in_features, device, dtype):
 class ColumnParallelLinear(torch.nn.Module):
     """y = x @ W^T with W's rows (output features) split over ranks; see the module's docstring.
     save_gathered_input (sequence parallel): keep the input the forward's ag_gemm gathered until the
-    backward, W times the memory of x, instead of gathering it a second time for dW."""
+    backward, W times the memory of x, instead of gathering it a second time for dW. fp8: a
+    Float8Recipe for the products (see the module), None for bf16."""
 
     def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16,
                  save_gathered_input=False, fp8=None):
@@ -177,7 +180,8 @@ class ColumnParallelLinear(torch.nn.Module):
 
 
 class RowParallelLinear(torch.nn.Module):
-    """z = y @ W^T with W's columns (input features) split over ranks; see the module's docstring."""
+    """z = y @ W^T with W's columns (input features) split over ranks; see the module's docstring
+    (fp8: a Float8Recipe for the product, None for bf16)."""
 
     def __init__(self, in_features, out_features, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, fp8=None):
         super().__init__()
