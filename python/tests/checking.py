@@ -85,3 +85,17 @@ def _assert_close_here(got, want, scale, terms, what):
         i, j = [int(v) for v in bad.nonzero()[0]]
         raise AssertionError(f"{what}: {int(bad.sum())} of {got64.numel()} elements beyond the bound; first at [{i}, {j}]: "
                              f"got {got64[i, j].item():.6g}, expected {want[i, j].item():.6g}, bound {bound[i, j].item():.3g}")
+
+
+def fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel):
+    """{what: rel(weft's, plain's)} for weft's FP8 TensorParallelMLP `layer` (its output z of input
+    xw, a copy of x, after z.backward(dz)) against the same recipe in plain torch (weft/torch/plain.py)
+    with the same weights: the output and every gradient."""
+    from weft.torch import plain
+
+    xp = x.clone().requires_grad_()
+    up, down = (p.detach().clone().requires_grad_() for p in (layer.up.weight, layer.down.weight))
+    zp = plain.fp8_mlp(xp, up, down, sequence_parallel, recipe)
+    zp.backward(dz)
+    return {"output": rel(z, zp), "dx": rel(xw.grad, xp.grad), "dW_up": rel(layer.up.weight.grad, up.grad),
+            "dW_down": rel(layer.down.weight.grad, down.grad)}

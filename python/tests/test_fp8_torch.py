@@ -3,8 +3,11 @@ torch.ops.weft.{ag_gemm,gemm_rs,gemm_ar} with float8_e4m3fn operands and tensor-
 against an fp64 reference of the dequantized product (per element, bound by the summed terms'
 magnitude: checking.py) and against torch._scaled_mm followed by torch.distributed's collective.
 Fresh random inputs per case and rank; the result's memory poisoned (NaN) before each call. A
-strategy whose FP8 plan the executor cannot lower must refuse with ValueError naming why."""
+strategy whose FP8 plan the executor cannot lower must refuse with ValueError naming why. The TP
+MLP with an FP8 recipe (fp8=Float8Recipe) forward and backward against the same recipe in plain
+torch (weft/torch/plain.py), with the same weights."""
 
+import warnings
 import zlib
 
 import pytest
@@ -149,3 +152,48 @@ def test_wrong_fp8_inputs_are_refused_before_any_launch():
         with pytest.raises(ValueError, match=words):
             torch.ops.weft.gemm_ar(*args)
     assert torch.cuda.current_stream().query(), "nothing was launched"
+
+
+def rel(got, want):
+    """The relative error, the largest over the ranks (inf for NaN): every rank asserts on the same value."""
+    got, want = got.float(), want.float()
+    assert want.abs().max() > 0, "the expected result is all zero"
+    error = float("inf") if torch.isnan(got).any() else ((got - want).norm() / want.norm()).item()
+    return checking.slowest(error)
+
+
+# weft's FP8 MLP against the recipe in plain torch: the same FP8 products (weft's op against
+# torch._scaled_mm: fp32 sums in another order, one bf16 rounding each) and the same bf16 operands
+# in the backward (bf16 GEMMs against fp32 ones, rounded to bf16); FP8's own error is about 5e-2
+# (test_fp8_layers.py's test_the_comparison_sees_fp8s_error), so a missing quantization fails.
+FP8_LAYER_TOLERANCE = 1e-2
+
+
+@pytest.mark.parametrize("strategy", ["default", "sequential", "decomposed", "fused"])
+@pytest.mark.parametrize("sequence_parallel, save_gathered_input", [(True, False), (True, True), (False, False)], ids=["sp", "sp-saved", "tp"])
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_the_fp8_mlp_matches_the_recipe_in_plain_torch(scaling, sequence_parallel, save_gathered_input, strategy):
+    world, rank = wt.world_size(), wt.communicator().rank
+    recipe = wt.Float8Recipe(scaling)
+    torch.manual_seed(5)
+    layer = wt.TensorParallelMLP(512, 1024, sequence_parallel, strategy, save_gathered_input=save_gathered_input, fp8=recipe)
+    rows = 128 if sequence_parallel else 128 * world
+    own = rank if sequence_parallel else 0  # without sequence parallelism every rank holds the same x
+    x = varied(rows, 512, seed_of("x", scaling, own)).to(torch.bfloat16)
+    dz = varied(rows, 512, seed_of("dz", scaling, own)).to(torch.bfloat16)
+    for call in range(2):  # the second call may replay a captured graph, or take a remembered decline
+        xw = x.clone().requires_grad_()
+        layer.zero_grad()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            z = layer(xw)
+        z.backward(dz)
+        torch.cuda.synchronize()
+        wt.check_errors()
+        ours = [str(w.message) for w in caught if "weft.torch" in str(w.message)]
+        # At world 1 every strategy runs FP8; above it a declined product names weft's reason.
+        assert world > 1 or not ours, ours
+        assert all("declines" in m or "no strategy runs" in m for m in ours), ours
+        errors = checking.fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel)
+        print(f"fp8 mlp {scaling} {strategy} sp={sequence_parallel} call {call} world {world}: {errors}")
+        assert max(errors.values()) < FP8_LAYER_TOLERANCE, errors

@@ -5,6 +5,7 @@
     weft.torch.init()                                   # under torchrun, after init_process_group
     y = torch.ops.weft.ag_gemm(x_shard, w_up)           # gather(x) @ w_up.T, on the current stream
     mlp = weft.torch.TensorParallelMLP(4096, 14336)     # forward and backward through weft
+    mlp8 = weft.torch.TensorParallelMLP(4096, 14336, fp8=weft.torch.Float8Recipe("rowwise"))   # FP8 products
     block = weft.torch.DecoderBlock(weft.models.config("llama3-8b"))   # a Llama-style layer (weft/torch/blocks.py)
     import weft.torch.compile; weft.torch.compile.enable()              # rewrite an unmodified TP model under torch.compile
 """
@@ -17,6 +18,7 @@ except ModuleNotFoundError as e:
 
 from .comm import communicator, init, is_initialized, process_group, world_size
 from .blocks import DecoderBlock, DecoderStack, RMSNorm, TensorParallelAttention, TensorParallelSwiGLU
+from .fp8 import Float8Recipe
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
 from .ops import check_errors, strategy_id, symmetric_input, synchronize
 
@@ -24,6 +26,7 @@ __all__ = [
     "ColumnParallelLinear",
     "DecoderBlock",
     "DecoderStack",
+    "Float8Recipe",
     "RMSNorm",
     "RowParallelLinear",
     "TensorParallelAttention",

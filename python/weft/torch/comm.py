@@ -55,3 +55,14 @@ def process_group():
 
 def world_size():
     return communicator().world_size
+
+
+def all_gather_rows(x, async_op=False):
+    """Every rank's x stacked by rank (torch.distributed on weft's group; x itself at world 1). With
+    async_op, (the tensor, a handle to wait() on before reading it; None at world 1)."""
+    world = world_size()
+    if world == 1:
+        return (x, None) if async_op else x
+    out = x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))
+    work = torch.distributed.all_gather_into_tensor(out, x.contiguous(), group=process_group(), async_op=async_op)
+    return (out, work) if async_op else out

@@ -108,3 +108,43 @@ def row_parallel_async_tp(y, weight):
     """reduce_scatter(y @ weight^T) through torch.ops.symm_mem.fused_matmul_reduce_scatter (sequence parallel)."""
     group_name = _symm_mem_group_name()  # first: importing _symmetric_memory registers torch.ops.symm_mem
     return torch.ops.symm_mem.fused_matmul_reduce_scatter(y.contiguous(), weight.t(), "sum", scatter_dim=0, group_name=group_name)
+
+
+# The FP8 recipe (weft/torch/fp8.py) in plain torch: the product torch._scaled_mm gives (on the CPU,
+# where torch._scaled_mm takes only tensor-wise scales, the dequantized product in float64), and
+# autograd's gradient of the dequantized operands' product with quantization passed straight through
+# (an fp32 GEMM of the bf16 dequantized operands). The quantization itself is fp8.py's (tested on
+# its own against a float64 definition); the rest is written here independently of layers.py.
+def _fp8_product(a, b):
+    if a.data.is_cuda or (a.scale.dim() == 0 and b.scale.dim() == 0):
+        return torch._scaled_mm(a.data, b.data.t(), scale_a=a.scale, scale_b=b.column_scale(), out_dtype=torch.bfloat16)
+    return torch.mm(a.data.double() * a.scale.double(), (b.data.double() * b.scale.double()).t()).to(torch.bfloat16)
+
+
+def fp8_linear(x, weight, recipe):
+    """x @ weight.T by the recipe: forward the FP8 product (bf16), backward straight through."""
+    from .fp8 import quantize
+
+    qx, qw = quantize(x, recipe), quantize(weight, recipe)
+    passed_x = x + (qx.dequantize(x.dtype) - x).detach()  # value: the dequantized x; gradient: identity
+    passed_w = weight + (qw.dequantize(weight.dtype) - weight).detach()
+    high = torch.mm(passed_x.float(), passed_w.float().t())
+    # value: the FP8 product (exactly: the fp32 difference added back rounds to the same bf16);
+    # gradient: the fp32 product's
+    return (high + (_fp8_product(qx, qw).float() - high).detach()).to(x.dtype)
+
+
+def fp8_column_parallel(x, weight, sequence_parallel, recipe):
+    if sequence_parallel:
+        return fp8_linear(_all_gather(x), weight, recipe)  # tensor-wise: one scale over the gathered x
+    return fp8_linear(_CopyToTensorParallel.apply(x), weight, recipe)
+
+
+def fp8_row_parallel(y, weight, sequence_parallel, recipe):
+    partial = fp8_linear(y, weight, recipe)
+    return _reduce_scatter(partial) if sequence_parallel else _all_reduce(partial)
+
+
+def fp8_mlp(x, up_weight, down_weight, sequence_parallel, recipe):
+    hidden = torch.nn.functional.gelu(fp8_column_parallel(x, up_weight, sequence_parallel, recipe))
+    return fp8_row_parallel(hidden, down_weight, sequence_parallel, recipe)
