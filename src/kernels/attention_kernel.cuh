@@ -68,7 +68,8 @@ struct AttentionKernel {
   static constexpr int kThreads = 128 + kMmaThreads;
   static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 56;
   static constexpr int kConsumerRegisters = kConsumerGroups == 2 ? 232 : 240;
-  static constexpr uint32_t kConsumerBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
+  // A user barrier: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8), and PTX has 16 IDs.
+  static constexpr uint32_t kConsumerBarrier = 0;
 
   // Shared-memory tiles: Q and K K-major (head dim contiguous), V as V^T (head dim x keys),
   // MN-major, which is how its rows lie in memory and how WGMMA reads P V's B operand; 128-byte
@@ -372,6 +373,7 @@ struct AttentionKernel {
                 probabilities(make_coord(make_coord(c, half, kh), 0, kb)) = Element(scores(make_coord(make_coord(c, half, 2 * kb + kh), 0, 0)));
         warpgroup_fence_operand(probabilities);
         warpgroup_gemm(mma_pv, probabilities, tOrVt(_, _, _, stage), out, false);
+        warpgroup_fence_operand(probabilities);  // a register A operand stays fenced until its WGMMA is waited for
         pipeline.consumer_release(read);
         ++read;
       });

@@ -110,8 +110,10 @@ struct OverlapGemmKernel {
   static constexpr int kStorerThreads = 64;
   static constexpr int kProducerRegisters = 40;
   static constexpr int kConsumerRegisters = 232;
-  static constexpr uint32_t kStorerBarrier = static_cast<uint32_t>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier);
-  static constexpr uint32_t kSplitBarrier = kStorerBarrier + 1;
+  // User barriers: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8) itself, and PTX has
+  // 16 IDs (hardware 8 and 9 here; FirstUserBarrier + 1 gave 16 and 17, beyond the range).
+  static constexpr uint32_t kStorerBarrier = 0;
+  static constexpr uint32_t kSplitBarrier = 1;
 
   static constexpr int kNotifySlots = 4;
 

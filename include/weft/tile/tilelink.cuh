@@ -130,6 +130,9 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t sign
                                               int32_t where) {
   uint64_t value = System ? load_acquire_system(flag) : load_acquire_gpu(flag);
   if (value >= expected) return true;
+  // A wait of this call already gave up: its result is wrong and reported, so the rest of the call
+  // does not wait out a timeout per wait (a persistent CTA would, once per tile or unit it runs).
+  if (policy.record && *reinterpret_cast<const volatile uint32_t*>(&policy.record->failed) != 0) return false;
   const uint64_t start = global_timer_ns();
   while ((value = System ? load_acquire_system(flag) : load_acquire_gpu(flag)) < expected) {
     if (global_timer_ns() - start > policy.timeout_ns) {
