@@ -121,10 +121,6 @@ std::vector<CommandSpec> build() {
   all.push_back({"bench kernels", "the auxiliary kernels (copy, reduce, permute, box moves, top-k combine, RMSNorm) at the suites' sizes "
                                   "against the copy engine moving the same bytes (GPU 0)", "",
                  Options{suites, gpu_world, csv, seed} + timing(20)});
-  all.push_back({"bench attention", "the attention kernel alone on GPU 0, causal and not, in TFLOP/s (FLOPs of the tiles it computes)", "",
-                 Options{list("attention", "TxHxGxD,...", "tokens x heads x kv heads x head dim (default: GQA and MHA at 4k-16k tokens)"), csv,
-                         seed} +
-                     timing(20)});
   all.push_back({"bench tilelink", "TileLink's microbenchmark: the companion's copy bandwidth by CTAs, the GEMM by SMs given to communication", "",
                  Options{integers("ctas", "LIST", "companion CTAs for the copy table", 1, kMaxSms),
                          integers("comm-sms", "LIST", "SMs given to communication for the GEMM table", 0, kMaxSms),
@@ -168,6 +164,11 @@ std::vector<CommandSpec> build() {
                              text("strategy", "S", "the strategy (sequential; chunked with --schedule)"),
                              flag("summary", "per rank: steps by kind, tiles, waits, notifies, bytes moved (instead of every step)")} +
                      topology_knobs()});
+  // Last: the fuzz corpus picks a command by its index (tests/fuzz/fuzz_arguments.cpp), so new commands go at the end.
+  all.push_back({"bench attention", "the attention kernel alone on GPU 0, causal and not, in TFLOP/s (FLOPs of the tiles it computes)", "",
+                 Options{list("attention", "TxHxGxD,...", "tokens x heads x kv heads x head dim (default: GQA and MHA at 4k-16k tokens)"), csv,
+                         seed} +
+                     timing(20)});
   return all;
 }
 
