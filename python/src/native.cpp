@@ -13,7 +13,6 @@
 
 #include "weft/ir/plan.hpp"
 #include "weft/model/tiling.hpp"
-#include "weft/model/shipped_defaults.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/auto.hpp"
 #include "weft/plan/plan_bounds.hpp"
@@ -180,12 +179,12 @@ NB_MODULE(_native, m) {
         weft::require_problem_fits(p);  // the bounds weft's tool holds plans to
         weft::draw_routing(p, 1);
         weft::check_problem(p);
-        // As the op API chooses (weft::Op): the shipped or environment's profile and table unless given.
+        // As the op API chooses (weft::Op): the default profile and table where none is given.
         weft::PlanOptions o;
-        o.machine = machine.empty() ? weft::default_machine_profile() : weft::load_machine_profile(machine);
-        // The default table only beside the default profile (as weft::Op): not another machine's.
+        if (!machine.empty()) o.machine = weft::load_machine_profile(machine);
         if (!tuning.empty() && tuning != "none") o.tuning = std::make_shared<const weft::TuningTable>(weft::load_tuning_table(tuning));
-        else if (tuning.empty() && machine.empty()) o.tuning = weft::default_tuning_table();
+        weft::use_default_auto_inputs(o);
+        if (tuning == "none") o.tuning = nullptr;
         const weft::AutoChoice c = weft::choose_strategy(p, o);
         return std::make_tuple(c.candidate.strategy, c.reason);
       },
@@ -203,10 +202,8 @@ NB_MODULE(_native, m) {
         weft::draw_routing(p, 1);
         weft::check_problem(p);
         const weft::Strategy& chosen = weft::find_strategy(strategy);
-        // As the op API plans (weft::Op): auto chooses by the shipped or environment's profile and table.
         weft::PlanOptions o;
-        o.machine = weft::default_machine_profile();
-        o.tuning = weft::default_tuning_table();
+        weft::use_default_auto_inputs(o);  // as the op API plans (weft::Op)
         weft::require_plan_fits(p, weft::resolve_options(chosen, p, o));
         const weft::Plan plan = weft::make_plan(chosen, p, o);
         weft::require_valid(plan);

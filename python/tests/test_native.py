@@ -107,8 +107,6 @@ def test_a_malformed_unique_id_is_a_value_error():
 def test_with_a_gpu_a_world_of_one_is_made():
     # On this rank's GPU (under torchrun every rank runs this test); where torch sees another GPU,
     # on that one too, and torch's current device is left as it was.
-    import os
-
     device = int(os.environ.get("LOCAL_RANK", 0))
     comm = weft.Communicator.from_unique_id(weft.new_unique_id(), 0, 1, device)
     assert comm.world_size == 1 and comm.rank == 0 and comm.device == device and not comm.aborted

@@ -5,7 +5,7 @@
 #include <functional>
 #include <optional>
 
-#include "weft/model/shipped_defaults.hpp"
+#include "weft/plan/auto.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/op_arguments.hpp"
 #include "current_device.hpp"
@@ -56,10 +56,7 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // What auto chooses by, where the spec does not say: the shipped (measured) machine profile and
   // tuning table, or the environment's (model/shipped_defaults.hpp; read on every rank alike, and
   // the plans' agreement check catches ranks that read others).
-  // The table only beside the profile it was measured with: a caller's own profile is not
-  // overruled by another machine's measurements.
-  if (spec_.plan.machine == MachineProfile{}) spec_.plan.machine = default_machine_profile();
-  if (!spec_.plan.tuning && spec_.plan.machine == default_machine_profile()) spec_.plan.tuning = default_tuning_table();
+  use_default_auto_inputs(spec_.plan);
   if (const char* keep = std::getenv("WEFT_KEEP_STRATEGY_AT_WORLD_ONE"); keep && std::string(keep) == "1")
     spec_.plan.keep_strategy_at_world_one = true;
   // Plans that reach a peer this machine cannot reach are refused (auto passes over them).

@@ -36,4 +36,10 @@ AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options, c
 // Among auto_candidates(problem.op).
 AutoChoice choose_strategy(const Problem& problem, const PlanOptions& options);
 
+// What auto chooses by where the caller left it as it is (weft::Op, the Python module): the default
+// machine profile where `options.machine` is MachineProfile{}, and the default tuning table beside it
+// where `options.tuning` is unset (model/shipped_defaults.hpp; a caller's own profile gets no other
+// machine's table).
+void use_default_auto_inputs(PlanOptions& options);
+
 }  // namespace weft

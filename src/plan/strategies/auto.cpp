@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "weft/model/shipped_defaults.hpp"
 #include "weft/model/simulator.hpp"
 
 namespace weft {
@@ -23,12 +24,15 @@ const std::vector<std::string>& auto_candidates(OpKind op) {
 
 AutoChoice choose_strategy(const Problem& p, const PlanOptions& o) { return choose_strategy(p, o, auto_candidates(p.op)); }
 
+void use_default_auto_inputs(PlanOptions& o) {
+  if (o.machine == MachineProfile{}) o.machine = default_machine_profile();
+  if (!o.tuning && o.machine == default_machine_profile()) o.tuning = default_tuning_table();
+}
+
 namespace {
 
-// A predicted gain counts beyond this many times the strategy's recorded mean absolute error: one
-// error's worth let through predictions that missed by more than their mean (on the recorded H200
-// rows, left out one shape at a time, auto was then slower than sequential on 2 of 71 shapes; at
-// twice, on none beyond timing noise, for 1 shape of 71 less within 5% of the best).
+// A predicted gain counts beyond this many times the strategy's recorded mean absolute error: a
+// mean is exceeded by about half the predictions, and auto must not be slower than sequential.
 constexpr double kErrorsTrusted = 2.0;
 
 std::string format_ms(double ms) {
