@@ -108,6 +108,17 @@ def test_a_recipe_names_a_scaling_it_has_and_layers_take_only_recipes(world_of_o
         wt.ColumnParallelLinear(64, 128, device="cpu", fp8="tensorwise")
 
 
+def test_a_layer_refuses_a_strategy_without_the_ops_it_calls_when_it_is_made(world_of_one_with_fp8_ops):
+    """fused has ag_gemm and gemm_rs but no gemm_ar: a sequence-parallel layer takes it, a layer
+    without sequence parallelism (gemm_ar) refuses it at construction, naming what it lacks."""
+    for kind in ("column", "row", "mlp"):
+        layer_of(kind, None, True, strategy="fused")
+        with pytest.raises(ValueError, match="strategy 'fused' does not implement gemm_ar, which a layer without sequence parallelism"):
+            layer_of(kind, None, False, strategy="fused")
+    with pytest.raises(ValueError, match="no strategy 'fastest'"):
+        layer_of("mlp", None, True, strategy="fastest")
+
+
 # ---- the layers at world 1 on the CPU ----
 
 @pytest.fixture

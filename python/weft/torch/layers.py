@@ -39,6 +39,8 @@ sequential equivalent of each layer, forward and backward); tests and weft.bench
 
 import torch
 
+import weft
+
 from . import fp8 as _fp8
 from .comm import all_gather_rows, world_size
 from .ops import ag_gemm, gemm_ar, gemm_rs
@@ -159,6 +161,23 @@ def _init_weight(out_features, in_features, device, dtype):
     return torch.nn.Parameter(weight)
 
 
+def _require_strategy(strategy, sequence_parallel, who):
+    """Refuses, when the layer is made, a strategy that lacks an op the layer calls (sequence
+    parallel: ag_gemm and gemm_rs; otherwise gemm_ar), rather than at its first forward or backward."""
+    if strategy == "default":
+        return
+    ops_of = {name: ops for name, _, _, ops in weft.strategies()}
+    if strategy not in ops_of:
+        raise ValueError(f"{who}: no strategy {strategy!r}; one of 'default', {', '.join(repr(s) for s in sorted(ops_of))}")
+    needed = ("ag_gemm", "gemm_rs") if sequence_parallel else ("gemm_ar",)
+    missing = [op for op in needed if op not in ops_of[strategy]]
+    if missing:
+        able = [name for name, ops in ops_of.items() if all(op in ops for op in needed)]
+        kind = "a sequence-parallel layer" if sequence_parallel else "a layer without sequence parallelism"
+        raise ValueError(f"{who}: strategy {strategy!r} does not implement {' or '.join(missing)}, which {kind} calls; "
+                         f"give 'default' or one of {', '.join(repr(s) for s in sorted(able))}")
+
+
 class ColumnParallelLinear(torch.nn.Module):
     """y = x @ W^T with W's rows (output features) split over ranks; see the module's docstring.
     save_gathered_input (sequence parallel): keep the input the forward's ag_gemm gathered until the
@@ -171,6 +190,7 @@ class ColumnParallelLinear(torch.nn.Module):
         world = world_size()
         if out_features % world:
             raise ValueError(f"ColumnParallelLinear: out_features={out_features} is not a multiple of the world size {world}")
+        _require_strategy(strategy, sequence_parallel, "ColumnParallelLinear")
         self.sequence_parallel, self.strategy, self.save_gathered_input = sequence_parallel, strategy, save_gathered_input
         self.fp8 = _fp8_recipe(fp8)
         self.weight = _init_weight(out_features // world, in_features, device or torch.cuda.current_device(), dtype)
@@ -188,6 +208,7 @@ class RowParallelLinear(torch.nn.Module):
         world = world_size()
         if in_features % world:
             raise ValueError(f"RowParallelLinear: in_features={in_features} is not a multiple of the world size {world}")
+        _require_strategy(strategy, sequence_parallel, "RowParallelLinear")
         self.sequence_parallel, self.strategy = sequence_parallel, strategy
         self.fp8 = _fp8_recipe(fp8)
         self.weight = _init_weight(out_features, in_features // world, device or torch.cuda.current_device(), dtype)

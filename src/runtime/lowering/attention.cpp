@@ -69,14 +69,17 @@ Lowered lower_attention(const AttentionStep& step, const std::string& label, con
     table.push_back(e);
   }
   launch.kv_tile_count = static_cast<int>(table.size());
+  // The table is checked on the host, then uploaded: the launch is checked with its device copy in
+  // place (a launch with KV tiles and no table is refused).
+  std::shared_ptr<void> device_table;
   try {
-    require_launchable(launch);
     require_valid_kv_tiles(launch, table);
+    device_table = table.empty() ? nullptr : upload(table.data(), table.size() * sizeof(AttentionKvTile));
+    launch.kv_tiles = static_cast<const AttentionKvTile*>(device_table.get());
+    require_launchable(launch);
   } catch (const std::invalid_argument& e) {
     reject(e.what());
   }
-  std::shared_ptr<void> device_table = table.empty() ? nullptr : upload(table.data(), table.size() * sizeof(AttentionKvTile));
-  launch.kv_tiles = static_cast<const AttentionKvTile*>(device_table.get());
   auto prepared = std::make_shared<Attention>(launch);
   // A caller's buffer may have moved since the last call: the launch follows it.
   const bool follows = q.moves || k.moves || v.moves || o.moves || lse.moves;

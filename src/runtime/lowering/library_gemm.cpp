@@ -3,6 +3,7 @@
 // operands go through cuBLASLt's FP8 matmul with their scales (ir/scaling.hpp): tensor scales as
 // scalars, row scales as outer vectors, block scales as 1x128 (A) and 128x128 (B) blocks.
 #include <memory>
+#include <vector>
 
 #include "lowering.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -25,9 +26,14 @@ struct Descriptors {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t weight = nullptr, activation = nullptr, out = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  // FP8 operands of a caller's buffer: their scales move with the bindings, so each enqueue sets the
-  // scale pointers again (empty otherwise: set once at lowering).
-  std::optional<BoundScales> moving_a_scales, moving_b_scales;
+  // FP8 operands whose scale pointers each enqueue sets again (empty otherwise: set once at
+  // lowering): a caller's buffer, whose scales move with the bindings, or row scales staged below.
+  std::optional<BoundScales> per_call_a_scales, per_call_b_scales;
+  // cuBLASLt refuses an outer-vector (row) scale pointer that is not 16-byte aligned (NOT_SUPPORTED
+  // at the matmul): a GEMM over a chunk of rows that starts at a row not a multiple of 4 (decomposed
+  // gemm_ar at world 4 with 200 rows: chunks of 50). Such scales are copied into an aligned buffer
+  // of the step's own before each matmul: [0] the weight's (B), [1] the activation's (A).
+  std::shared_ptr<void> staged_scales[2];
   ~Descriptors() {
     if (desc) cublasLtMatmulDescDestroy(desc);
     for (auto* l : {weight, activation, out})
@@ -67,11 +73,31 @@ const float* scales_from(const BoundScales& s, const std::string& label, const c
   return s.resolve();
 }
 
+bool is_row_scaled(const ScaleGrid& grid) { return grid.block_cols == 0 && grid.block_rows == 1; }
+
+bool needs_staging(const BoundScales& s, const std::string& label, const char* operand) {
+  return is_row_scaled(s.grid) && reinterpret_cast<uintptr_t>(scales_from(s, label, operand)) % 16 != 0;
+}
+
+// The scale pointer cuBLASLt is given: the scales where they lie, or, where they are row scales not
+// 16-byte aligned, the step's aligned copy of them, made on `stream` (none at lowering: each
+// enqueue copies them again, as the scales change between calls).
+const float* pass_scales(Descriptors& d, int which, const BoundScales& s, const std::string& label, const char* operand, cudaStream_t stream) {
+  const float* where = scales_from(s, label, operand);
+  if (!is_row_scaled(s.grid) || reinterpret_cast<uintptr_t>(where) % 16 == 0) return where;
+  const size_t bytes = static_cast<size_t>(s.elements.rows) * sizeof(float);
+  if (!d.staged_scales[which]) d.staged_scales[which] = upload(std::vector<float>(static_cast<size_t>(s.elements.rows), 0.0f).data(), bytes);
+  auto* staged = static_cast<float*>(d.staged_scales[which].get());
+  if (stream != nullptr) WEFT_CUDA_CHECK(cudaMemcpyAsync(staged, where, bytes, cudaMemcpyDeviceToDevice, stream));
+  return staged;
+}
+
 // Row-major C = A B^T runs as column-major C^T = B A^T: cuBLASLt's A is our B (the weight), its B
-// our A, so the scale pointers cross over.
-void set_scale_pointers(Descriptors& d, const BoundScales& a, const BoundScales& b, const std::string& label) {
-  const float* weight_scales = scales_from(b, label, "B");
-  const float* activation_scales = scales_from(a, label, "A");
+// our A, so the scale pointers cross over. `stream`: an enqueue's (staged row scales are copied on
+// it), or null at lowering.
+void set_scale_pointers(Descriptors& d, const BoundScales& a, const BoundScales& b, const std::string& label, cudaStream_t stream) {
+  const float* weight_scales = pass_scales(d, 0, b, label, "B", stream);
+  const float* activation_scales = pass_scales(d, 1, a, label, "A", stream);
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scales, sizeof weight_scales));
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &activation_scales, sizeof activation_scales));
 }
@@ -82,10 +108,10 @@ void set_fp8(Descriptors& d, const GemmStep& gemm, const std::string& label, con
   const int32_t weight_mode = scale_mode(b->grid), activation_mode = scale_mode(a->grid);
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &weight_mode, sizeof weight_mode));
   WEFT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &activation_mode, sizeof activation_mode));
-  set_scale_pointers(d, *a, *b, label);
-  if (a->scale_base || b->scale_base) {
-    d.moving_a_scales = a;
-    d.moving_b_scales = b;
+  set_scale_pointers(d, *a, *b, label, nullptr);
+  if (a->scale_base || b->scale_base || needs_staging(*a, label, "A") || needs_staging(*b, label, "B")) {
+    d.per_call_a_scales = a;
+    d.per_call_b_scales = b;
   }
   // Fast accumulation skips the periodic promotion of partial sums to fp32: off unless asked, and
   // never with block scales (cuBLASLt runs those only with it off).
@@ -151,7 +177,7 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
   const size_t ws_bytes = context.gemm_workspace_bytes;
   auto enqueue = [d, a, b, c, beta, lt, ws, ws_bytes, label](cudaStream_t stream) {
     const float one = 1.0f;
-    if (d->moving_a_scales) set_scale_pointers(*d, *d->moving_a_scales, *d->moving_b_scales, label);
+    if (d->per_call_a_scales) set_scale_pointers(*d, *d->per_call_a_scales, *d->per_call_b_scales, label, stream);
     const DeviceRegion ra = a.resolve(), rb = b.resolve(), rc = c.resolve();
     WEFT_CUBLAS_CHECK(cublasLtMatmul(lt, d->desc, &one, rb.data, d->weight, ra.data, d->activation, &beta, rc.data, d->out, rc.data,
                                      d->out, &d->algo, ws, ws_bytes, stream));
