@@ -69,6 +69,12 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
   const BufferDecl& b = decl_of(plan, gemm.b);
   if (b.order == MemoryOrder::column_major)
     return "GEMM step '" + label + "' multiplies an FP8 B stored [K, N] (layout kn); cuBLASLt's FP8 matmul takes B row-major [N, K] only (TN)";
+  // cuBLASLt's block-scaled FP8 matmul on Hopper has no algorithm for M (our rows of A) not a
+  // multiple of 4, whatever the scales' padding; N and K ragged against 128 it takes.
+  if (plan.problem.scaling == Scaling::block && gemm.a.box.rows % 4 != 0)
+    return "GEMM step '" + label + "' multiplies " + std::to_string(gemm.a.box.rows) +
+           " rows of block-scaled A; cuBLASLt's block-scaled FP8 matmul runs only row counts that are multiples of 4 (pad the rows to " +
+           std::to_string((gemm.a.box.rows + 3) / 4 * 4) + ")";
   if (plan.problem.scaling == Scaling::block)
     for (const auto& [operand, decl, name] : {std::tuple{gemm.a, a, "A"}, std::tuple{gemm.b, b, "B"}})
       if (!whole(operand, decl))

@@ -202,6 +202,19 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   const auto on_overlap = gpu_lowering_gap(alone, {true, {"A", "B"}});
   ASSERT_TRUE(on_overlap);
   EXPECT_NE(on_overlap->find("no FP8 mainloop"), std::string::npos) << *on_overlap;
+  // Block scales: cuBLASLt runs rows that are multiples of 4 only; other row counts are declined,
+  // naming the padding.
+  Problem ragged = fp8_problem(OpKind::gemm_ar, 1, Scaling::block, DType::bf16);
+  ragged.m = 202;
+  const auto rows = gpu_lowering_gap(make_plan(find_strategy("sequential"), ragged), {false, {"A", "B"}});
+  ASSERT_TRUE(rows);
+  EXPECT_NE(rows->find("202 rows of block-scaled A"), std::string::npos) << *rows;
+  EXPECT_NE(rows->find("pad the rows to 204"), std::string::npos) << *rows;
+  ragged.m = 204;
+  EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), ragged), {false, {"A", "B"}}));
+  ragged.scaling = Scaling::row;
+  ragged.m = 202;
+  EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), ragged), {false, {"A", "B"}}));
   // bf16 plans have nothing to decline.
   Problem bf16 = fp8_problem(OpKind::ag_gemm, 4, Scaling::none, DType::bf16);
   bf16.input_dtype = DType::bf16;
