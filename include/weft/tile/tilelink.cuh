@@ -104,6 +104,9 @@ __device__ __forceinline__ void wait_bulk_stores_complete() { asm volatile("cp.a
 
 // ---- bounded waits ---------------------------------------------------------------------------
 
+// How often a long wait looks at the call's wait record for a wait that already gave up.
+constexpr uint64_t kRecordCheckNs = 1'000'000;
+
 struct WaitPolicy {
   uint64_t timeout_ns = 10'000'000'000ull;
   WaitRecord* record = nullptr;  // may be null: a timeout then only returns false
@@ -130,14 +133,21 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t sign
                                               int32_t where) {
   uint64_t value = System ? load_acquire_system(flag) : load_acquire_gpu(flag);
   if (value >= expected) return true;
-  // A wait of this call already gave up: its result is wrong and reported, so the rest of the call
-  // does not wait out a timeout per wait (a persistent CTA would, once per tile or unit it runs).
-  if (policy.record && *reinterpret_cast<const volatile uint32_t*>(&policy.record->failed) != 0) return false;
   const uint64_t start = global_timer_ns();
+  uint64_t next_record_check = start + kRecordCheckNs;
   while ((value = System ? load_acquire_system(flag) : load_acquire_gpu(flag)) < expected) {
-    if (global_timer_ns() - start > policy.timeout_ns) {
+    const uint64_t now = global_timer_ns();
+    if (now - start > policy.timeout_ns) {
       record_timeout(policy.record, policy.source, signal, where, expected, value);
       return false;
+    }
+    // A wait of this call already gave up: its result is wrong and reported, so the rest of the call
+    // does not wait out a timeout per wait (a persistent CTA would, once per tile or unit it runs).
+    // The record is host-mapped memory, so each look is a PCIe round trip: once per kRecordCheckNs
+    // of waiting, never on a wait that is met or short (the tiles and items that wait are many).
+    if (now >= next_record_check) {
+      if (policy.record && *reinterpret_cast<const volatile uint32_t*>(&policy.record->failed) != 0) return false;
+      next_record_check = now + kRecordCheckNs;
     }
     __nanosleep(128);  // the overlap GEMM's tiles wait here too: short, so that a met signal is seen soon
   }
