@@ -1,6 +1,7 @@
 #include "arguments.hpp"
 
 #include "weft/model/wave_partition.hpp"
+#include "weft/plan/auto.hpp"
 #include "weft/plan/chunked.hpp"
 
 #include <climits>
@@ -272,6 +273,9 @@ PlanOptions plan_options_from(const Arguments& args) {
   o.swizzle = static_cast<int>(args.integer("swizzle", o.swizzle));
   const std::string machine = args.text("machine", "");
   if (!machine.empty()) o.machine = load_machine_profile(machine);
+  // auto as a caller's weft::Op makes it: the shipped profile where no --machine is given, and the
+  // shipped tuning table beside that profile (WEFT_MACHINE_PROFILE / WEFT_TUNING_TABLE override).
+  use_default_auto_inputs(o);
   chunked_options_from(args, o.chunked);
   tilelink_options_from(args, o.tilelink);
   const std::string source = args.text("ag-source", "");
