@@ -1,5 +1,7 @@
 #include "weft/plan/op_arguments.hpp"
 
+#include "weft/plan/plan_bounds.hpp"
+
 #include <stdexcept>
 #include <string>
 
@@ -8,8 +10,7 @@ namespace weft {
 void check_op_shape(const OpShape& s, int world_size) {
   if (is_attention(s.op))
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
-                                " runs as a plan so far (weft plan, check and simulate; the reference executor): weft has no attention "
-                                "kernel yet, and the op API takes GEMM shapes");
+                                " is not a GEMM: weft::AttentionOp takes it (runtime/attention_op.hpp), with its batch, heads and head dim");
   if (is_moe(s.op))
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
                                 " runs as a plan so far (weft plan, check and bench; CudaExecutor): the op API does not take "
@@ -122,6 +123,44 @@ void check_op_pointer(const void* p, const char* name) {
     throw std::invalid_argument(std::string("weft::Op::run: ") + name + " at " + std::to_string(reinterpret_cast<uintptr_t>(p)) +
                                 " is not 16-byte aligned (the GEMMs' loads and stores need it; a tensor view that starts at an odd "
                                 "row or column can cause this)");
+}
+
+void check_attention_shape(const AttentionShape& s, int world_size) {
+  const int kv_heads = s.kv_heads ? s.kv_heads : s.heads;
+  if (s.batch < 1 || s.heads < 1 || kv_heads < 1 || s.head_dim < 1 || s.max_tokens < 1)
+    throw std::invalid_argument("weft::AttentionOp: batch, heads, kv_heads, head_dim and max_tokens must be positive (batch=" +
+                                std::to_string(s.batch) + " heads=" + std::to_string(s.heads) + " kv_heads=" + std::to_string(kv_heads) +
+                                " head_dim=" + std::to_string(s.head_dim) + " max_tokens=" + std::to_string(s.max_tokens) + ")");
+  if (s.head_dim % 8 != 0)
+    throw std::invalid_argument("weft::AttentionOp: head_dim=" + std::to_string(s.head_dim) +
+                                " must be a multiple of 8 (16-byte rows of bf16 for the TMA loads)");
+  try {
+    (void)attention_call_problem(s, world_size, s.max_tokens);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("weft::AttentionOp: ") + e.what());
+  }
+}
+
+Problem attention_call_problem(const AttentionShape& s, int world_size, int64_t tokens) {
+  if (tokens < 1 || tokens > s.max_tokens)
+    throw std::invalid_argument("weft::AttentionOp: tokens=" + std::to_string(tokens) + " per rank is outside 1..max_tokens=" +
+                                std::to_string(s.max_tokens));
+  Problem p;
+  p.op = OpKind::ag_attention;
+  p.m = tokens;
+  p.n = 0;
+  p.k = 0;
+  p.world_size = world_size;
+  p.batch = s.batch;
+  p.heads = s.heads;
+  p.kv_heads = s.kv_heads ? s.kv_heads : s.heads;
+  p.head_dim = s.head_dim;
+  p.causal = s.causal;
+  p.input_dtype = DType::bf16;
+  p.output_dtype = DType::bf16;
+  check_problem(p);
+  require_problem_fits(p);
+  return p;
 }
 
 }  // namespace weft

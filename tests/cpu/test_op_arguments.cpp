@@ -20,7 +20,39 @@ TEST(OpArguments, TheShapesTheApiTakes) {
     EXPECT_NO_THROW(check_op_shape(shape(op), 4)) << to_string(op);
   expect_refused([] { check_op_shape(shape(OpKind::ag_moe), 2); }, "ag_moe runs as a plan so far");
   expect_refused([] { check_op_shape(shape(OpKind::moe_rs), 2); }, "moe_rs runs as a plan so far");
-  expect_refused([] { check_op_shape(shape(OpKind::ag_attention), 2); }, "ag_attention runs as a plan so far");
+  expect_refused([] { check_op_shape(shape(OpKind::ag_attention), 2); }, "ag_attention is not a GEMM: weft::AttentionOp takes it");
+}
+
+// weft::AttentionOp's shape and per-call checks: what it takes (GQA and MHA, causal or not, any
+// batch, at worlds 1-8) gives the problem the plans are made for; what it refuses names the values.
+TEST(AttentionArguments, TheShapesTheApiTakesAndTheProblemOfACall) {
+  for (int world : {1, 2, 8}) {
+    AttentionShape s{2, 32, 8, 128, true, 4096};
+    EXPECT_NO_THROW(check_attention_shape(s, world));
+    const Problem p = attention_call_problem(s, world, 1000);
+    EXPECT_EQ(p.op, OpKind::ag_attention);
+    EXPECT_EQ(p.m, 1000);
+    EXPECT_EQ(p.world_size, world);
+    EXPECT_EQ(p.batch, 2);
+    EXPECT_EQ(p.heads, 32);
+    EXPECT_EQ(p.kv_heads, 8);
+    EXPECT_EQ(p.head_dim, 128);
+    EXPECT_TRUE(p.causal);
+    EXPECT_EQ(query_cols(p), 2 * 32 * 128);
+    EXPECT_EQ(key_cols(p), 2 * 8 * 128);
+  }
+  AttentionShape mha{1, 16, 0, 64, false, 512};  // kv_heads 0: as many as heads
+  EXPECT_EQ(attention_call_problem(mha, 4, 512).kv_heads, 16);
+}
+
+TEST(AttentionArguments, BadShapesAndCallsAreRefusedNamingTheValues) {
+  expect_refused([] { check_attention_shape(AttentionShape{1, 0, 0, 64, false, 128}, 2); }, "must be positive (batch=1 heads=0");
+  expect_refused([] { check_attention_shape(AttentionShape{1, 8, 8, 64, false, 0}, 2); }, "max_tokens=0");
+  expect_refused([] { check_attention_shape(AttentionShape{1, 8, 3, 64, false, 128}, 2); }, "heads (8) must be a multiple of kv_heads (3)");
+  expect_refused([] { check_attention_shape(AttentionShape{1, 8, 8, 60, false, 128}, 2); }, "head_dim=60 must be a multiple of 8");
+  const AttentionShape s{1, 8, 8, 64, false, 128};
+  expect_refused([&] { (void)attention_call_problem(s, 2, 129); }, "tokens=129 per rank is outside 1..max_tokens=128");
+  expect_refused([&] { (void)attention_call_problem(s, 2, 0); }, "tokens=0");
 }
 
 TEST(OpArguments, BadShapesAreRefusedNamingTheValues) {

@@ -11,14 +11,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 
 #include "check_against_host.hpp"
 #include "element_check.hpp"
+#include "measure.hpp"
 #include "weft/kernels/attention.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/plan/strategies.hpp"
+#include "weft/runtime/attention_op.hpp"
 #include "weft/runtime/cuda_check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
@@ -410,6 +413,89 @@ TEST_P(AttentionPlans, MatchTheHostReferenceOnEveryRank) {
 std::string strategy_name(const testing::TestParamInfo<std::string>& info) { return info.param; }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, AttentionPlans, testing::Values("sequential", "decomposed", "tilelink"), strategy_name);
+
+// ---- the op API: weft::AttentionOp on the caller's buffers ---------------------------------------
+
+// Every strategy (and default: auto), GQA, causal, two batch entries, with token counts that change
+// from call to call (the largest, a ragged one, the largest again from the cache, a small one): each
+// call on fresh random inputs in the caller's memory, the output poisoned (NaN) before it, and every
+// rank's result checked element by element against the host reference of all ranks' inputs. At world
+// 1 the strategy's own plan runs (keep_strategy_at_world_one: its copies and waits on one GPU).
+class AttentionOpOnCallerBuffers : public testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionOpOnCallerBuffers, MatchesTheReferenceAsTokensChange) {
+  const int world = static_cast<int>(group().size());
+  AttentionSpec spec;
+  spec.shape = AttentionShape{2, 4, 2, 64, true, 256};
+  spec.strategy = GetParam();
+  spec.plan.keep_strategy_at_world_one = true;
+  const int64_t q_cols = 2 * 4 * 64, kv_cols = 2 * 2 * 64;
+  const std::vector<int64_t> tokens = {256, 200, 256, 40};
+  std::vector<std::vector<bench::ElementCheck>> checks(static_cast<size_t>(world));
+  std::vector<std::string> picked(static_cast<size_t>(world));
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      AttentionOp op(comm, spec);
+      bench::DeviceBuffer q(static_cast<size_t>(256 * q_cols) * 2), k(static_cast<size_t>(256 * kv_cols) * 2),
+          v(static_cast<size_t>(256 * kv_cols) * 2), o(static_cast<size_t>(256 * q_cols) * 2);
+      for (size_t call = 0; call < tokens.size(); ++call) {
+        const int64_t t = tokens[call];
+        const uint64_t seed = 1000 * call + 17 * static_cast<uint64_t>(comm.rank());
+        fill_random_bf16(q.data, t * q_cols, seed + 1, stream);
+        fill_random_bf16(k.data, t * kv_cols, seed + 2, stream);
+        fill_random_bf16(v.data, t * kv_cols, seed + 3, stream);
+        fill_u16(o.data, 256 * q_cols, kBf16Nan, stream);
+        op.run({q.data, k.data, v.data, o.data, t}, stream);
+        op.finish(stream);
+        const Problem& problem = op.plan(t).problem;  // cached: the plan the call ran
+        picked[static_cast<size_t>(comm.rank())] = op.plan(t).strategy;
+        RankTensors mine;
+        mine["Q"] = bench::download(DeviceRegion{q.data, t, q_cols, q_cols}, stream);
+        mine["K"] = bench::download(DeviceRegion{k.data, t, kv_cols, kv_cols}, stream);
+        mine["V"] = bench::download(DeviceRegion{v.data, t, kv_cols, kv_cols}, stream);
+        const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
+        const size_t rank = static_cast<size_t>(comm.rank());
+        checks[rank].push_back(bench::check_elements(bench::download(DeviceRegion{o.data, t, q_cols, q_cols}, stream),
+                                                     expected_outputs(problem, all)[rank], expected_magnitudes(problem, all)[rank],
+                                                     bench::bf16_error_factor(problem)));
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r)
+    for (size_t call = 0; call < tokens.size(); ++call) {
+      const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];
+      EXPECT_TRUE(check.passed()) << picked[static_cast<size_t>(r)] << " rank " << r << " tokens " << tokens[call] << ": " << check.explain();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, AttentionOpOnCallerBuffers, testing::Values("sequential", "decomposed", "tilelink", "default"),
+                         strategy_name);
+
+// Refused before anything is allocated or launched: a head dim the kernel has no build for, a
+// strategy without ag_attention, and per call a null buffer and a token count above max_tokens.
+TEST(AttentionOpErrors, WhatTheOpCannotRunIsRefusedByName) {
+  Communicator& comm = *group().front();
+  if (group().size() != 1) GTEST_SKIP() << "one rank's refusals (world 1)";
+  auto refused = [](const std::function<void()>& f, const std::string& words) {
+    try {
+      f();
+      ADD_FAILURE() << "accepted; expected a refusal naming '" << words << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { AttentionOp op(comm, {AttentionShape{1, 4, 4, 96, false, 64}}); }, "head_dim=96 has no GPU kernel");
+  AttentionSpec fused{AttentionShape{1, 4, 4, 64, false, 64}};
+  fused.strategy = "fused";
+  refused([&] { AttentionOp op(comm, fused); }, "strategy 'fused' does not implement ag_attention");
+  AttentionOp op(comm, {AttentionShape{1, 4, 4, 64, false, 64}});
+  bench::DeviceBuffer buffer(64 * 256 * 2);
+  refused([&] { op.run({buffer.data, nullptr, buffer.data, buffer.data, 64}, nullptr); }, "k is null");
+  refused([&] { op.run({buffer.data, buffer.data, buffer.data, buffer.data, 65}, nullptr); }, "tokens=65 per rank is outside 1..max_tokens=64");
+}
 
 }  // namespace
 }  // namespace weft

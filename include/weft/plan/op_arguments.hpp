@@ -45,4 +45,22 @@ Problem op_call_problem(const OpShape& shape, int world_size, int64_t rows, cons
 // A caller's buffer: not null, 16-byte aligned (`name`: "a", "b", "c" or "gathered_a").
 void check_op_pointer(const void* pointer, const char* name);
 
+// What an AttentionOp is made for (runtime/attention_op.hpp): ag_attention's shape, bf16 in and out.
+struct AttentionShape {
+  int batch = 1;
+  int heads = 0;
+  int kv_heads = 0;  // 0: heads (multi-head attention)
+  int head_dim = 0;
+  bool causal = false;
+  int64_t max_tokens = 0;  // the most tokens per rank a call will pass
+};
+
+// An attention op the API takes: positive sizes, heads a multiple of kv_heads, head_dim a multiple
+// of 8 (16-byte rows; the GPU kernel's head dims are checked where it is lowered), and Q's and K's
+// columns (batch x heads x head_dim) within what the plans lay out.
+void check_attention_shape(const AttentionShape& shape, int world_size);
+
+// The problem of one call of `tokens` tokens per rank (1..max_tokens), checked (check_problem).
+Problem attention_call_problem(const AttentionShape& shape, int world_size, int64_t tokens);
+
 }  // namespace weft
