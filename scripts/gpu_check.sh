@@ -8,8 +8,9 @@
 #   and under torchrun on every GPU, then `python -m weft.benchmark` on every GPU (TORCH_BENCH_ARGS).
 #   gemm: `weft bench gemm` (overlap GEMM vs cuBLASLt on GPU 0). A hung GPU test: scripts/hang_probe.sh.
 #   kernels: `weft bench kernels` (the auxiliary kernels against the copy roofline, GPU 0; KERNELS_ARGS).
-#   attention: the attention kernel's GPU tests, ag_attention's plans at world 1 (and 2), the overlap
-#   GEMM tests, compute-sanitizer memcheck of the kernel tests, `weft bench attention` (ATTENTION_ARGS).
+#   attention: the attention kernel's GPU tests, ag_attention's plans and weft::AttentionOp at world 1
+#   (and 2), the overlap GEMM tests, compute-sanitizer memcheck of the kernel tests, `weft bench
+#   attention` (ATTENTION_ARGS), then the torch op and layer (python/tests/test_attention_torch.py).
 #   tilelink: `weft bench tilelink` (companion copy bandwidth by CTAs, GEMM by SMs given to communication).
 #   nccl-only: with WEFT_P2P=0 (no load/store between ranks; NCCL's own transports, and at world > 1
 #   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 as well): the op API's tests of every strategy and
@@ -150,7 +151,7 @@ if wants attention; then
   grep -E "^\[  (PASSED|FAILED)|Failure|error" "$out/attention_kernel.log" | head -30
   for w in 1 2; do
     [ "$w" -le "$gpus" ] || continue
-    WEFT_TEST_WORLD=$w timeout 600 $t --gtest_filter='*AttentionPlans*' > "$out/attention_plans_w$w.log" 2>&1 || status=1
+    WEFT_TEST_WORLD=$w timeout 600 $t --gtest_filter='*AttentionPlans*:*AttentionOp*' > "$out/attention_plans_w$w.log" 2>&1 || status=1
     grep -E "^\[  (PASSED|FAILED)" "$out/attention_plans_w$w.log"
   done
   timeout 600 $t --gtest_filter='*OverlapGemm*' > "$out/attention_overlap_gemm_regression.log" 2>&1 || status=1
@@ -159,6 +160,10 @@ if wants attention; then
   grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/attention_memcheck.log"
   ./build-device/weft bench attention --csv "$out/attention.csv" ${ATTENTION_ARGS:-} 2> "$out/attention.err" | tee "$out/attention.txt" || status=1
   tail -5 "$out/attention.err"
+  # Through PyTorch: torch.ops.weft.ag_attention and weft.torch.SequenceParallelAttention (GPU 0).
+  PYTHONPATH="$PWD/build-device/python:$PWD/.deps/python${PYTHONPATH:+:$PYTHONPATH}" timeout 600 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    python/tests/test_attention_torch.py > "$out/attention_torch.log" 2>&1 || status=1
+  grep -E "[0-9]+ (passed|failed)|^FAILED" "$out/attention_torch.log" | tail -8
 fi
 if wants gemm; then
   ./build-device/weft bench gemm --csv "$out/gemm.csv" "$@" 2> "$out/gemm.err" | tee "$out/gemm.txt" || status=1

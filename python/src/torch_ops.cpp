@@ -16,6 +16,7 @@
 #include "weft/ir/problem.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/runtime/communicator.hpp"
+#include "weft/runtime/attention_op.hpp"
 #include "weft/runtime/op.hpp"
 
 namespace nb = nanobind;
@@ -121,10 +122,27 @@ struct OpKeyHash {
 // The communicator weft.torch.init made and the ops made for it, one per (op, B layout, n, k,
 // strategy, row bucket): symmetric memory is allocated once per shape family. Ops live as long as the process:
 // never destroyed, so that no op frees device memory or meets its peers while the process exits.
+// ag_attention's ops, one per (shape, causal, strategy, token bucket).
+struct AttentionKey {
+  int batch, heads, kv_heads, head_dim;
+  bool causal;
+  int64_t strategy, max_tokens;
+  bool operator==(const AttentionKey&) const = default;
+};
+struct AttentionKeyHash {
+  size_t operator()(const AttentionKey& key) const {
+    size_t h = key.causal ? 1 : 2;
+    for (int64_t v : {int64_t{key.batch}, int64_t{key.heads}, int64_t{key.kv_heads}, int64_t{key.head_dim}, key.strategy, key.max_tokens})
+      h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    return h;
+  }
+};
+
 struct State {
   Communicator* comm = nullptr;
   nb::object comm_owner;  // keeps the Python communicator (and so comm) alive
   std::unordered_map<OpKey, std::unique_ptr<Op>, OpKeyHash> ops;
+  std::unordered_map<AttentionKey, std::unique_ptr<AttentionOp>, AttentionKeyHash> attention_ops;
   LibraryHandle library = nullptr;
 };
 State& state() {
@@ -465,6 +483,72 @@ void call(OpKind kind, bool into, bool gathered, bool scaled, StableIValue* stac
   }
 }
 
+// ag_attention: stack = [q, k, v, causal, strategy]; q [tokens, heads, head_dim] or [tokens, batch,
+// heads, head_dim], k and v the same with kv_heads, each bfloat16, row-major contiguous, on weft's
+// GPU; leaves o (q's shape) on the stack.
+void attention_call(StableIValue* stack) {
+  const char* name = "ag_attention";
+  Communicator& comm = communicator();
+  Tensor q(stack[0]), k(stack[1]), v(stack[2]);
+  bool causal = false;
+  std::memcpy(&causal, &stack[3], sizeof causal);
+  int64_t strategy = 0;
+  std::memcpy(&strategy, &stack[4], sizeof strategy);
+  for (const auto& [label, t] : {std::pair<const char*, const Tensor*>{"q", &q}, {"k", &k}, {"v", &v}}) {
+    check_placement(name, label, *t, comm);
+    if (t->dim() != 3 && t->dim() != 4)
+      throw std::invalid_argument(std::string("weft.ag_attention: ") + label + " must be [tokens, heads, head_dim] or [tokens, batch, heads, "
+                                  "head_dim] (this rank's tokens first: Megatron's sbhd), got a " + std::to_string(t->dim()) + "-D tensor");
+    if (!t->dense()) throw std::invalid_argument(std::string("weft.ag_attention: ") + label + " must be contiguous; call .contiguous()");
+    check_aligned(name, label, *t);
+  }
+  auto shape = [](const Tensor& t) {
+    std::string text = "[";
+    for (int64_t i = 0; i < t.dim(); ++i) text += (i ? ", " : "") + std::to_string(t.sizes()[i]);
+    return text + "]";
+  };
+  const int64_t dims = q.dim();
+  const int64_t tokens = q.sizes()[0], batch = dims == 4 ? q.sizes()[1] : 1, heads = q.sizes()[dims - 2], head_dim = q.sizes()[dims - 1];
+  const int64_t kv_heads = k.sizes()[k.dim() - 2];
+  bool same = k.dim() == dims && v.dim() == dims;
+  for (int64_t i = 0; same && i < dims; ++i) {
+    const int64_t want = i == dims - 2 ? kv_heads : q.sizes()[i];
+    same = k.sizes()[i] == want && v.sizes()[i] == want;
+  }
+  if (!same)
+    throw std::invalid_argument("weft.ag_attention: k and v must be q's shape with kv_heads for heads (q " + shape(q) + ", k " + shape(k) + ", v " +
+                                shape(v) + ")");
+  if (tokens < 1 || batch < 1 || heads < 1 || kv_heads < 1 || head_dim < 1) throw std::invalid_argument("weft.ag_attention: empty operand");
+  int64_t bucket = 1;  // the next power of two: a few ops cover every token count a model calls with
+  while (bucket < tokens) bucket *= 2;
+  const AttentionKey key{static_cast<int>(batch), static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim), causal, strategy,
+                         bucket};
+  auto& ops = state().attention_ops;
+  auto it = ops.find(key);
+  if (it == ops.end()) {
+    AttentionSpec spec;
+    spec.shape = AttentionShape{key.batch, key.heads, key.kv_heads, key.head_dim, causal, bucket};
+    spec.strategy = strategy_name(name, strategy);
+    it = ops.emplace(key, std::make_unique<AttentionOp>(comm, std::move(spec))).first;
+  }
+  const TorchShim& shim = torch_shim();
+  TensorHandle result = nullptr;
+  std::vector<int64_t> strides(static_cast<size_t>(dims), 1);
+  for (int64_t i = dims - 2; i >= 0; --i) strides[static_cast<size_t>(i)] = strides[static_cast<size_t>(i + 1)] * q.sizes()[i + 1];
+  shim_check(shim.empty_strided(dims, q.sizes(), strides.data(), shim.dtype_bfloat16(), shim.device_type_cuda(), comm.device(), &result),
+             "aoti_torch_empty_strided");
+  std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned(result, shim.delete_tensor_object);
+  void* o = nullptr;
+  shim_check(shim.get_data_ptr(result, &o), "aoti_torch_get_data_ptr");
+  void* stream = nullptr;
+  shim_check(shim.get_current_cuda_stream(comm.device(), &stream), "aoti_torch_get_current_cuda_stream");
+  it->second->run({q.data(), k.data(), v.data(), o, tokens}, static_cast<cudaStream_t>(stream));
+  const TensorHandle handed = owned.release();  // the dispatcher owns the result from here
+  std::memcpy(&stack[0], &handed, sizeof handed);
+}
+
+void boxed_attention(StableIValue* stack, uint64_t, uint64_t) { attention_call(stack); }
+
 template <OpKind kind, bool into, bool gathered = false>
 void boxed(StableIValue* stack, uint64_t, uint64_t) {
   call(kind, into, gathered, !into && !gathered && !routes_rows(kind), stack);
@@ -483,7 +567,7 @@ void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_c
       {"gemm_ar", boxed<OpKind::gemm_ar, false>},        {"gemm_a2a", boxed<OpKind::gemm_a2a, false>},
       {"a2a_gemm", boxed<OpKind::a2a_gemm, false>},      {"ag_gemm_into", boxed<OpKind::ag_gemm, true>},
       {"gemm_rs_into", boxed<OpKind::gemm_rs, true>},    {"gemm_ar_into", boxed<OpKind::gemm_ar, true>},
-      {"ag_gemm_gathered", boxed<OpKind::ag_gemm, false, true>},
+      {"ag_gemm_gathered", boxed<OpKind::ag_gemm, false, true>}, {"ag_attention", boxed_attention},
   };
   for (const auto& k : kernels) shim_check(shim.library_impl(s.library, k.name, k.kernel), "aoti_torch_library_impl");
 }
@@ -498,6 +582,7 @@ void bind_torch_ops(nb::module_& m) {
     State& s = state();
     if (s.comm == &comm) return;
     s.ops.clear();  // made for the previous communicator
+    s.attention_ops.clear();
     s.comm = &comm;
     s.comm_owner = std::move(owner);
   }, "communicator"_a, "The communicator torch.ops.weft.* run on (weft.torch.init).");
@@ -514,9 +599,11 @@ void bind_torch_ops(nb::module_& m) {
         "The max_rows torch.ops.weft.* make an op with for a call of `rows` rows: the next power of two (gemm_rs: of the rows per rank, times W).");
   m.def("torch_ops_finish", [](uintptr_t stream) {
     for (auto& [key, op] : state().ops) op->finish(reinterpret_cast<cudaStream_t>(stream));
+    for (auto& [key, op] : state().attention_ops) op->finish(reinterpret_cast<cudaStream_t>(stream));
   }, "stream"_a, nb::call_guard<nb::gil_scoped_release>(), "Waits (bounded) for the stream, then raises what went wrong in any torch op's calls.");
   m.def("torch_ops_check", [] {
     for (auto& [key, op] : state().ops) op->check();
+    for (auto& [key, op] : state().attention_ops) op->check();
   }, "Raises a device-side wait timeout recorded by any torch op's earlier call; never waits.");
   m.def("torch_ops_count", [] { return state().ops.size(); }, "How many ops torch.ops.weft.* have made (one per shape family).");
   m.def(

@@ -8,6 +8,7 @@
     mlp8 = weft.torch.TensorParallelMLP(4096, 14336, fp8=weft.torch.Float8Recipe("rowwise"))   # FP8 products
     block = weft.torch.DecoderBlock(weft.models.config("llama3-8b"))   # a Llama-style layer (weft/torch/blocks.py)
     import weft.torch.compile; weft.torch.compile.enable()              # rewrite an unmodified TP model under torch.compile
+    attn = weft.torch.SequenceParallelAttention(causal=True)            # o = attn(q, k, v): every rank's keys (weft/torch/attention.py)
 """
 
 try:
@@ -16,6 +17,7 @@ except ModuleNotFoundError as e:
     raise ModuleNotFoundError("weft.torch needs PyTorch (>= 2.7.1, built with CUDA): pip install 'weft[torch]', "
                               "or install torch for your CUDA first; weft itself (import weft) works without it") from e
 
+from .attention import SequenceParallelAttention
 from .comm import communicator, init, is_initialized, process_group, world_size
 from .blocks import DecoderBlock, DecoderStack, RMSNorm, TensorParallelAttention, TensorParallelSwiGLU
 from .fp8 import Float8Recipe
@@ -29,6 +31,7 @@ __all__ = [
     "Float8Recipe",
     "RMSNorm",
     "RowParallelLinear",
+    "SequenceParallelAttention",
     "TensorParallelAttention",
     "TensorParallelMLP",
     "TensorParallelSwiGLU",

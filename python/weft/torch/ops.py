@@ -12,6 +12,12 @@ torch.cuda.graph's warm-up does).
     torch.ops.weft.{ag_gemm,gemm_rs,gemm_ar}_into(a, b, out, strategy=0)   the same, into `out`
     torch.ops.weft.ag_gemm_gathered(a, b, strategy=0) -> (C, gather(a))   ag_gemm that also hands
                                                            back the gathered input [W * rows, k]
+    torch.ops.weft.ag_attention(q, k, v, causal=False, strategy=0) -> O     sequence-parallel
+        attention: q, k, v this rank's tokens, [tokens, heads, head_dim] or [tokens, batch, heads,
+        head_dim] (k, v with kv_heads: GQA); O (q's shape) = softmax(q K^T / sqrt(head_dim)) V over
+        every rank's keys and values, causal by global position (rank r holds tokens r * tokens ..).
+        Its sequential equivalent: all_gather of k and v, then SDPA (weft/torch/plain.py). Forward
+        only; weft.torch.attention wraps it with autograd. bfloat16, head_dim 64 or 128.
 
 Each op's sequential equivalent is torch.mm followed (ag_gemm, a2a_gemm: preceded) by the
 collective; weft/shapes.py gives the shapes. At world 1 every op is the GEMM alone.
@@ -71,6 +77,7 @@ _SCHEMAS = {
     "gemm_rs_into": "gemm_rs_into(Tensor a, Tensor b, Tensor(a!) out, int strategy=0) -> ()",
     "gemm_ar_into": "gemm_ar_into(Tensor a, Tensor b, Tensor(a!) out, int strategy=0) -> ()",
     "ag_gemm_gathered": "ag_gemm_gathered(Tensor a, Tensor b, int strategy=0) -> (Tensor, Tensor)",
+    "ag_attention": "ag_attention(Tensor q, Tensor k, Tensor v, bool causal=False, int strategy=0) -> Tensor",
 }
 
 _library = torch.library.Library("weft", "DEF")
@@ -151,6 +158,12 @@ def gemm_a2a(a, b, routing, strategy="default"):
 def a2a_gemm(a, b, routing, strategy="default"):
     """Row i of a goes to rank routing[r][i]; returns (the rows routed here) @ b.T."""
     return torch.ops.weft.a2a_gemm(a, b, routing, strategy_id(strategy))
+
+
+def ag_attention(q, k, v, causal=False, strategy="default"):
+    """Sequence-parallel attention of this rank's queries over every rank's keys and values (see the
+    module); forward only (weft.torch.attention.SequenceParallelAttention has the backward)."""
+    return torch.ops.weft.ag_attention(q, k, v, causal, strategy_id(strategy))
 
 
 def _b_layout(b_layout):
@@ -255,6 +268,19 @@ def _register_fakes():
 
     for kind in ("gemm_a2a", "a2a_gemm"):
         torch.library.register_fake("weft::" + kind, fake_routed, lib=_library)
+
+    def fake_attention(q, k, v, causal=False, strategy=0):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.dtype != torch.bfloat16:
+                raise ValueError(f"weft.ag_attention: {name} is {t.dtype}; weft's attention takes torch.bfloat16")
+            if t.dim() not in (3, 4):
+                raise ValueError(f"weft.ag_attention: {name} must be [tokens, heads, head_dim] or [tokens, batch, heads, head_dim]")
+        if k.shape != v.shape or k.dim() != q.dim() or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
+            raise ValueError(f"weft.ag_attention: k and v must be q's shape with kv_heads for heads (q {list(q.shape)}, k {list(k.shape)}, "
+                             f"v {list(v.shape)})")
+        return q.new_empty(q.shape)
+
+    torch.library.register_fake("weft::ag_attention", fake_attention, lib=_library)
 
 
 _register_fakes()
