@@ -15,7 +15,8 @@
 #              tilelink_moe_tp, flashoverlap_ar) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
 #              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
-#              and the model step (llama3-8b prefill and train, llama3-70b train; 2 blocks)
+#              the model step (llama3-8b prefill and train, llama3-70b train; 2 blocks) and the
+#              sequence-parallel attention rows (--attention)
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
 #              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
 #              network rounds run for real)
@@ -142,6 +143,10 @@ stage_torch() {
       --csv "$d/model_${model_mode/:/_}.csv" || status=1
     tail -4 "$d/model_${model_mode/:/_}.txt" >> "$progress"
   done
+  # Sequence-parallel attention: weft's ag_attention (each strategy, default) against all_gather + SDPA.
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark --attention" "$d/torch_attention.txt" 300 \
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --attention --csv "$d/torch_attention.csv" || status=1
+  grep -E "^attn" "$d/torch_attention.txt" >> "$progress"
 }
 
 stage_suites() {

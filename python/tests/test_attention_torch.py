@@ -94,3 +94,22 @@ def test_wrong_inputs_are_refused_before_any_launch():
     with pytest.raises(ValueError, match="must be contiguous"):
         x = random_bf16((4, 64, 64), 3).transpose(0, 1)
         torch.ops.weft.ag_attention(x, x, x, False, 0)
+
+
+def test_the_attention_benchmark_verifies_and_times_every_variant(tmp_path):
+    if wt.world_size() > 1:
+        pytest.skip("run by hand under torchrun at world > 1")
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    csv_path = tmp_path / "attention.csv"
+    done = subprocess.run([sys.executable, "-m", "weft.benchmark", "--attention", "1024x1x8x2x128,512x2x4x4x64", "--iterations", "3",
+                           "--warmup", "1", "--csv", str(csv_path)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) == 2 * 2 * 5, rows  # two shapes, causal or not, torch and four weft variants
+    for r in rows:
+        assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2 and "TFLOP/s" in r["note"], r

@@ -6,6 +6,7 @@ against the same blocks through plain torch.
 
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --suite default --csv out.csv
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --model llama3-8b --layers 2 --mode train --tokens 8192
+    torchrun --standalone --nproc_per_node=4 -m weft.benchmark --attention      # sequence-parallel attention rows
 
 Timing follows `weft bench`: CUDA events around one call, a device barrier before each call, the
 median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
@@ -319,6 +320,67 @@ def bench_mlp(args, world, rank, writer, table):
             writer.writerow(line)
 
 
+# Sequence-parallel attention rows: total tokens x batch x heads x kv heads x head dim (Llama-3-8B's and
+# Llama-3-70B's attention; 16k and 32k tokens over every rank, as TileLink's and AutoOverlap's).
+ATTENTION_DEFAULT = "16384x1x32x8x128,32768x1x32x8x128,16384x1x64x8x128"
+
+
+def attention_flops(tokens, batch, heads, d, causal, world, rank):
+    """This rank's FLOPs: its queries against every key it attends (causal: keys up to its own)."""
+    keys = (rank + 1) * tokens - (tokens - 1) / 2 if causal else world * tokens
+    return 4.0 * batch * heads * d * tokens * keys
+
+
+def bench_attention(args, world, rank, writer, table):
+    """ag_attention: weft's op (each strategy and default) against all_gather + SDPA in plain torch
+    (plain.sequence_parallel_attention: the installed torch's fastest backend for its mask), forward,
+    on this rank's tokens; E against SDPA over keys already gathered (the attention alone)."""
+    for spec in args.attention.split(","):
+        total, batch, heads, kv_heads, d = (int(v) for v in spec.split("x"))
+        if total % world:
+            print(f"skipping attention {spec}: {total} tokens do not split over {world} ranks", file=sys.stderr)
+            continue
+        tokens = total // world
+        g = torch.Generator(device="cuda").manual_seed(args.seed * 1000 + rank)
+        q = torch.randn((tokens, batch, heads, d), device="cuda", generator=g).to(torch.bfloat16)
+        k = torch.randn((tokens, batch, kv_heads, d), device="cuda", generator=g).to(torch.bfloat16)
+        v = torch.randn((tokens, batch, kv_heads, d), device="cuda", generator=g).to(torch.bfloat16)
+        k_all, v_all = wt.layers.all_gather_rows(k), wt.layers.all_gather_rows(v)
+        for causal in (False, True):
+            variants = {"torch": lambda: plain.sequence_parallel_attention(q, k, v, causal=causal)}
+            for name in ("sequential", "decomposed", "tilelink", "default"):
+                variants["weft:" + name] = (lambda name=name: wt.ops.ag_attention(q, k, v, causal, name))
+            notes, errors = {}, {}
+            with torch.no_grad():
+                reference = variants["torch"]()
+                for name, fn in list(variants.items()):
+                    try:
+                        errors[name] = _slowest(relative_error(fn(), reference))
+                    except Exception as e:  # noqa: BLE001 - reported in the table, not fatal
+                        notes[name] = f"failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+                        del variants[name]
+                variants["attention alone"] = lambda: plain.attention_over_gathered(q, k_all, v_all, causal, rank)
+                host_us = {}
+                ms = time_interleaved(variants, args.warmup, args.iterations, args.queue_ahead_us, host_us)
+            t_alone = ms.pop("attention alone")
+            t_base = ms["torch"]
+            flops = _slowest(attention_flops(tokens, batch, heads, d, causal, world, rank))
+            for name in list(ms) + list(notes):
+                t = ms.get(name)
+                line = {
+                    "row": f"attn T={total} b={batch} h={heads}/{kv_heads} d={d}{' causal' if causal else ''}", "op": "ag_attention",
+                    "world": world, "m": tokens, "n": heads * d, "k": kv_heads * d, "variant": name, "ms": t, "gemm_ms": t_alone,
+                    "baseline_ms": t_base, "speedup": t_base / t if t else None,
+                    "overlap_efficiency": (t_base - t) / (t_base - t_alone) if t and t_base > t_alone else None,
+                    "relative_error": errors.get(name), "host_us": host_us.get(name),
+                    "host_ratio": host_us[name] / host_us["torch"] if name in host_us else None, "b2b_us": None, "b2b_ratio": None,
+                    "note": notes.get(name, f"{flops / (t * 1e-3) * 1e-12:.0f} TFLOP/s (slowest rank's FLOPs)" if t else ""),
+                }
+                table.append(line)
+                if writer and rank == 0:
+                    writer.writerow(line)
+
+
 def bench_model(args, world, rank, writer, table):
     """A model's step: `--layers` decoder blocks of `--model` (random weights), prefill (forward) or
     train (forward + backward), weft's blocks against the same blocks through plain torch (same
@@ -401,6 +463,9 @@ def main(argv=None):
     parser.add_argument("--mode", choices=("prefill", "train"), default="train", help="--model: forward, or forward + backward")
     parser.add_argument("--tokens", type=int, default=8192, help="--model: tokens per step over all ranks")
     parser.add_argument("--batch", type=int, default=1, help="--model: sequences per step")
+    parser.add_argument("--attention", nargs="?", const=ATTENTION_DEFAULT, default="",
+                        help="sequence-parallel attention rows instead of the suite: TOTALxBATCHxHEADSxKV_HEADSxHEAD_DIM,... "
+                             f"(given alone: {ATTENTION_DEFAULT}); weft's ag_attention against all_gather + SDPA")
     parser.add_argument("--queue-ahead-us", type=float, default=300,
                         help="device-side sleep before each timed call, so that the host's enqueue time is not timed (0: timed)")
     args = parser.parse_args(argv)
@@ -419,6 +484,8 @@ def main(argv=None):
     table = []
     if args.model:
         bench_model(args, world, rank, writer, table)
+    elif args.attention:
+        bench_attention(args, world, rank, writer, table)
     else:
         bench_suite(args, world, rank, writer, table)
         if not args.no_mlp:

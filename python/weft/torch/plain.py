@@ -173,13 +173,18 @@ def attention_over_gathered(q, k_all, v_all, causal, rank):
     squeeze = q.dim() == 3
     if squeeze:
         q, k_all, v_all = q.unsqueeze(1), k_all.unsqueeze(1), v_all.unsqueeze(1)
-    tokens, total = q.shape[0], k_all.shape[0]
-    # [t, b, h, d] -> SDPA's [b, h, t, d]
-    qq, kk, vv = (x.permute(1, 2, 0, 3) for x in (q, k_all, v_all))
+    tokens = q.shape[0]
     mask = None
     if causal:
-        position = rank * tokens + torch.arange(tokens, device=q.device)
-        mask = torch.arange(total, device=q.device)[None, :] <= position[:, None]
+        # The keys after this rank's last query are never attended: cut, the rest is causal aligned
+        # to the lower right (query i sees keys up to rank * tokens + i), which SDPA's fused
+        # backends take without a materialised mask.
+        from torch.nn.attention.bias import causal_lower_right
+
+        k_all, v_all = k_all[: (rank + 1) * tokens], v_all[: (rank + 1) * tokens]
+        mask = causal_lower_right(tokens, k_all.shape[0])
+    # [t, b, h, d] -> SDPA's [b, h, t, d]
+    qq, kk, vv = (x.permute(1, 2, 0, 3) for x in (q, k_all, v_all))
     o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=qq.shape[1] != kk.shape[1])
     o = o.permute(2, 0, 1, 3).contiguous()
     return o.squeeze(1) if squeeze else o
