@@ -2,8 +2,8 @@
 it alone): two processes over torch.distributed's gloo, weft's communicator a stand-in of two ranks
 on that group, and weft's ops as CPU kernels by their definitions at world 2: the bf16 ops the GEMM
 and torch.distributed's collective; FP8 as plan/gpu_lowering.hpp lets it run above world 1 (ag_gemm
-declines: no FP8 row movement; gemm_rs and gemm_ar run the FP8 GEMM and reduce its bf16 partial
-sums, except the strategies in DECLINING). Each rank checks weft's layer, forward and every
+gathers the FP8 rows and their scales, then the FP8 GEMM; gemm_rs and gemm_ar run the FP8 GEMM and
+reduce its bf16 partial sums), except the strategies in DECLINING. Each rank checks weft's layer, forward and every
 gradient, against the same recipe in plain torch (weft/torch/plain.py); exit status 0 where every
 check on every rank passed. Rank 1's input is 8 times rank 0's, so that a tensor-wise scale that
 is not shared across the ranks (amax over every rank's rows) shows."""
@@ -46,9 +46,14 @@ def register_ops(ops):
         return torch.mm(a.double() * per_row_a.double(), (b.double() * per_row_b.double()).t()).to(out_dtype)
 
     def ag_gemm(a, b, strategy=0, scale_a=None, scale_b=None, out_dtype=None):
-        if a.dtype in fp8_types:
-            _decline("ag_gemm", declining.get(strategy, "default"))
-        return product("ag_gemm", all_gather_rows(a), b, None, None, None)
+        if a.dtype not in fp8_types:
+            return product("ag_gemm", all_gather_rows(a), b, None, None, None)
+        if strategy in declining:
+            _decline("ag_gemm", declining[strategy])
+        # The FP8 rows' bytes and their row scales gathered (a tensor scale is every rank's already).
+        gathered = all_gather_rows(a.view(torch.uint8)).view(a.dtype)
+        gathered_scale = all_gather_rows(scale_a.reshape(-1, 1)) if scale_a.numel() > 1 else scale_a
+        return product("ag_gemm", gathered, b, gathered_scale, scale_b, out_dtype)
 
     def ag_gemm_gathered(a, b, strategy=0):
         gathered = all_gather_rows(a)
@@ -101,8 +106,8 @@ def check(rank, wt, recipe, sequence_parallel, strategy, save_gathered_input):
     z.backward(dz)
     errors = checking.fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel)
     warned = sorted({str(w.message).split(" with strategy")[0].split(": ")[-1] for w in caught if "weft.torch" in str(w.message)})
-    # ag_gemm declines FP8 above world 1 (sequence parallel); gemm_rs / gemm_ar only for DECLINING.
-    want_warned = (["ag_gemm"] if sequence_parallel else []) + ([("gemm_rs" if sequence_parallel else "gemm_ar")] if strategy in DECLINING else [])
+    # Only the strategies in DECLINING decline: ag_gemm and gemm_rs (sequence parallel) or gemm_ar.
+    want_warned = ((["ag_gemm", "gemm_rs"] if sequence_parallel else ["gemm_ar"]) if strategy in DECLINING else [])
     ok = max(errors.values()) < TOLERANCE and warned == sorted(want_warned)
     line = (f"rank {rank} {recipe.scaling} sp={sequence_parallel} saved={save_gathered_input} {strategy}: "
             + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"; warned for {warned}" + ("" if ok else "  FAILED"))

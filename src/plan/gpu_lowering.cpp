@@ -88,6 +88,13 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
   if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
+  // NCCL's all-gather of FP8 rows with tensor or row scales: the rows' bytes, and the scales with
+  // them (runtime/lowering/collective.cpp). Block scales are laid out K-block-major over the
+  // buffer's rows, which an all-gather of rows does not keep.
+  if (const auto* c = std::get_if<CollectiveStep>(&step.body);
+      c && c->kind == CollectiveKind::all_gather && is_fp8(decl_of(plan, c->src).dtype) && plan.problem.scaling != Scaling::block &&
+      decl_of(plan, c->dst).dtype == decl_of(plan, c->src).dtype)
+    return std::nullopt;
   for (const Region& r : regions_of(step.body)) {
     const DType dtype = decl_of(plan, r).dtype;
     if (dtype == DType::bf16) continue;

@@ -172,15 +172,20 @@ TEST(Fp8OpStrategies, AboveWorldOneOnlyPlainGemmsOverBf16ReductionsRun) {
       std::string list;
       for (const std::string& n : names) list += " " + n;
       std::cout << "world " << world << " " << key << ":" << list << "\n";
-      // What moves FP8 rows (ag_gemm's AllGather, a2a_gemm's all-to-all of tokens) or f32 partial
-      // sums has no lowering: nothing of those runs.
-      EXPECT_EQ(key.find("ag_gemm"), std::string::npos) << key << list;
+      // NCCL's all-gather of FP8 rows with tensor or row scales runs (ag_gemm's sequential);
+      // copies of FP8 rows, block-scaled gathers, a2a_gemm's all-to-all of tokens and f32 partial
+      // sums have no lowering: nothing of those runs.
+      if (key.find("ag_gemm") != std::string::npos) {
+        EXPECT_EQ(key.find("block"), std::string::npos) << key << list;
+        EXPECT_EQ(names, std::set<std::string>{"sequential"}) << key << list;
+      }
       EXPECT_EQ(key.find("a2a_gemm"), std::string::npos) << key << list;
-      EXPECT_EQ(key.find("->f32"), std::string::npos) << key << list;
+      if (key.find("ag_gemm") == std::string::npos) EXPECT_EQ(key.find("->f32"), std::string::npos) << key << list;  // f32 partial sums
       for (const std::string& n : names) EXPECT_FALSE(find_strategy(n).overlap_gemm) << n << " runs on the overlap GEMM, which has no FP8 mainloop";
     }
     // The baselines: a library GEMM, then NCCL's reduction of bf16 partial sums.
-    for (const char* key : {"gemm_rs tensor->bf16", "gemm_rs row->bf16", "gemm_ar tensor->bf16", "gemm_ar row->bf16", "gemm_ar block->bf16"}) {
+    for (const char* key : {"gemm_rs tensor->bf16", "gemm_rs row->bf16", "gemm_ar tensor->bf16", "gemm_ar row->bf16", "gemm_ar block->bf16",
+                            "ag_gemm tensor->bf16", "ag_gemm row->bf16", "ag_gemm tensor->f32", "ag_gemm row->f32"}) {
       ASSERT_TRUE(runs.count(key)) << key;
       EXPECT_TRUE(runs.at(key).count("sequential")) << key;
     }
@@ -188,11 +193,19 @@ TEST(Fp8OpStrategies, AboveWorldOneOnlyPlainGemmsOverBf16ReductionsRun) {
 }
 
 TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
-  const Plan gather = make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16));
+  // NCCL's all-gather moves FP8 rows with tensor or row scales, not block-scaled ones.
+  EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)),
+                                {false, {"A", "B"}}));
+  const Plan gather = make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::block, DType::bf16));
   const auto gap = gpu_lowering_gap(gather, {false, {"A", "B"}});
   ASSERT_TRUE(gap);
   EXPECT_NE(gap->find("collective step"), std::string::npos) << *gap;
   EXPECT_NE(gap->find("touches e4m3 data"), std::string::npos) << *gap;
+  // decomposed pulls A from symmetric memory: copying the caller's FP8 A in (and the pulls) has no lowering.
+  const auto copies = gpu_lowering_gap(make_plan(find_strategy("decomposed"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)),
+                                       {false, {"A", "B"}});
+  ASSERT_TRUE(copies);
+  EXPECT_NE(copies->find("keeps the caller's FP8 input 'A' in symmetric memory"), std::string::npos) << *copies;
   const Plan reduce = make_plan(find_strategy("sequential"), fp8_problem(OpKind::gemm_rs, 2, Scaling::row, DType::f32));
   const auto f32 = gpu_lowering_gap(reduce, {false, {"A", "B"}});
   ASSERT_TRUE(f32);
@@ -229,7 +242,10 @@ TEST(Fp8OpStrategies, AutoPicksAmongTheStrategiesThatRunOrSaysWhyNoneDoes) {
     const Problem rs = fp8_problem(OpKind::gemm_rs, world, Scaling::row, DType::bf16);
     const Plan chosen = make_plan(find_strategy("auto"), rs, lowerable_only());
     EXPECT_FALSE(gpu_lowering_gap(chosen, {false, {"A", "B"}})) << chosen.strategy;
-    expect_refused([&] { make_plan(find_strategy("auto"), fp8_problem(OpKind::ag_gemm, world, Scaling::row, DType::bf16), lowerable_only()); },
+    // ag_gemm: sequential (NCCL's gather of the FP8 rows and their scales) is what runs.
+    EXPECT_EQ(make_plan(find_strategy("auto"), fp8_problem(OpKind::ag_gemm, world, Scaling::row, DType::bf16), lowerable_only()).strategy,
+              "auto=sequential");
+    expect_refused([&] { make_plan(find_strategy("auto"), fp8_problem(OpKind::ag_gemm, world, Scaling::block, DType::bf16), lowerable_only()); },
                    "auto: no strategy runs ag_gemm e4m3 here: strategy 'sequential' declines e4m3 here on the GPU");
   }
 }

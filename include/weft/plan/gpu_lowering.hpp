@@ -6,9 +6,10 @@
 // What the executor lowers for FP8 so far: a GEMM whose tile table is plain (is_plain_tile_table,
 // run by cuBLASLt's FP8 matmul) with B row-major [N, K] and, where block-scaled, operands that are
 // whole buffers (the scales of a sub-box are not addressed yet) of rows a multiple of 4 (cuBLASLt's
-// block-scaled matmul has no algorithm for others), and data movement only of bf16
-// (the partial sums an FP8 GEMM gives in bf16, never f32). Nothing moves FP8 rows or their scales
-// (copies, NCCL all_gather / all_to_all, row permutations, box moves), the overlap GEMM has no FP8
+// block-scaled matmul has no algorithm for others); NCCL all-gathers of FP8 rows with tensor or row
+// scales (the scales move with the rows); and otherwise data movement only of bf16 (the partial
+// sums an FP8 GEMM gives in bf16, never f32). Nothing else moves FP8 rows or their scales (copies,
+// all_to_all, row permutations, box moves, block-scaled gathers), the overlap GEMM has no FP8
 // mainloop, and the caller's FP8 inputs are bound in place (their scales with them), never copied
 // into symmetric memory.
 #pragma once

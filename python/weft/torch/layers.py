@@ -18,8 +18,8 @@ FP8 (fp8=weft.torch.fp8.Float8Recipe("tensorwise" | "rowwise"); default None: bf
         (fp8.py), and the layer's product through the same weft op with the FP8 operands and their
         scales (bf16 result). Tensor-wise, a sequence-parallel column layer's input has one scale
         over every rank's x (an amax all-reduce: the gathered A's scale); every other scale is the
-        rank's own. Where weft's op declines that FP8 product (ag_gemm above world 1: no FP8 row
-        movement yet; a strategy without an FP8 plan), the same FP8 product runs with torch's
+        rank's own. Where weft's op declines that FP8 product (a strategy that would copy FP8
+        rows, or has no FP8 plan), the same FP8 product runs with torch's
         pieces (FP8 bytes gathered by torch.distributed, torch._scaled_mm, torch.distributed's
         reduction of bf16 partial sums), with one warning naming weft's reason: the numbers are
         the recipe's whichever way the communication runs.
