@@ -211,15 +211,15 @@ def test_the_comparison_sees_fp8s_error(world_of_one_with_fp8_ops, recipe, recor
 
 def test_a_strategy_that_declines_fp8_gives_the_same_product_with_one_warning(world_of_one_with_fp8_ops, record_property):
     state = world_of_one_with_fp8_ops
-    state.declining = {"decomposed"}
+    state.declining = {"chunked"}
     recipe = RECIPES[1]
-    with pytest.warns(UserWarning, match=r"ag_gemm with strategy 'decomposed' does not run this FP8 product .*declines e4m3"):
-        errors, first = run_both("mlp", recipe, True, record_property, strategy="decomposed", save_gathered_input=True)
+    with pytest.warns(UserWarning, match=r"ag_gemm with strategy 'chunked' does not run this FP8 product .*declines e4m3"):
+        errors, first = run_both("mlp", recipe, True, record_property, strategy="chunked", save_gathered_input=True)
     assert max(errors.values()) < TOLERANCE, errors
     calls = len(state.calls)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no second warning, and weft's op not asked again
-        errors, again = run_both("mlp", recipe, True, record_property, strategy="decomposed")
+        errors, again = run_both("mlp", recipe, True, record_property, strategy="chunked")
     assert max(errors.values()) < TOLERANCE and torch.equal(first, again)
     assert [c[0] for c in state.calls[calls:] if c[1] == E4M3] == [], state.calls[calls:]
 

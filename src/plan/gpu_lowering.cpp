@@ -88,13 +88,15 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
   if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
-  // NCCL's all-gather of FP8 rows with tensor or row scales: the rows' bytes, and the scales with
-  // them (runtime/lowering/collective.cpp). Block scales are laid out K-block-major over the
-  // buffer's rows, which an all-gather of rows does not keep.
-  if (const auto* c = std::get_if<CollectiveStep>(&step.body);
-      c && c->kind == CollectiveKind::all_gather && is_fp8(decl_of(plan, c->src).dtype) && plan.problem.scaling != Scaling::block &&
-      decl_of(plan, c->dst).dtype == decl_of(plan, c->src).dtype)
+  // NCCL's all-gather and the copies of FP8 rows with tensor or row scales: the rows' bytes, and
+  // the scales with them (runtime/lowering/collective.cpp, data_movement.cpp). Block scales are laid
+  // out K-block-major over the buffer's rows, which moving rows does not keep.
+  const auto moves_fp8_rows = [&](const Region& src, const Region& dst) {
+    return is_fp8(decl_of(plan, src).dtype) && plan.problem.scaling != Scaling::block && decl_of(plan, dst).dtype == decl_of(plan, src).dtype;
+  };
+  if (const auto* c = std::get_if<CollectiveStep>(&step.body); c && c->kind == CollectiveKind::all_gather && moves_fp8_rows(c->src, c->dst))
     return std::nullopt;
+  if (const auto* c = std::get_if<CopyStep>(&step.body); c && moves_fp8_rows(c->src, c->dst)) return std::nullopt;
   for (const Region& r : regions_of(step.body)) {
     const DType dtype = decl_of(plan, r).dtype;
     if (dtype == DType::bf16) continue;
@@ -113,13 +115,9 @@ std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool
 }
 
 std::optional<std::string> gpu_lowering_gap(const Plan& plan, const GpuLoweringOptions& options) {
+  // (A caller's FP8 input kept in symmetric memory is copied in with its scales, CudaExecutor::bind:
+  // whether peers can then take its rows is the steps' to say.)
   for (const RankPlan& rp : plan.ranks) {
-    for (const std::string& name : options.caller_inputs) {
-      const BufferDecl& decl = rp.buffers.at(static_cast<size_t>(find_buffer(rp, name)));
-      if (is_fp8(decl.dtype) && decl.symmetric)
-        return "the plan keeps the caller's FP8 input '" + name + "' in symmetric memory on rank " + std::to_string(rp.rank) +
-               " (peers read it there); copying it in with its scales has no lowering yet";
-    }
     for (const Step& step : rp.steps)
       if (auto gap = gpu_step_gap(plan, step, options.plain_gemm_on_overlap)) return "rank " + std::to_string(rp.rank) + ": " + *gap;
   }

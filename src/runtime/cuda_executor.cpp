@@ -127,6 +127,10 @@ struct CudaExecutor::Impl {
   std::map<std::pair<int, int>, void*> peer_base;
   // Symmetric inputs copied in from the caller's pointer after the barrier: (buffer, source).
   std::vector<std::pair<int, const void*>> copied_in;
+  // A symmetric FP8 input's scales, copied in beside its elements (peers pulling its rows read
+  // them there, in symmetric memory): (buffer, the caller's scales). Also where the producer wrote
+  // the elements in place.
+  std::vector<std::pair<int, const void*>> scales_copied_in;
   // bind_output: where the result goes. Where the output is not a caller buffer itself, it is
   // copied there at the end of a call.
   void* output_target = nullptr;
@@ -218,7 +222,7 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
                                   "; the executor handles bf16 buffers, and FP8 operands with their bf16 or f32 results, so far");
   }
   // What the executor cannot lower for the plan's dtypes, decided on the CPU (plan/gpu_lowering.hpp).
-  if (auto gap = gpu_lowering_gap(plan_, {options_.plain_gemm == ExecutorOptions::PlainGemm::overlap, options_.caller_buffers}))
+  if (auto gap = gpu_lowering_gap(plan_, {options_.plain_gemm == ExecutorOptions::PlainGemm::overlap}))
     throw std::invalid_argument("CudaExecutor: " + *gap + " (" + call_context() + ")");
   if (options_.caller_gathered_a && rank_plan().gathered_a.empty())
     throw std::invalid_argument("CudaExecutor: the gathered A was asked for (ExecutorOptions::caller_gathered_a), but the plan of " +
@@ -566,7 +570,12 @@ void CudaExecutor::bind(std::string_view name, const void* data, const void* sca
                                 (fp8 ? " and needs its scales (fp32, device_scale_index's layout)" : " and takes no scales"));
   if (fp8) {
     require_aligned(scales, "CudaExecutor::bind: the scales of '" + decl.name + "'", "cuBLASLt's scale vectors");
-    im.scale_base[b] = const_cast<void*>(scales);
+    if (decl.symmetric) {  // copied in beside the elements, where peers read them (scale_base stays null)
+      std::erase_if(im.scales_copied_in, [&](const auto& entry) { return entry.first == static_cast<int>(b); });
+      im.scales_copied_in.emplace_back(static_cast<int>(b), scales);
+    } else {
+      im.scale_base[b] = const_cast<void*>(scales);
+    }
   }
   if (decl.symmetric) {
     std::erase_if(im.copied_in, [&](const auto& entry) { return entry.first == static_cast<int>(b); });
@@ -704,10 +713,11 @@ std::vector<const void*> CudaExecutor::bindings() const {
       key.push_back(im.base[b]);
       key.push_back(im.scale_base[b]);
     }
-  for (const auto& [buffer, source] : im.copied_in) {
-    key.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(buffer)));
-    key.push_back(source);
-  }
+  for (const auto* list : {&im.copied_in, &im.scales_copied_in})
+    for (const auto& [buffer, source] : *list) {
+      key.push_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(buffer)));
+      key.push_back(source);
+    }
   key.push_back(im.output_target);
   key.push_back(im.gathered_a_target);
   return key;
@@ -776,9 +786,16 @@ void CudaExecutor::enqueue_call(cudaStream_t stream) {
     const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
     WEFT_CUDA_CHECK(cudaMemcpyAsync(im.base[static_cast<size_t>(buffer)], source, element_bytes_of(decl), cudaMemcpyDeviceToDevice, stream));
   }
+  for (const auto& [buffer, source] : im.scales_copied_in) {
+    const BufferDecl& decl = rank_plan().buffers[static_cast<size_t>(buffer)];
+    const size_t bytes = static_cast<size_t>(device_scale_count(*scale_grid(plan_.problem, decl), decl.rows, decl.cols)) * sizeof(float);
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(im.base[static_cast<size_t>(buffer)]) + aligned(element_bytes_of(decl)), source, bytes,
+                                    cudaMemcpyDeviceToDevice, stream));
+  }
   // A symmetric input copied in is read by peers as soon as they start: no rank starts before every
   // rank's copy has landed.
-  if (!im.copied_in.empty() && im.plan_touches_peers) im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
+  if ((!im.copied_in.empty() || !im.scales_copied_in.empty()) && im.plan_touches_peers)
+    im.signals->barrier(stream, im.workspace->device_error(), im.device_wait_timeout_ns, im.call_signature);
   if (!im.on_caller_stream) {
     WEFT_CUDA_CHECK(cudaEventRecord(im.fork, stream));
     for (cudaStream_t s : im.streams) WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, im.fork, 0));

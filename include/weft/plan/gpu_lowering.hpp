@@ -6,12 +6,12 @@
 // What the executor lowers for FP8 so far: a GEMM whose tile table is plain (is_plain_tile_table,
 // run by cuBLASLt's FP8 matmul) with B row-major [N, K] and, where block-scaled, operands that are
 // whole buffers (the scales of a sub-box are not addressed yet) of rows a multiple of 4 (cuBLASLt's
-// block-scaled matmul has no algorithm for others); NCCL all-gathers of FP8 rows with tensor or row
-// scales (the scales move with the rows); and otherwise data movement only of bf16 (the partial
-// sums an FP8 GEMM gives in bf16, never f32). Nothing else moves FP8 rows or their scales (copies,
-// all_to_all, row permutations, box moves, block-scaled gathers), the overlap GEMM has no FP8
-// mainloop, and the caller's FP8 inputs are bound in place (their scales with them), never copied
-// into symmetric memory.
+// block-scaled matmul has no algorithm for others); NCCL all-gathers and copies (the copy engine's)
+// of FP8 rows with tensor or row scales (the scales move with the rows; a caller's FP8 input kept in
+// symmetric memory is copied in with its scales); and otherwise data movement only of bf16 (the
+// partial sums an FP8 GEMM gives in bf16, never f32). Nothing else moves FP8 rows or their scales
+// (all_to_all, row permutations, box moves, block-scaled rows), and the overlap GEMM has no FP8
+// mainloop.
 #pragma once
 
 #include <optional>
@@ -25,16 +25,13 @@ namespace weft {
 struct GpuLoweringOptions {
   // ExecutorOptions::PlainGemm::overlap: plain tables run on the overlap GEMM too.
   bool plain_gemm_on_overlap = false;
-  // Inputs the caller gives per call (ExecutorOptions::caller_buffers; weft::Op: A and B).
-  std::vector<std::string> caller_inputs;
 };
 
 // Why the executor cannot lower `step` (of one of the plan's ranks) for the dtypes it touches, naming
 // the step and what is missing; empty where it can.
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap);
 
-// The first such gap of any rank's step, or an FP8 caller input that the plan keeps in symmetric
-// memory (copying it in with its scales has no lowering); empty where the executor runs the plan.
+// The first such gap of any rank's step; empty where the executor runs the plan.
 std::optional<std::string> gpu_lowering_gap(const Plan& plan, const GpuLoweringOptions& options);
 
 }  // namespace weft

@@ -31,8 +31,9 @@
 // plan/op_arguments.hpp); run checks them. Only plans whose GEMMs are library GEMMs and whose other
 // steps move no FP8 data run on the GPU so far (gpu_lowering_gap, plan/gpu_lowering.hpp): a strategy
 // whose FP8 plan does not declines at construction naming why, and auto picks among those that run.
-// In practice: every strategy at world 1 (the GEMM alone); above it, ag_gemm's sequential (NCCL's
-// all-gather of the FP8 rows with their tensor or row scales) and the strategies of gemm_rs and
+// In practice: every strategy at world 1 (the GEMM alone); above it, ag_gemm's strategies whose
+// GEMMs are plain (sequential, decomposed, two_level, FiCCO's: NCCL's all-gather or the copy
+// engine's copies of the FP8 rows with their tensor or row scales) and the strategies of gemm_rs and
 // gemm_ar whose GEMMs are plain and which reduce bf16 partial sums (never f32 ones, nor FP8 rows
 // copied): see the CPU test Fp8OpStrategies for the list. gathered_a is not taken with FP8.
 //

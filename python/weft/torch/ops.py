@@ -42,9 +42,9 @@ or one per output column ([1, n]), both the same mode; dequantization scales (re
 out_dtype torch.bfloat16 (the default: weft gives no FP8 output) or torch.float32. For ag_gemm,
 tensor-wise scale_a is the scale of the whole gathered A (the same on every rank), as AsyncTP's
 fused_all_gather_scaled_matmul assumes. Only strategies whose FP8 plans the executor lowers run
-(every one at world 1; above it ag_gemm's sequential, which gathers the FP8 rows and their tensor or
-row scales with NCCL, and the library-GEMM plans that reduce bf16 partial sums: gemm_rs and gemm_ar
-with bf16 output); the others, and default where none does, raise ValueError naming why
+(every one at world 1; above it ag_gemm's library-GEMM plans, which move the FP8 rows with their
+tensor or row scales by NCCL or the copy engine, and those that reduce bf16 partial sums: gemm_rs and
+gemm_ar with bf16 output); the others, and default where none does, raise ValueError naming why
 (weft::Op, plan/gpu_lowering.hpp).
 
 `strategy` is an int (PyTorch's stable C ABI, through which weft registers the kernels in C++,

@@ -127,7 +127,7 @@ namespace {
 // PlanOptions::gpu_lowerable_only: the strategy declines what the CUDA executor cannot lower.
 Plan lowerable(const std::string& strategy, Plan plan, const PlanOptions& base) {
   if (!base.gpu_lowerable_only) return plan;
-  if (auto gap = gpu_lowering_gap(plan, {false, {"A", "B"}}))
+  if (auto gap = gpu_lowering_gap(plan, {false}))
     throw std::invalid_argument("strategy '" + strategy + "' declines " + std::string(to_string(plan.problem.input_dtype)) +
                                 " here on the GPU: " + *gap);
   return plan;

@@ -1,5 +1,6 @@
 // Copies, reductions, row permutations and box moves: the data movement around the GEMM.
 #include <algorithm>
+#include <optional>
 
 #include "lowering.hpp"
 #include "weft/runtime/cuda_check.hpp"
@@ -16,9 +17,37 @@ std::shared_ptr<void> upload(const void* data, size_t bytes) {
 // Through the copy engine; a peer's memory through symmetric memory (a pull or a push). A transfer
 // to or from a peer whose step runs on SMs is a copy kernel on the CTAs the step allows; a local copy
 // stays a cudaMemcpy, which the runtime runs as it sees fit.
-Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string&, const Context& context) {
+namespace {
+
+// FP8 rows (tensor or row scales; plan/gpu_lowering.hpp) move with their scales: the bytes by the
+// copy engine whatever the step's engine (the SM copy kernel moves bf16 pairs), then the rows' scales
+// (one float per row) or the tensor's one scale, from the source's scale array (a peer's through
+// symmetric memory) into the destination's.
+Lowered lower_fp8_copy(const CopyStep& copy, const std::string& label, const Context& context) {
+  const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
+  const std::optional<BoundScales> from = context.scales(copy.src), to = context.scales(copy.dst);
+  if (!from || !to || from->grid.block_cols != 0 || dst.dtype != src.dtype)
+    throw std::invalid_argument("CudaExecutor: copy '" + label + "' moves " + std::string(to_string(src.dtype)) +
+                                " rows other than with tensor or row scales into a buffer of the same dtype, which has no lowering");
+  const bool row_scales = from->grid.block_rows == 1;
+  const int64_t src_row = src.stride > 0 ? src.offset / src.stride : 0, dst_row = dst.stride > 0 ? dst.offset / dst.stride : 0;
+  return {[src, dst, from, to, row_scales, src_row, dst_row](cudaStream_t stream) {
+            const DeviceRegion s = src.resolve(), d = dst.resolve();
+            WEFT_CUDA_CHECK(cudaMemcpy2DAsync(d.data, static_cast<size_t>(d.stride), s.data, static_cast<size_t>(s.stride),
+                                              static_cast<size_t>(s.cols), static_cast<size_t>(s.rows), cudaMemcpyDefault, stream));
+            const size_t scales = row_scales ? static_cast<size_t>(s.rows) : 1;
+            WEFT_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(to->resolve()) + (row_scales ? dst_row : 0), from->resolve() + (row_scales ? src_row : 0),
+                                            scales * sizeof(float), cudaMemcpyDefault, stream));
+          },
+          {}};
+}
+
+}  // namespace
+
+Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label, const Context& context) {
   const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
   if (src.rows * src.cols == 0) return {};
+  if (is_fp8(src.dtype)) return lower_fp8_copy(copy, label, context);
   if (engine == Engine::sm && (copy.src.rank != context.rank || copy.dst.rank != context.rank)) {
     const int ctas = copy.sms;
     return {[src, dst, ctas](cudaStream_t stream) { copy_bf16(dst.resolve(), src.resolve(), ctas, stream); }, {}};
