@@ -11,10 +11,16 @@ void check_op_shape(const OpShape& s, int world_size) {
   if (is_attention(s.op))
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
                                 " is not a GEMM: weft::AttentionOp takes it (runtime/attention_op.hpp), with its batch, heads and head dim");
-  if (is_moe(s.op))
-    throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) +
-                                " runs as a plan so far (weft plan, check and bench; CudaExecutor): the op API does not take "
-                                "MoE routing per call yet");
+  if (is_moe(s.op)) {
+    if (s.experts < 1 || s.topk < 1 || s.topk > s.experts)
+      throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs experts >= 1 and topk in 1..experts (experts=" +
+                                  std::to_string(s.experts) + " topk=" + std::to_string(s.topk) + ")");
+    if (is_fp8(s.input_dtype))
+      throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes bf16 so far (FP8 MoE tokens and their scales are not "
+                                  "moved on the GPU yet)");
+  } else if (s.experts != 0 || s.topk != 0) {
+    throw std::invalid_argument("weft::Op: experts and topk are the MoE ops' (ag_moe, moe_rs), not " + std::string(to_string(s.op)));
+  }
   if (s.n <= 0 || s.k <= 0 || s.max_rows <= 0)
     throw std::invalid_argument("weft::Op: n, k and max_rows must be positive (n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
                                 " max_rows=" + std::to_string(s.max_rows) + ")");
@@ -65,6 +71,11 @@ Problem op_call_problem(const OpShape& s, int world_size, int64_t rows, const st
   if (routes_rows(s.op)) {
     if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs the routing of every rank");
     p.routing = routing;
+  } else if (is_moe(s.op)) {
+    if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs every rank's expert choices");
+    p.experts = s.experts;
+    p.topk = s.topk;
+    p.choices = routing;
   } else if (!routing.empty()) {
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes no routing");
   }

@@ -33,10 +33,21 @@ uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, b
 }
 
 OpShape shape_of(const OpSpec& spec) {
-  return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout, spec.b_dtype, spec.scaling};
+  return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout, spec.b_dtype, spec.scaling,
+          spec.experts, spec.topk};
 }
 
 bool fp8_spec(const OpSpec& spec) { return is_fp8(spec.input_dtype); }
+
+// Ops whose plan depends on a per-call table (the routed ops' destinations, the MoE ops' choices):
+// planned per table, the oldest dropped.
+bool planned_per_table(OpKind op) { return routes_rows(op) || is_moe(op); }
+
+// The caller's inputs: A and B, and moe_rs's top-k weights.
+std::vector<std::string> caller_inputs(OpKind op) {
+  if (op == OpKind::moe_rs) return {"A", "B", "topk_weights"};
+  return {"A", "B"};
+}
 
 }  // namespace
 
@@ -71,18 +82,19 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
                                   " b_layout=" + std::string(to_string(spec_.b_layout)) + " max_rows=" + std::to_string(spec_.max_rows) +
                                   " strategy=" + strategy_ + " " + std::string(to_string(spec_.input_dtype)) + "x" +
                                   std::string(to_string(spec_.b_dtype.value_or(spec_.input_dtype))) + "->" +
-                                  std::string(to_string(spec_.output_dtype)) + " scaling=" + std::string(to_string(spec_.scaling));
+                                  std::string(to_string(spec_.output_dtype)) + " scaling=" + std::string(to_string(spec_.scaling)) +
+                                  " experts=" + std::to_string(spec_.experts) + " topk=" + std::to_string(spec_.topk);
   comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
   // The plan of the largest call, before any memory: a strategy that declines (an FP8 plan the
   // executor cannot lower) fails here alike on every rank.
   std::optional<Plan> largest;
-  if (!routes_rows(spec_.op)) largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
+  if (!planned_per_table(spec_.op)) largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
   const OnDevice on(comm_.device());
   workspace_ = std::make_unique<Workspace>(comm_);
   // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
   if (largest) {
     ExecutorOptions options;
-    options.caller_buffers = {"A", "B"};
+    options.caller_buffers = caller_inputs(spec_.op);
     options.caller_output = true;
     workspace_->reserve(workspace_size(*largest, options));
   }
@@ -108,7 +120,7 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
   entry->a_symmetric = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A"))).symmetric;
   entry->in_place = in_place && entry->a_symmetric;
   ExecutorOptions options;
-  options.caller_buffers = {"A", "B"};
+  options.caller_buffers = caller_inputs(spec_.op);
   options.caller_output = true;
   options.symmetric_inputs_in_place = entry->in_place;
   options.caller_gathered_a = gathered_a;
@@ -121,7 +133,7 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
     throw CudaError(std::string(caller) + ": planning and lowering rows=" + std::to_string(rows) + " failed (" + e.what() +
                     "). If a CUDA graph was being captured: run or prepare this row count once before capturing");
   }
-  if (routes_rows(spec_.op)) {
+  if (planned_per_table(spec_.op)) {
     if (routed_order_.size() == kMaxRoutedPlans) {
       const auto oldest = cache_.find(routed_order_.front());
       if (last_ == oldest->second.get()) last_ = nullptr;
@@ -144,8 +156,24 @@ void* Op::a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& rout
   return entry.in_place ? entry.executor->buffer("A") : nullptr;
 }
 
+namespace {
+
+// A call's per-call table: the routed ops' routing, the MoE ops' choices (the other one must be empty).
+const std::vector<std::vector<int>>& table_of(OpKind op, const RunArgs& args) {
+  if (is_moe(op)) {
+    if (!args.routing.empty())
+      throw std::invalid_argument("weft::Op::run: " + std::string(to_string(op)) + " takes its experts in RunArgs::choices, not routing");
+    return args.choices;
+  }
+  if (!args.choices.empty())
+    throw std::invalid_argument("weft::Op::run: choices are the MoE ops' (ag_moe, moe_rs), not " + std::string(to_string(op)) + "'s");
+  return args.routing;
+}
+
+}  // namespace
+
 int64_t Op::output_rows(const RunArgs& args) const {
-  const Problem p = problem_for(args.rows, args.routing);
+  const Problem p = problem_for(args.rows, table_of(spec_.op, args));
   return weft::output_rows(p, comm_.rank());
 }
 
@@ -153,6 +181,10 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   check_op_pointer(args.a, "a");
   check_op_pointer(args.b, "b");
   check_op_pointer(args.c, "c");
+  const std::vector<std::vector<int>>& table = table_of(spec_.op, args);
+  if (spec_.op == OpKind::moe_rs) check_op_pointer(args.topk_weights, "topk_weights");
+  else if (args.topk_weights)
+    throw std::invalid_argument("weft::Op::run: topk_weights are moe_rs's, not " + std::string(to_string(spec_.op)) + "'s");
   check_op_scales(shape_of(spec_), args.rows, args.scale_a, args.scale_a_count, args.scale_b, args.scale_b_count);
   const bool gathered_a = args.gathered_a != nullptr;
   if (gathered_a && fp8_spec(spec_))
@@ -165,12 +197,13 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   }
   // The producer wrote the shard in place when a is the in-place plan's own buffer.
   bool in_place = false;
-  if (const auto it = cache_.find(cache_key(args.rows, args.routing, true)); it != cache_.end() && it->second->in_place)
+  if (const auto it = cache_.find(cache_key(args.rows, table, true)); it != cache_.end() && it->second->in_place)
     in_place = it->second->executor->buffer("A") == args.a;
-  Lowered& entry = lowered(args.rows, args.routing, in_place, gathered_a, "weft::Op::run");
+  Lowered& entry = lowered(args.rows, table, in_place, gathered_a, "weft::Op::run");
   CudaExecutor& exec = *entry.executor;
   exec.bind("A", entry.in_place ? nullptr : args.a, args.scale_a);
   exec.bind("B", args.b, args.scale_b);
+  if (spec_.op == OpKind::moe_rs) exec.bind("topk_weights", args.topk_weights);
   exec.bind_output(args.c);
   if (gathered_a) exec.bind_gathered_a(args.gathered_a);
   exec.run(stream);

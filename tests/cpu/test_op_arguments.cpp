@@ -18,9 +18,36 @@ OpShape shape(OpKind op, int64_t max_rows = 256) { return OpShape{op, 128, 64, m
 TEST(OpArguments, TheShapesTheApiTakes) {
   for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm})
     EXPECT_NO_THROW(check_op_shape(shape(op), 4)) << to_string(op);
-  expect_refused([] { check_op_shape(shape(OpKind::ag_moe), 2); }, "ag_moe runs as a plan so far");
-  expect_refused([] { check_op_shape(shape(OpKind::moe_rs), 2); }, "moe_rs runs as a plan so far");
+  expect_refused([] { check_op_shape(shape(OpKind::ag_moe), 2); }, "ag_moe needs experts >= 1 and topk in 1..experts (experts=0 topk=0)");
+  expect_refused([] { check_op_shape(shape(OpKind::moe_rs), 2); }, "moe_rs needs experts >= 1");
   expect_refused([] { check_op_shape(shape(OpKind::ag_attention), 2); }, "ag_attention is not a GEMM: weft::AttentionOp takes it");
+}
+
+// The MoE ops through the op API: experts and topk with the shape, every rank's expert choices per
+// call (the problem's), bf16 only so far.
+TEST(OpArguments, TheMoeOpsTakeExpertsAndEveryRanksChoicesPerCall) {
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs}) {
+    OpShape s = shape(op, 64);
+    s.experts = 8;
+    s.topk = 2;
+    EXPECT_NO_THROW(check_op_shape(s, 4)) << to_string(op);
+    const auto choices = random_choices(4, 48, 8, 2, 3);
+    const Problem p = op_call_problem(s, 4, 48, choices);
+    EXPECT_EQ(p.experts, 8);
+    EXPECT_EQ(p.topk, 2);
+    EXPECT_EQ(p.choices, choices);
+    EXPECT_EQ(output_rows(p, 1), op == OpKind::ag_moe ? 4 * 48 * 2 : 48);
+    expect_refused([&] { (void)op_call_problem(s, 4, 48, {}); }, "needs every rank's expert choices");
+    s.topk = 9;
+    expect_refused([&] { check_op_shape(s, 4); }, "topk in 1..experts (experts=8 topk=9)");
+    s.topk = 2;
+    s.input_dtype = DType::e4m3;
+    s.scaling = Scaling::row;
+    expect_refused([&] { check_op_shape(s, 4); }, "takes bf16 so far");
+  }
+  OpShape dense = shape(OpKind::gemm_ar);
+  dense.experts = 8;
+  expect_refused([&] { check_op_shape(dense, 2); }, "experts and topk are the MoE ops'");
 }
 
 // weft::AttentionOp's shape and per-call checks: what it takes (GQA and MHA, causal or not, any

@@ -502,6 +502,78 @@ INSTANTIATE_TEST_SUITE_P(Strategies, RoutedOp, testing::ValuesIn(routed_cases())
   return std::string(to_string(param.param.op)) + "_" + param.param.strategy;
 });
 
+// The MoE ops through the op API: ag_moe and moe_rs with every strategy that has them, experts
+// chosen anew per call (a ragged and a full token count), on the caller's buffers (moe_rs's top-k
+// weights too), the output poisoned; each rank's result against the host reference of every rank's
+// inputs.
+class MoeOp : public testing::TestWithParam<Case> {};
+
+TEST_P(MoeOp, MatchesTheReferenceAsChoicesChange) {
+  const Case c = GetParam();
+  const int world = static_cast<int>(group().size());
+  OpSpec spec = spec_for(c, 96);
+  spec.n = 136;  // per expert
+  spec.k = 64;
+  spec.experts = 4;
+  spec.topk = 2;
+  const int64_t max_rows = spec.max_rows, a_rows = c.op == OpKind::moe_rs ? world * max_rows * spec.topk : max_rows;
+  const int64_t out_rows = c.op == OpKind::ag_moe ? world * max_rows * spec.topk : max_rows;
+  std::vector<std::vector<bench::ElementCheck>> checks(static_cast<size_t>(world));
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      Op op(comm, spec);
+      DeviceBuffer a(static_cast<size_t>(a_rows * spec.k) * 2), b(static_cast<size_t>(spec.experts * spec.n * spec.k) * 2),
+          weights(static_cast<size_t>(world * max_rows * spec.topk) * 2), out(static_cast<size_t>(out_rows * spec.n) * 2);
+      for (uint64_t call = 0; call < 3; ++call) {
+        const int64_t rows = call == 1 ? 40 : max_rows;
+        const auto choices = random_choices(world, rows, spec.experts, spec.topk, 90 + call);  // the same on every rank
+        const uint64_t seed = 300 + call;
+        const int64_t rows_of_a = c.op == OpKind::moe_rs ? world * rows * spec.topk : rows;
+        fill_random_bf16(a.data, rows_of_a * spec.k, bench::seed_a(seed, comm.rank()), stream);
+        fill_random_bf16(b.data, spec.experts * spec.n * spec.k, bench::seed_b(seed, comm.rank()), stream);
+        fill_random_bf16(weights.data, world * rows * spec.topk, seed + 7, stream);  // every rank's tokens' weights: the same everywhere
+        fill_u16(out.data, out_rows * spec.n, kBf16Nan, stream);
+        RunArgs args{a.data, b.data, out.data, rows, {}};
+        args.choices = choices;
+        if (c.op == OpKind::moe_rs) args.topk_weights = weights.data;
+        op.run(args, stream);
+        op.finish(stream);
+        const Problem& problem = op.plan(rows, choices).problem;
+        const int64_t result_rows = op.output_rows(args);
+        RankTensors mine;
+        mine["A"] = bench::download(DeviceRegion{a.data, rows_of_a, spec.k, spec.k}, stream);
+        mine["B"] = bench::download(DeviceRegion{b.data, spec.experts * spec.n, spec.k, spec.k}, stream);
+        if (c.op == OpKind::moe_rs) mine["topk_weights"] = bench::download(DeviceRegion{weights.data, world * rows, spec.topk, spec.topk}, stream);
+        const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
+        const size_t rank = static_cast<size_t>(comm.rank());
+        checks[rank].push_back(bench::check_elements(bench::download(DeviceRegion{out.data, result_rows, spec.n, spec.n}, stream),
+                                                     expected_outputs(problem, all)[rank], expected_magnitudes(problem, all)[rank],
+                                                     bench::bf16_error_factor(problem)));
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r)
+    for (size_t call = 0; call < checks[static_cast<size_t>(r)].size(); ++call) {
+      const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];
+      EXPECT_TRUE(check.passed()) << "rank " << r << " call " << call << ": " << check.explain();
+    }
+}
+
+std::vector<Case> moe_cases() {
+  std::vector<Case> cases;
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
+    for (const Strategy& s : strategies())
+      if (s.supports(op)) cases.push_back({op, s.name});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, MoeOp, testing::ValuesIn(moe_cases()), [](const testing::TestParamInfo<Case>& param) {
+  return std::string(to_string(param.param.op)) + "_" + param.param.strategy;
+});
+
 TEST(Op, TheLastCallsRoutedPlanDroppedFromTheCache) {
   // A call, then 8 more routed plans prepared: the op keeps 8 routed plans, so the plan the last call
   // ran is dropped. The op then knows no last call, and the first routing is planned anew and right.

@@ -22,11 +22,14 @@ struct OpShape {
   BLayout b_layout = BLayout::nk;
   std::optional<DType> b_dtype = std::nullopt;  // B's where it differs from A's (FP8 only)
   Scaling scaling = Scaling::none;              // FP8 operands' (ir/scaling.hpp)
+  int experts = 0;                              // ag_moe and moe_rs: experts, and choices per token
+  int topk = 0;
 };
 
-// An op the API takes at this world size: not MoE (yet), positive sizes, bf16 -> bf16 or FP8
-// (e4m3/e5m2 A and B with a scaling mode, B laid out nk) -> bf16 or f32, n and k multiples of 8 (of
-// 16 for FP8: 16-byte rows either way), and for gemm_rs max_rows a multiple of the world size.
+// An op the API takes at this world size: positive sizes, bf16 -> bf16 or FP8 (e4m3/e5m2 A and B
+// with a scaling mode, B laid out nk) -> bf16 or f32, n and k multiples of 8 (of 16 for FP8: 16-byte
+// rows either way), for gemm_rs max_rows a multiple of the world size, and for the MoE ops (ag_moe,
+// moe_rs; bf16) experts >= 1 and topk in 1..experts.
 void check_op_shape(const OpShape& shape, int world_size);
 
 // How many fp32 scales an FP8 op's call of `rows` rows takes for `operand` (RunArgs::scale_a: this
@@ -38,8 +41,8 @@ int64_t op_scale_count(const OpShape& shape, int64_t rows, Operand operand);
 // op_scale_count floats (`a_count`, `b_count`: what the caller says it passes).
 void check_op_scales(const OpShape& shape, int64_t rows, const void* scale_a, int64_t a_count, const void* scale_b, int64_t b_count);
 
-// The problem of one call of `rows` rows (1..max_rows) with `routing` (the routed ops need it, the
-// others take none), checked (check_problem).
+// The problem of one call of `rows` rows (1..max_rows) with `routing` (the routed ops' destinations,
+// the MoE ops' expert choices: choices[s][i * topk + j]; the others take none), checked (check_problem).
 Problem op_call_problem(const OpShape& shape, int world_size, int64_t rows, const std::vector<std::vector<int>>& routing);
 
 // A caller's buffer: not null, 16-byte aligned (`name`: "a", "b", "c" or "gathered_a").

@@ -15,6 +15,16 @@
 //   gemm_a2a: a = [rows, k]; row i of A_r B_r^T goes to rank routing[r][i];  c = the rows routed
 //             here, by source rank then row                                 [output_rows(args), n]
 //   a2a_gemm: a = tokens [rows, k]; row i goes to rank routing[r][i]; c = (the rows routed here) * B^T
+//   ag_moe  : tensor-parallel MoE, first half (TileLink Figure 5): a = this rank's tokens [rows, k],
+//             b = this rank's shard [n, k] of every expert's weight stacked [experts * n, k]; token i
+//             of rank s picks experts choices[s][i * topk + j], j < topk (RunArgs::choices, every
+//             rank's, the same on every rank); c = every rank's tokens times their experts' shards,
+//             [W * rows * topk, n] in the rows' MoE layout (moe_rows(): by expert, then source rank,
+//             token and choice), the same on every rank
+//   moe_rs  : the second half: a [W * rows * topk, k] in that layout (k: this rank's shard of the
+//             experts' inner dimension), b [experts * n, k], topk_weights [W * rows, topk] (bf16,
+//             every rank's tokens' weights); c = this rank's tokens, each the weighted sum over its
+//             choices of its rows times their expert's b, summed over ranks: [rows, n]
 // FP8 (OpSpec::input_dtype e4m3 or e5m2, with a scaling mode): a and b hold FP8 values, row-major
 // [rows, k] and [n, k] (b_layout nk only: cuBLASLt's FP8 matmul reads both K-major), c is
 // output_dtype (bf16 or f32), and the call computes c = (scale_a * a) (scale_b * b)^T with fp32
@@ -107,6 +117,9 @@ struct OpSpec {
   // not finished after call_timeout_ms fails (0: WEFT_COLLECTIVE_TIMEOUT_S, else 120 s).
   int64_t device_wait_timeout_ms = 0;
   int64_t call_timeout_ms = 0;
+  // ag_moe and moe_rs: experts, and the experts each token picks (RunArgs::choices per call).
+  int experts = 0;
+  int topk = 0;
   // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
   BLayout b_layout = BLayout::nk;
   // FP8 (input_dtype e4m3 or e5m2): B's dtype where it differs from A's (e5m2 x e4m3 either way
@@ -131,6 +144,10 @@ struct RunArgs {
   const float* scale_b = nullptr;
   int64_t scale_a_count = 0;
   int64_t scale_b_count = 0;
+  // ag_moe and moe_rs: choices[s][i * topk + j] is the j-th expert of token i of rank s, for every
+  // rank (the same on every rank); other ops: empty. moe_rs: topk_weights [W * rows, topk] bf16.
+  std::vector<std::vector<int>> choices;
+  const void* topk_weights = nullptr;
 };
 
 // The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and
@@ -153,6 +170,7 @@ class Op {
   // Enqueues one call on `stream` (see the header). Collective: every rank calls it with the same
   // rows (and routing).
   void run(const RunArgs& args, cudaStream_t stream);
+  // `routing` below: the routed ops' destinations, the MoE ops' expert choices (RunArgs::choices).
   // Plans and lowers for `rows` (and routing) now, so that a later run can be captured; collective.
   void prepare(int64_t rows, const std::vector<std::vector<int>>& routing = {});
   // Where the strategy keeps this rank's A shard in symmetric memory for `rows`, so that a producer
