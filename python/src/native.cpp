@@ -169,6 +169,28 @@ NB_MODULE(_native, m) {
     }
     return all;
   }, "(name, paper, description, ops) of every strategy.");
+  m.def(
+      "moe_row_order",
+      [](const std::vector<std::vector<int>>& choices, int experts, int topk) {
+        if (choices.empty() || topk < 1 || choices[0].size() % static_cast<size_t>(topk) != 0)
+          throw std::invalid_argument("moe_row_order: choices must be every rank's [rows * topk] experts, topk >= 1");
+        weft::Problem p;
+        p.op = weft::OpKind::ag_moe;
+        p.world_size = static_cast<int>(choices.size());
+        p.m = static_cast<int64_t>(choices[0].size()) / topk;
+        p.n = p.k = 8;
+        p.experts = experts;
+        p.topk = topk;
+        p.choices = choices;
+        weft::check_problem(p);  // experts in range, one row of choices per rank
+        const weft::MoeRows rows = weft::moe_rows(p);
+        std::vector<int64_t> order(rows.row_of.size());
+        for (size_t f = 0; f < rows.row_of.size(); ++f) order[static_cast<size_t>(rows.row_of[f])] = static_cast<int64_t>(f);
+        return order;
+      },
+      "choices"_a, "experts"_a, "topk"_a,
+      "The MoE row layout of ag_moe's result (moe_rows): row r holds the (token, choice) of flat index order[r] = token * topk + "
+      "choice, tokens numbered over every rank.");
   m.def("default_strategy", [](const std::string& op, int world_size) { return weft::default_strategy(weft::parse_op(op), world_size); },
         "op"_a, "world_size"_a, "The strategy \"default\" stands for (auto, which chooses per call shape).");
   m.def(

@@ -106,6 +106,7 @@ struct OpKey {
   BLayout b_layout;
   int64_t n, k, strategy, max_rows;
   CallDtypes dtypes;
+  int experts = 0, topk = 0;  // the MoE ops'
   bool operator==(const OpKey&) const = default;
 };
 struct OpKeyHash {
@@ -114,7 +115,7 @@ struct OpKeyHash {
     for (int v : {static_cast<int>(key.dtypes.a), static_cast<int>(key.dtypes.b), static_cast<int>(key.dtypes.out),
                   static_cast<int>(key.dtypes.scaling)})
       h = h * 31u + static_cast<size_t>(v);
-    for (int64_t v : {key.n, key.k, key.strategy, key.max_rows}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
+    for (int64_t v : {key.n, key.k, key.strategy, key.max_rows, int64_t{key.experts}, int64_t{key.topk}}) h = h * 1000003u ^ std::hash<int64_t>{}(v);
     return h;
   }
 };
@@ -246,15 +247,18 @@ BLayout b_operand_layout(const char* op, const Tensor& b, const Communicator& co
   return row_major ? BLayout::nk : BLayout::kn;
 }
 
-std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routing, int world, int64_t rows) {
+// A per-call table on the CPU, every rank's row of it: the routed ops' destinations (values ranks,
+// `limit` the world size) or the MoE ops' expert choices (values experts).
+std::vector<std::vector<int>> host_table(const char* op, const char* name, const char* value_noun, const Tensor& routing, int world, int64_t rows,
+                                         int64_t limit) {
   const TorchShim& shim = torch_shim();
   const int32_t dtype = routing.dtype();
   if (routing.device_type() != shim.device_type_cpu() || (dtype != shim.dtype_int32() && dtype != shim.dtype_int64()))
-    throw std::invalid_argument(std::string("weft.") + op + ": routing must be an integer tensor on the CPU (every rank's destinations)");
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " must be an integer tensor on the CPU (every rank's)");
   const int64_t* s = routing.sizes();
   if (routing.dim() != 2 || s[0] != world || s[1] != rows)
-    throw std::invalid_argument(std::string("weft.") + op + ": routing must be [world_size, rows] = [" + std::to_string(world) + ", " +
-                                std::to_string(rows) + "]");
+    throw std::invalid_argument(std::string("weft.") + op + ": " + name + " must be [world_size, " + (std::string(name) == "routing" ? "rows" : "rows * topk") +
+                                "] = [" + std::to_string(world) + ", " + std::to_string(rows) + "]");
   const int64_t* st = routing.strides();
   std::vector<std::vector<int>> table(static_cast<size_t>(world), std::vector<int>(static_cast<size_t>(rows)));
   const char* base = static_cast<const char*>(routing.data());
@@ -270,9 +274,9 @@ std::vector<std::vector<int>> routing_table(const char* op, const Tensor& routin
       } else {
         std::memcpy(&v, at, 8);
       }
-      if (v < 0 || v >= world)
-        throw std::invalid_argument(std::string("weft.") + op + ": routing[" + std::to_string(r) + "][" + std::to_string(i) + "] = " +
-                                    std::to_string(v) + " is not a rank of 0.." + std::to_string(world - 1));
+      if (v < 0 || v >= limit)
+        throw std::invalid_argument(std::string("weft.") + op + ": " + name + "[" + std::to_string(r) + "][" + std::to_string(i) + "] = " +
+                                    std::to_string(v) + " is not " + value_noun + " of 0.." + std::to_string(limit - 1));
       table[static_cast<size_t>(r)][static_cast<size_t>(i)] = static_cast<int>(v);
     }
   return table;
@@ -327,9 +331,10 @@ Scaling check_scales(const char* op, const Tensor& scale_a, const Tensor& scale_
 }
 
 // The op of this shape family (made the first time: collective).
-Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows, const CallDtypes& dtypes = {}) {
+Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows, const CallDtypes& dtypes = {}, int experts = 0,
+           int topk = 0) {
   Communicator& comm = communicator();
-  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size()), dtypes};
+  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size()), dtypes, experts, topk};
   auto& ops = state().ops;
   auto it = ops.find(key);
   if (it == ops.end()) {
@@ -344,6 +349,8 @@ Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy
     if (dtypes.b != dtypes.a) spec.b_dtype = dtypes.b;
     spec.output_dtype = dtypes.out;
     spec.scaling = dtypes.scaling;
+    spec.experts = experts;
+    spec.topk = topk;
     it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
   }
   return *it->second;
@@ -417,7 +424,7 @@ void call(OpKind kind, bool into, bool gathered, bool scaled, StableIValue* stac
     throw std::invalid_argument("weft.gemm_rs: rows=" + std::to_string(rows) + " must be a multiple of the world size " + std::to_string(world));
   RunArgs args;
   args.rows = rows;
-  if (routed) args.routing = routing_table(name, *routing, world, rows);
+  if (routed) args.routing = host_table(name, "routing", "a rank", *routing, world, rows, world);
   int64_t out_rows = 0;
   switch (kind) {
     case OpKind::ag_gemm: out_rows = world * rows; break;
@@ -549,6 +556,81 @@ void attention_call(StableIValue* stack) {
 
 void boxed_attention(StableIValue* stack, uint64_t, uint64_t) { attention_call(stack); }
 
+// ag_moe: stack = [a, b, choices, experts, strategy]; moe_rs: [a, b, choices, topk_weights, experts,
+// strategy]. choices: an integer CPU tensor [W, rows * topk], every rank's experts per token (the
+// same on every rank); topk_weights [W * rows, topk] bf16 on weft's GPU. Leaves the result.
+void moe_call(OpKind kind, StableIValue* stack) {
+  const char* name = to_string(kind).data();
+  Communicator& comm = communicator();
+  const int world = comm.world_size();
+  const bool rs = kind == OpKind::moe_rs;
+  size_t arg = 0;
+  Tensor a(stack[arg++]);
+  Tensor b(stack[arg++]);
+  Tensor choices(stack[arg++]);
+  std::optional<Tensor> weights;
+  if (rs) weights.emplace(stack[arg++]);
+  int64_t experts = 0, strategy = 0;
+  std::memcpy(&experts, &stack[arg++], sizeof experts);
+  std::memcpy(&strategy, &stack[arg++], sizeof strategy);
+  check_operand(name, "A", a, comm);
+  const BLayout b_layout = b_operand_layout(name, b, comm);
+  if (b_layout != BLayout::nk)
+    throw std::invalid_argument(std::string("weft.") + name + ": B must be every expert's weight shard stacked row-major [experts * n, k]");
+  const int64_t k = a.sizes()[1];
+  if (experts < 1 || b.sizes()[0] % experts != 0 || b.sizes()[1] != k)
+    throw std::invalid_argument(std::string("weft.") + name + ": B must be [experts * n, k] with experts=" + std::to_string(experts) +
+                                " and A's k=" + std::to_string(k) + ", got [" + std::to_string(b.sizes()[0]) + ", " + std::to_string(b.sizes()[1]) + "]");
+  const int64_t n = b.sizes()[0] / experts;
+  const TorchShim& shim = torch_shim();
+  if (choices.dim() != 2 || choices.sizes()[0] != world)
+    throw std::invalid_argument(std::string("weft.") + name + ": choices must be an integer CPU tensor [world_size, rows * topk] = [" +
+                                std::to_string(world) + ", ...]: every rank's experts per token");
+  int64_t rows = 0, topk = 0;
+  if (rs) {
+    check_operand(name, "topk_weights", *weights, comm);
+    topk = weights->sizes()[1];
+    if (topk < 1 || weights->sizes()[0] % world != 0)
+      throw std::invalid_argument(std::string("weft.moe_rs: topk_weights must be [world_size * rows, topk] (every rank's tokens)"));
+    rows = weights->sizes()[0] / world;
+    if (a.sizes()[0] != world * rows * topk)
+      throw std::invalid_argument("weft.moe_rs: A must be [world_size * rows * topk, k] = [" + std::to_string(world * rows * topk) + ", " +
+                                  std::to_string(k) + "] (ag_moe's rows), got " + std::to_string(a.sizes()[0]) + " rows");
+  } else {
+    rows = a.sizes()[0];
+    if (rows < 1 || choices.sizes()[1] % rows != 0)
+      throw std::invalid_argument("weft.ag_moe: choices must be [world_size, rows * topk] with rows=" + std::to_string(rows) + " (A's)");
+    topk = choices.sizes()[1] / rows;
+  }
+  std::vector<std::vector<int>> table = host_table(name, "choices", "an expert", choices, world, rows * topk, experts);
+  Op& op = op_for(kind, BLayout::nk, n, k, strategy, rows, {}, static_cast<int>(experts), static_cast<int>(topk));
+  RunArgs args;
+  args.rows = rows;
+  args.choices = std::move(table);
+  const int64_t out_rows = rs ? rows : world * rows * topk;
+  TensorHandle result = nullptr;
+  const int64_t sizes[2] = {out_rows, n};
+  const int64_t strides[2] = {n, 1};
+  shim_check(shim.empty_strided(2, sizes, strides, shim.dtype_bfloat16(), shim.device_type_cuda(), comm.device(), &result), "aoti_torch_empty_strided");
+  std::unique_ptr<AtenTensorOpaque, ShimError (*)(TensorHandle)> owned(result, shim.delete_tensor_object);
+  void* c = nullptr;
+  shim_check(shim.get_data_ptr(result, &c), "aoti_torch_get_data_ptr");
+  void* stream = nullptr;
+  shim_check(shim.get_current_cuda_stream(comm.device(), &stream), "aoti_torch_get_current_cuda_stream");
+  args.a = a.data();
+  args.b = b.data();
+  args.c = c;
+  if (rs) args.topk_weights = weights->data();
+  op.run(args, static_cast<cudaStream_t>(stream));
+  const TensorHandle handed = owned.release();
+  std::memcpy(&stack[0], &handed, sizeof handed);
+}
+
+template <OpKind kind>
+void boxed_moe(StableIValue* stack, uint64_t, uint64_t) {
+  moe_call(kind, stack);
+}
+
 template <OpKind kind, bool into, bool gathered = false>
 void boxed(StableIValue* stack, uint64_t, uint64_t) {
   call(kind, into, gathered, !into && !gathered && !routes_rows(kind), stack);
@@ -568,6 +650,7 @@ void register_ops(const std::string& libtorch_cpu, const std::string& libtorch_c
       {"a2a_gemm", boxed<OpKind::a2a_gemm, false>},      {"ag_gemm_into", boxed<OpKind::ag_gemm, true>},
       {"gemm_rs_into", boxed<OpKind::gemm_rs, true>},    {"gemm_ar_into", boxed<OpKind::gemm_ar, true>},
       {"ag_gemm_gathered", boxed<OpKind::ag_gemm, false, true>}, {"ag_attention", boxed_attention},
+      {"ag_moe", boxed_moe<OpKind::ag_moe>},                   {"moe_rs", boxed_moe<OpKind::moe_rs>},
   };
   for (const auto& k : kernels) shim_check(shim.library_impl(s.library, k.name, k.kernel), "aoti_torch_library_impl");
 }

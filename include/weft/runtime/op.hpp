@@ -19,8 +19,8 @@
 //             b = this rank's shard [n, k] of every expert's weight stacked [experts * n, k]; token i
 //             of rank s picks experts choices[s][i * topk + j], j < topk (RunArgs::choices, every
 //             rank's, the same on every rank); c = every rank's tokens times their experts' shards,
-//             [W * rows * topk, n] in the rows' MoE layout (moe_rows(): by expert, then source rank,
-//             token and choice), the same on every rank
+//             [W * rows * topk, n] in the rows' MoE layout (moe_rows(): by source rank, then
+//             expert, token and choice), the same on every rank
 //   moe_rs  : the second half: a [W * rows * topk, k] in that layout (k: this rank's shard of the
 //             experts' inner dimension), b [experts * n, k], topk_weights [W * rows, topk] (bf16,
 //             every rank's tokens' weights); c = this rank's tokens, each the weighted sum over its

@@ -18,6 +18,19 @@ torch.cuda.graph's warm-up does).
         every rank's keys and values, causal by global position (rank r holds tokens r * tokens ..).
         Its sequential equivalent: all_gather of k and v, then SDPA (weft/torch/plain.py). Forward
         only; weft.torch.attention wraps it with autograd. bfloat16, head_dim 64 or 128.
+    torch.ops.weft.ag_moe(a, b, choices, experts, strategy=0) -> C        tensor-parallel MoE, first
+        half (TileLink Figure 5): a this rank's tokens [rows, k], b this rank's shard of every
+        expert's weight stacked [experts * n, k], choices every rank's experts per token, an integer
+        CPU tensor [W, rows * topk] (the same on every rank); C [W * rows * topk, n]: every rank's
+        tokens times their experts' shards, in the MoE row layout (by source rank, then expert, token
+        and choice: ir/problem.hpp's moe_rows; plain.moe_row_order), the same on every rank.
+    torch.ops.weft.moe_rs(a, b, choices, topk_weights, experts, strategy=0) -> Z    the second
+        half: a [W * rows * topk, k] in that layout, b [experts * n, k], topk_weights [W * rows, topk]
+        bfloat16 (every rank's tokens' weights); Z [rows, n]: this rank's tokens, each the weighted
+        sum of its choices' rows times their expert's b, summed over the ranks.
+        The MoE ops' sequential equivalent: all_gather, a gather of each expert's rows and a GEMM per
+        expert (ag_moe); a GEMM per expert, the weighted top-k combine and reduce_scatter (moe_rs).
+        The choices are a host table: where the router runs on the GPU, reading them is a host sync.
 
 Each op's sequential equivalent is torch.mm followed (ag_gemm, a2a_gemm: preceded) by the
 collective; weft/shapes.py gives the shapes. At world 1 every op is the GEMM alone.
@@ -79,6 +92,8 @@ _SCHEMAS = {
     "gemm_ar_into": "gemm_ar_into(Tensor a, Tensor b, Tensor(a!) out, int strategy=0) -> ()",
     "ag_gemm_gathered": "ag_gemm_gathered(Tensor a, Tensor b, int strategy=0) -> (Tensor, Tensor)",
     "ag_attention": "ag_attention(Tensor q, Tensor k, Tensor v, bool causal=False, int strategy=0) -> Tensor",
+    "ag_moe": "ag_moe(Tensor a, Tensor b, Tensor choices, int experts, int strategy=0) -> Tensor",
+    "moe_rs": "moe_rs(Tensor a, Tensor b, Tensor choices, Tensor topk_weights, int experts, int strategy=0) -> Tensor",
 }
 
 _library = torch.library.Library("weft", "DEF")
@@ -165,6 +180,16 @@ def ag_attention(q, k, v, causal=False, strategy="default"):
     """Sequence-parallel attention of this rank's queries over every rank's keys and values (see the
     module); forward only (weft.torch.attention.SequenceParallelAttention has the backward)."""
     return torch.ops.weft.ag_attention(q, k, v, causal, strategy_id(strategy))
+
+
+def ag_moe(a, b, choices, experts, strategy="default"):
+    """Tensor-parallel MoE's first half (see the module): [W * rows * topk, n] in the MoE row layout."""
+    return torch.ops.weft.ag_moe(a, b, choices, experts, strategy_id(strategy))
+
+
+def moe_rs(a, b, choices, topk_weights, experts, strategy="default"):
+    """Tensor-parallel MoE's second half (see the module): this rank's tokens [rows, n]."""
+    return torch.ops.weft.moe_rs(a, b, choices, topk_weights, experts, strategy_id(strategy))
 
 
 def _b_layout(b_layout):
@@ -282,6 +307,26 @@ def _register_fakes():
         return q.new_empty(q.shape)
 
     torch.library.register_fake("weft::ag_attention", fake_attention, lib=_library)
+
+    def fake_ag_moe(a, b, choices, experts, strategy=0):
+        world = communicator().world_size
+        if experts < 1 or b.shape[0] % experts:
+            raise ValueError(f"weft.ag_moe: B must be [experts * n, k] with experts={experts}, got {list(b.shape)}")
+        if choices.shape[0] != world or choices.shape[1] % a.shape[0]:
+            raise ValueError(f"weft.ag_moe: choices must be [world_size, rows * topk] = [{world}, {a.shape[0]} * topk], got {list(choices.shape)}")
+        topk = choices.shape[1] // a.shape[0]
+        return a.new_empty((world * a.shape[0] * topk, b.shape[0] // experts))
+
+    def fake_moe_rs(a, b, choices, topk_weights, experts, strategy=0):
+        world = communicator().world_size
+        if experts < 1 or b.shape[0] % experts:
+            raise ValueError(f"weft.moe_rs: B must be [experts * n, k] with experts={experts}, got {list(b.shape)}")
+        if topk_weights.shape[0] % world:
+            raise ValueError("weft.moe_rs: topk_weights must be [world_size * rows, topk] (every rank's tokens)")
+        return a.new_empty((topk_weights.shape[0] // world, b.shape[0] // experts))
+
+    torch.library.register_fake("weft::ag_moe", fake_ag_moe, lib=_library)
+    torch.library.register_fake("weft::moe_rs", fake_moe_rs, lib=_library)
 
 
 _register_fakes()

@@ -195,3 +195,47 @@ def sequence_parallel_attention(q, k, v, causal=False):
     and v (autograd's: their gradients reduce-scattered back), then SDPA (attention_over_gathered)."""
     rank = torch.distributed.get_rank(process_group()) if world_size() > 1 else 0
     return attention_over_gathered(q, _all_gather(k), _all_gather(v), causal, rank)
+
+
+def moe_row_order(choices, topk):
+    """The MoE row layout of ag_moe's result (ir/problem.hpp's moe_rows): row r holds (token, choice)
+    flat index order[r] = token * topk + choice, tokens numbered over every rank (rank s's token i is
+    s * rows + i), grouped by source rank, then expert, then token, then choice. choices: every rank's
+    experts per token, [W, rows * topk]."""
+    per_rank = choices.shape[1]
+    return torch.cat([s * per_rank + torch.argsort(choices[s].long(), stable=True) for s in range(choices.shape[0])])
+
+
+def ag_moe(a, b, choices, experts):
+    """torch.ops.weft.ag_moe's sequential equivalent: all_gather of the tokens, then each (token,
+    choice) row times its expert's shard of b [experts * n, k], in the MoE row layout."""
+    topk = choices.shape[1] // a.shape[0]
+    gathered = _all_gather(a)
+    order = moe_row_order(choices, topk).to(a.device)
+    expert_of = choices.reshape(-1).long().to(a.device)[order]
+    tokens = order // topk
+    n = b.shape[0] // experts
+    out = a.new_empty((order.numel(), n))
+    for e in range(experts):
+        rows = (expert_of == e).nonzero().squeeze(1)
+        if rows.numel():
+            out[rows] = torch.mm(gathered[tokens[rows]], b[e * n:(e + 1) * n].t())
+    return out
+
+
+def moe_rs(a, b, choices, topk_weights, experts):
+    """torch.ops.weft.moe_rs's sequential equivalent: each row of a (MoE row layout) times its
+    expert's b, the top-k weighted sum per token, and reduce_scatter of every rank's tokens."""
+    topk = topk_weights.shape[1]
+    order = moe_row_order(choices, topk).to(a.device)
+    expert_of = choices.reshape(-1).long().to(a.device)[order]
+    n = b.shape[0] // experts
+    partial = a.new_empty((a.shape[0], n))
+    for e in range(experts):
+        rows = (expert_of == e).nonzero().squeeze(1)
+        if rows.numel():
+            partial[rows] = torch.mm(a[rows], b[e * n:(e + 1) * n].t())
+    row_of = torch.empty_like(order)
+    row_of[order] = torch.arange(order.numel(), device=a.device)  # (token, choice) -> its row
+    combined = (partial[row_of].float().view(-1, topk, n) * topk_weights.float().unsqueeze(2)).sum(1).to(a.dtype)
+    return _reduce_scatter(combined)

@@ -1,0 +1,41 @@
+"""The MoE ops through PyTorch, on the CPU: the row layout the plain equivalents use (plain.py's
+moe_row_order) is the C++ definition's (ir/problem.hpp's moe_rows, through weft._native), and the
+fake kernels give the results' shapes and refuse what the kernels refuse. On the GPU (world 1 here,
+several under torchrun): test_moe_torch.py."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+try:
+    import weft
+    import weft.torch as wt  # noqa: F401
+    from weft.torch import comm, plain
+except (ImportError, OSError) as e:
+    pytest.skip(f"weft.torch is not importable: {e}", allow_module_level=True)
+
+import types  # noqa: E402
+
+
+@pytest.mark.parametrize("world, rows, experts, topk", [(1, 5, 4, 2), (2, 7, 8, 2), (4, 3, 6, 3)])
+def test_the_plain_row_order_is_the_definition(world, rows, experts, topk):
+    g = torch.Generator().manual_seed(world * 100 + rows)
+    choices = torch.stack([torch.stack([torch.randperm(experts, generator=g)[:topk] for _ in range(rows)]).reshape(-1) for _ in range(world)])
+    want = weft._native.moe_row_order(choices.tolist(), experts, topk)
+    assert plain.moe_row_order(choices, topk).tolist() == list(want)
+
+
+def test_the_fake_kernels_give_the_results_shapes_and_refuse_bad_inputs(monkeypatch):
+    monkeypatch.setitem(comm._state, "comm", types.SimpleNamespace(world_size=2, rank=0))
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        a = torch.empty(16, 64, dtype=torch.bfloat16)
+        b = torch.empty(4 * 32, 64, dtype=torch.bfloat16)
+        choices = torch.empty(2, 16 * 2, dtype=torch.int32)
+        assert torch.ops.weft.ag_moe(a, b, choices, 4, 0).shape == (2 * 16 * 2, 32)
+        weights = torch.empty(2 * 16, 2, dtype=torch.bfloat16)
+        rows = torch.empty(2 * 16 * 2, 64, dtype=torch.bfloat16)
+        assert torch.ops.weft.moe_rs(rows, b, choices, weights, 4, 0).shape == (16, 32)
+        with pytest.raises(ValueError, match=r"B must be \[experts \* n, k\] with experts=3"):
+            torch.ops.weft.ag_moe(a, b, choices, 3, 0)
+        with pytest.raises(ValueError, match=r"choices must be \[world_size, rows \* topk\]"):
+            torch.ops.weft.ag_moe(a, b, torch.empty(1, 32, dtype=torch.int32), 4, 0)
