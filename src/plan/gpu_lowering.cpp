@@ -69,6 +69,12 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
   const BufferDecl& b = decl_of(plan, gemm.b);
   if (b.order == MemoryOrder::column_major)
     return "GEMM step '" + label + "' multiplies an FP8 B stored [K, N] (layout kn); cuBLASLt's FP8 matmul takes B row-major [N, K] only (TN)";
+  // cuBLASLt's FP8 matmul reads K in 16-byte units from 16-byte aligned rows: a K slice (FiCCO's 2D
+  // schedules cut K by the world size) must start and end at multiples of 16 columns.
+  for (const auto& [operand, name] : {std::pair{gemm.a, "A"}, std::pair{gemm.b, "B"}})
+    if (operand.box.col % 16 != 0 || operand.box.cols % 16 != 0)
+      return "GEMM step '" + label + "' reads K columns " + std::to_string(operand.box.col) + ".." + std::to_string(operand.box.col + operand.box.cols) +
+             " of FP8 " + name + "; cuBLASLt's FP8 matmul takes K slices that start and end at multiples of 16";
   // cuBLASLt's block-scaled FP8 matmul on Hopper has no algorithm for M (our rows of A) not a
   // multiple of 4, whatever the scales' padding; N and K ragged against 128 it takes.
   if (plan.problem.scaling == Scaling::block && gemm.a.box.rows % 4 != 0)
@@ -91,8 +97,11 @@ std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool
   // NCCL's all-gather and the copies of FP8 rows with tensor or row scales: the rows' bytes, and
   // the scales with them (runtime/lowering/collective.cpp, data_movement.cpp). Block scales are laid
   // out K-block-major over the buffer's rows, which moving rows does not keep.
+  // (Row-major buffers, and not a companion group's copies, which the SM companion moves as bf16.)
   const auto moves_fp8_rows = [&](const Region& src, const Region& dst) {
-    return is_fp8(decl_of(plan, src).dtype) && plan.problem.scaling != Scaling::block && decl_of(plan, dst).dtype == decl_of(plan, src).dtype;
+    const BufferDecl &from = decl_of(plan, src), &to = decl_of(plan, dst);
+    return is_fp8(from.dtype) && plan.problem.scaling != Scaling::block && to.dtype == from.dtype && from.order == MemoryOrder::row_major &&
+           to.order == MemoryOrder::row_major && step.companion < 0;
   };
   if (const auto* c = std::get_if<CollectiveStep>(&step.body); c && c->kind == CollectiveKind::all_gather && moves_fp8_rows(c->src, c->dst))
     return std::nullopt;

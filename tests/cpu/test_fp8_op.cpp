@@ -205,6 +205,16 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   // decomposed: the caller's FP8 A copied into symmetric memory with its scales, the peers' rows
   // pulled by the copy engine with theirs, per-shard library GEMMs: all lowered.
   EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("decomposed"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)), {false}));
+  // FiCCO's 2D schedule cuts K by the world size: at world 3 K=4096 is cut at 1365 and 2730, which
+  // cuBLASLt's FP8 matmul cannot read (16-byte units): declined, where world 2's halves run.
+  Problem sliced = fp8_problem(OpKind::ag_gemm, 3, Scaling::row, DType::bf16);
+  sliced.k = 4096;
+  const auto k_slices = gpu_lowering_gap(make_plan(find_strategy("ficco_uniform_fused_2d"), sliced), {false});
+  ASSERT_TRUE(k_slices);
+  EXPECT_NE(k_slices->find("K slices that start and end at multiples of 16"), std::string::npos) << *k_slices;
+  sliced.world_size = 2;
+  sliced.m = 128;
+  EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("ficco_uniform_fused_2d"), sliced), {false}));
   // fused: its GEMM waits on the pulls, so it is the overlap GEMM, which has no FP8 mainloop.
   const auto fused = gpu_lowering_gap(make_plan(find_strategy("fused"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)), {false});
   ASSERT_TRUE(fused);

@@ -86,7 +86,13 @@ const float* pass_scales(Descriptors& d, int which, const BoundScales& s, const 
   const float* where = scales_from(s, label, operand);
   if (!is_row_scaled(s.grid) || reinterpret_cast<uintptr_t>(where) % 16 == 0) return where;
   const size_t bytes = static_cast<size_t>(s.elements.rows) * sizeof(float);
-  if (!d.staged_scales[which]) d.staged_scales[which] = upload(std::vector<float>(static_cast<size_t>(s.elements.rows), 0.0f).data(), bytes);
+  if (!d.staged_scales[which]) {
+    // Allocated at lowering, never while a call is enqueued (or captured): a pointer's alignment
+    // mod 16 follows from its first row, bound pointers being 16-byte aligned.
+    if (stream != nullptr)
+      throw std::logic_error("CudaExecutor: GEMM step '" + label + "': " + operand + "'s row scales became misaligned after lowering");
+    d.staged_scales[which] = upload(std::vector<float>(static_cast<size_t>(s.elements.rows), 0.0f).data(), bytes);
+  }
   auto* staged = static_cast<float*>(d.staged_scales[which].get());
   if (stream != nullptr) WEFT_CUDA_CHECK(cudaMemcpyAsync(staged, where, bytes, cudaMemcpyDeviceToDevice, stream));
   return staged;
