@@ -22,6 +22,7 @@ from .comm import communicator, init, is_initialized, process_group, world_size
 from .blocks import DecoderBlock, DecoderStack, RMSNorm, TensorParallelAttention, TensorParallelSwiGLU
 from .fp8 import Float8Recipe
 from .layers import ColumnParallelLinear, RowParallelLinear, TensorParallelMLP
+from .moe import TensorParallelMoE
 from .ops import check_errors, strategy_id, symmetric_input, synchronize
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "SequenceParallelAttention",
     "TensorParallelAttention",
     "TensorParallelMLP",
+    "TensorParallelMoE",
     "TensorParallelSwiGLU",
     "check_errors",
     "communicator",

@@ -1,0 +1,115 @@
+"""weft.torch.TensorParallelMoE at world 2 on the CPU (run by test_moe_ops.py; python
+moe_world_of_two.py runs it alone): two processes over torch.distributed's gloo, weft's communicator
+a stand-in of two ranks on that group, and torch.ops.weft.ag_moe / moe_rs CPU kernels written here by
+their definitions (ir/problem.hpp), apart from weft's code: every rank's tokens gathered, each (token,
+choice) row in the MoE row layout (by source rank, expert, token, choice) times its expert's shard;
+the weighted top-k sum per token over every rank's partial sums. Each rank checks the layer's output
+and the gradients of its input, router, w1 and w2 (weft's backward: moe.py) against the same layer
+through plain torch under autograd (plain.ag_moe / plain.moe_rs); exit status 0 where every check
+on every rank passed."""
+
+import os
+import sys
+import types
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = 2
+TOLERANCE = 2e-2  # bf16 products summed in other orders
+
+
+def gathered(x):
+    parts = [torch.empty_like(x) for _ in range(WORLD)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts)
+
+
+def layout(choices, experts, topk):
+    """[(token over every rank, choice, expert)] in the MoE row layout, written out."""
+    rows = []
+    per_rank = choices.shape[1] // topk
+    for s in range(choices.shape[0]):
+        for e in range(experts):
+            for i in range(per_rank):
+                for j in range(topk):
+                    if int(choices[s, i * topk + j]) == e:
+                        rows.append((s * per_rank + i, j, e))
+    return rows
+
+
+def ag_moe_definition(a, b, choices, experts):
+    topk = choices.shape[1] // a.shape[0]
+    tokens, n = gathered(a).double(), b.shape[0] // experts
+    return torch.stack([tokens[t] @ b[e * n:(e + 1) * n].double().t() for t, _, e in layout(choices, experts, topk)]).to(a.dtype)
+
+
+def moe_rs_definition(a, b, choices, weights, experts, rank):
+    topk, n = weights.shape[1], b.shape[0] // experts
+    z = torch.zeros(weights.shape[0], n, dtype=torch.float64)
+    for r, (t, j, e) in enumerate(layout(choices, experts, topk)):
+        z[t] += float(weights[t, j]) * (a[r].double() @ b[e * n:(e + 1) * n].double().t())
+    dist.all_reduce(z)
+    per_rank = weights.shape[0] // WORLD
+    return z[rank * per_rank:(rank + 1) * per_rank].to(a.dtype)
+
+
+def rel(got, want):
+    got, want = got.double(), want.double()
+    if torch.isnan(got).any() or want.abs().max() == 0:
+        return float("inf")
+    return ((got - want).norm() / want.norm()).item()
+
+
+def check(rank, wt, experts, topk, strategy):
+    torch.manual_seed(5 + rank)
+    layer = wt.TensorParallelMoE(32, 64, experts, topk, strategy, device="cpu")
+    g = torch.Generator().manual_seed(17 + 100 * rank)
+    x, dz = (torch.randn(12, 32, generator=g).to(torch.bfloat16) for _ in range(2))
+    grads = []
+    for plain_products in (False, True):
+        layer.zero_grad()
+        xi = x.clone().requires_grad_()
+        z = layer(xi, plain_products=plain_products)
+        z.backward(dz)
+        grads.append([z.detach(), xi.grad] + [p.grad.clone() for p in (layer.gate, layer.w1, layer.w2)])
+    errors = {name: rel(ours, theirs) for name, ours, theirs in zip(("z", "dx", "dgate", "dw1", "dw2"), *grads)}
+    ok = max(errors.values()) < TOLERANCE
+    line = f"rank {rank} experts {experts} topk {topk} {strategy}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + ("" if ok else "  FAILED")
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return ok
+
+
+def run(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    import weft.torch as wt
+    from weft.torch import comm
+
+    comm._state.update(comm=types.SimpleNamespace(world_size=WORLD, rank=rank), group=dist.group.WORLD)
+    lib = torch.library.Library("weft", "IMPL")
+    lib.impl("ag_moe", lambda a, b, choices, experts, strategy=0: ag_moe_definition(a, b, choices, experts), "CPU")
+    lib.impl("moe_rs", lambda a, b, choices, weights, experts, strategy=0: moe_rs_definition(a, b, choices, weights, experts, rank), "CPU")
+    ok = True
+    for experts, topk in ((4, 2), (3, 1)):
+        for strategy in ("default", "tilelink"):
+            ok &= check(rank, wt, experts, topk, strategy)
+    lib._destroy()
+    dist.destroy_process_group()
+    if not ok:
+        sys.exit(1)
+
+
+def main():
+    try:
+        mp.spawn(run, args=(29500 + os.getpid() % 2000,), nprocs=WORLD)
+    except mp.ProcessExitedException as e:
+        print(f"a rank failed: {e}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

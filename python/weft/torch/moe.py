@@ -1,0 +1,142 @@
+"""Tensor-parallel mixture of experts with autograd (TileLink Figure 5): every rank holds a shard of
+every expert (w1: [experts * ffn / W, hidden], w2: [experts * hidden, ffn / W]) and, with sequence
+parallelism, its own tokens x [t, hidden].
+
+    moe = weft.torch.TensorParallelMoE(hidden=4096, ffn=14336, experts=8, topk=2)
+    z = moe(x)     # x [t, hidden]: this rank's tokens -> z [t, hidden]
+
+Forward: a router (replicated [experts, hidden]) picks each token's top-k experts and their weights
+(softmax over the experts, renormalised over the chosen), every rank's choices gathered (a host
+synchronisation: weft's MoE ops take the choices as a host table), then torch.ops.weft.ag_moe
+(AllGather of the tokens + each (token, choice) row times its expert's w1 shard), GELU, and
+torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
+ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same GEMMs per expert with
+torch (weft/torch/plain.py's MoE row layout), the tokens gathered again, the input gradient
+reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
+bfloat16."""
+
+import torch
+
+from . import plain
+from .comm import all_gather_rows, process_group, world_size
+from .layers import _init_weight
+from .ops import ag_moe, moe_rs
+
+
+def _reduce_scatter_rows(x):
+    world = world_size()
+    if world == 1:
+        return x
+    out = x.new_empty((x.shape[0] // world,) + tuple(x.shape[1:]))
+    torch.distributed.reduce_scatter_tensor(out, x.contiguous(), group=process_group())
+    return out
+
+
+def _rows_by_expert(choices, topk, experts, device):
+    """For the MoE row layout: each row's token (over every rank) and choice, and per expert its rows."""
+    order = plain.moe_row_order(choices, topk).to(device)
+    expert_of = choices.reshape(-1).long().to(device)[order]
+    return order // topk, order % topk, [(expert_of == e).nonzero().squeeze(1) for e in range(experts)]
+
+
+class _AgMoe(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w1, choices, experts, strategy):
+        x = x.contiguous()
+        ctx.save_for_backward(x, w1)
+        ctx.choices, ctx.experts = choices, experts
+        return ag_moe(x, w1, choices, experts, strategy)
+
+    @staticmethod
+    def backward(ctx, dh):
+        x, w1 = ctx.saved_tensors
+        experts, topk = ctx.experts, ctx.choices.shape[1] // x.shape[0]
+        tokens, _, rows_of = _rows_by_expert(ctx.choices, topk, experts, x.device)
+        gathered = all_gather_rows(x)
+        n = w1.shape[0] // experts
+        dx_all, dw1 = torch.zeros_like(gathered, dtype=torch.float32), torch.empty_like(w1)
+        for e, rows in enumerate(rows_of):
+            w = w1[e * n:(e + 1) * n]
+            if rows.numel():
+                dx_all.index_add_(0, tokens[rows], torch.mm(dh[rows], w).float())
+                dw1[e * n:(e + 1) * n] = torch.mm(dh[rows].t(), gathered[tokens[rows]])
+            else:
+                dw1[e * n:(e + 1) * n] = 0
+        return _reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
+
+
+class _MoeRs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, w2, choices, topk_weights, experts, strategy):
+        h = h.contiguous()
+        ctx.save_for_backward(h, w2, topk_weights)
+        ctx.choices, ctx.experts = choices, experts
+        return moe_rs(h, w2, choices, topk_weights, experts, strategy)
+
+    @staticmethod
+    def backward(ctx, dz):
+        h, w2, weights = ctx.saved_tensors
+        experts, topk = ctx.experts, weights.shape[1]
+        tokens, choice, rows_of = _rows_by_expert(ctx.choices, topk, experts, h.device)
+        dz_all = all_gather_rows(dz.contiguous())
+        n = w2.shape[0] // experts
+        dh, dw2 = torch.empty_like(h), torch.empty_like(w2)
+        # This rank's share of each weight's gradient: its rows' partial products (over its shard of
+        # the inner dimension); the all-gather that made topk_weights sums the ranks' shares.
+        dweights = torch.zeros(weights.shape, dtype=torch.float32, device=h.device)
+        for e, rows in enumerate(rows_of):
+            w = w2[e * n:(e + 1) * n]
+            if not rows.numel():
+                dw2[e * n:(e + 1) * n] = 0
+                continue
+            t, j = tokens[rows], choice[rows]
+            g = dz_all[t]                                   # each row's token's output gradient
+            scaled = (g.float() * weights[t, j].float().unsqueeze(1)).to(h.dtype)
+            dh[rows] = torch.mm(scaled, w)
+            dw2[e * n:(e + 1) * n] = torch.mm(scaled.t(), h[rows])
+            dweights[t, j] = (g.float() * torch.mm(h[rows], w.t()).float()).sum(1)
+        return dh, dw2, None, dweights.to(weights.dtype), None, None
+
+
+def route(x, gate, topk):
+    """Each token's top-k experts and their weights (softmax over the experts, renormalised over the
+    chosen): (ids [t, topk], weights [t, topk] in x's dtype, differentiable through gate and x)."""
+    probabilities = torch.softmax(torch.mm(x, gate.t()).float(), dim=-1)
+    values, ids = torch.topk(probabilities, topk, dim=-1)
+    return ids, (values / values.sum(-1, keepdim=True)).to(x.dtype)
+
+
+def every_ranks_choices(ids):
+    """Every rank's experts per token, [W, t * topk], on the host (the MoE ops' table)."""
+    return all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1).cpu()
+
+
+class TensorParallelMoE(torch.nn.Module):
+    """z = sum over each token's top-k experts e of weight_e * GELU(x W1_e^T) W2_e^T, experts sharded
+    over ranks along their inner dimension (see the module). plain=True runs the same layer through
+    torch (plain.ag_moe / plain.moe_rs): the reference."""
+
+    def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        world = world_size()
+        if ffn % world:
+            raise ValueError(f"TensorParallelMoE: ffn={ffn} is not a multiple of the world size {world}")
+        if not 1 <= topk <= experts:
+            raise ValueError(f"TensorParallelMoE: topk={topk} must be in 1..experts={experts}")
+        device = device or torch.cuda.current_device()
+        self.experts, self.topk, self.strategy = experts, topk, strategy
+        self.gate = _init_weight(experts, hidden, device, dtype)
+        if world > 1:  # the router is replicated: every rank starts from rank 0's
+            torch.distributed.broadcast(self.gate.data, src=torch.distributed.get_global_rank(process_group(), 0), group=process_group())
+        self.w1 = _init_weight(experts * (ffn // world), hidden, device, dtype)
+        self.w2 = _init_weight(experts * hidden, ffn // world, device, dtype)
+
+    def forward(self, x, plain_products=False):
+        ids, weights = route(x, self.gate, self.topk)
+        choices = every_ranks_choices(ids)
+        weights_all = plain._all_gather(weights)  # autograd: the weights' gradient reduce-scattered back
+        if plain_products:
+            h = plain.ag_moe(x, self.w1, choices, self.experts)
+            return plain.moe_rs(torch.nn.functional.gelu(h), self.w2, choices, weights_all, self.experts)
+        h = _AgMoe.apply(x, self.w1, choices, self.experts, self.strategy)
+        return _MoeRs.apply(torch.nn.functional.gelu(h), self.w2, choices, weights_all, self.experts, self.strategy)
