@@ -15,7 +15,7 @@
 #              tilelink_moe_tp, flashoverlap_ar) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
 #              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
-#              the model step (llama3-8b prefill and train, llama3-70b train; 2 blocks) and the
+#              the model step (llama3-8b prefill and train, llama3-70b and mixtral-8x7b train; 2 blocks) and the
 #              sequence-parallel attention rows (--attention)
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
 #              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
@@ -137,7 +137,7 @@ stage_torch() {
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
     torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
   # The model step: decoder blocks of weft.torch.blocks against the same blocks on plain torch.
-  for model_mode in llama3-8b:prefill llama3-8b:train llama3-70b:train; do
+  for model_mode in llama3-8b:prefill llama3-8b:train llama3-70b:train mixtral-8x7b:train; do
     CUDA_VISIBLE_DEVICES=$cvd timed "world $w model step ${model_mode/:/ }" "$d/model_${model_mode/:/_}.txt" 300 \
       torchrun --standalone --nproc_per_node=$w -m weft.benchmark --model ${model_mode%%:*} --mode ${model_mode##*:} --layers 2 \
       --csv "$d/model_${model_mode/:/_}.csv" || status=1

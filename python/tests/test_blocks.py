@@ -115,8 +115,32 @@ def test_a_stack_applies_its_blocks_in_turn(world_of_one_on_the_cpu):
     assert torch.allclose(stack(x), want, rtol=1e-9, atol=1e-9)
     with pytest.raises(ValueError, match="layers=0"):
         wt.DecoderStack(TINY, 0, device="cpu")
-    with pytest.raises(ValueError, match="mixture of experts"):
-        wt.DecoderBlock(models.config("mixtral-8x7b"), device="cpu")
+
+def test_a_mixture_of_experts_block_is_its_definition_through_plain_torch(world_of_one_on_the_cpu):
+    """Mixtral's block cut by 8 at world 1 on the CPU through plain torch (the ops' sequential
+    equivalents): its MLP against the MoE written out in float64 (softmax top-k renormalised, each
+    chosen expert's SwiGLU, weighted sum), and a backward that reaches every parameter."""
+    cfg = models.scaled(models.config("mixtral-8x7b"), 8)
+    torch.manual_seed(9)
+    block = wt.DecoderBlock(cfg, device="cpu", dtype=torch.float64)
+    x = torch.rand(8, 2, cfg.hidden, dtype=torch.float64, requires_grad=True)
+    moe = block.mlp.moe
+    flat = x.detach().reshape(16, cfg.hidden)
+    probabilities = torch.softmax(flat @ moe.gate.detach().t(), dim=-1)
+    values, ids = torch.topk(probabilities, cfg.topk, dim=-1)
+    weights = values / values.sum(-1, keepdim=True)
+    want = torch.zeros(16, cfg.hidden, dtype=torch.float64)
+    f = cfg.ffn
+    for t in range(16):
+        for j in range(cfg.topk):
+            e = int(ids[t, j])
+            w1 = moe.w1.detach()[e * 2 * f:(e + 1) * 2 * f]
+            h = torch.nn.functional.silu(flat[t] @ w1[:f].t()) * (flat[t] @ w1[f:].t())
+            want[t] += weights[t, j] * (h @ moe.w2.detach()[e * cfg.hidden:(e + 1) * cfg.hidden].t())
+    got = block.mlp(x.detach(), plain=True).reshape(16, cfg.hidden)
+    assert torch.allclose(got, want, rtol=1e-9, atol=1e-9), (got - want).abs().max()
+    block(x, plain=True).sum().backward()
+    assert x.grad is not None and all(p.grad is not None and torch.isfinite(p.grad).all() for p in block.parameters())
 
 
 def test_async_tp_products_are_refused_where_they_cannot_run(world_of_one_on_the_cpu):
@@ -189,3 +213,28 @@ def test_block_through_weft_matches_plain_torch(weft_on_this_gpu, sequence_paral
     rel(x.grad, x_plain.grad, "input gradient")
     for name, p in block.named_parameters():
         rel(weft_grads[name], p.grad, f"gradient of {name}")
+
+
+@pytest.mark.gpu
+def test_a_mixture_of_experts_block_through_weft_matches_plain_torch(weft_on_this_gpu):
+    """A small MoE block (4 experts, top 2, SwiGLU experts sharded over the ranks), sequence parallel:
+    weft's (ag_moe / moe_rs, the MoE backward of weft/torch/moe.py) against plain torch's autograd."""
+    world, rank = wt.world_size(), weft_on_this_gpu.rank
+    cfg = models.ModelConfig("tiny-moe", hidden=128, ffn=64 * world, heads=2 * world, kv_heads=world, head_dim=16, experts=4, topk=2)
+    torch.manual_seed(13 + rank)
+    block = wt.DecoderBlock(cfg)
+    g = torch.Generator().manual_seed(21 + rank)
+    x = ((torch.rand(64, 2, cfg.hidden, generator=g) * 2 - 1).to(torch.bfloat16).cuda()).requires_grad_()
+    x_plain = x.detach().clone().requires_grad_()
+    grad = (torch.rand(64, 2, cfg.hidden, generator=torch.Generator().manual_seed(31 + rank)) * 2 - 1).to(torch.bfloat16).cuda()
+    y = block(x)
+    y.backward(grad)
+    weft_grads = {n: p.grad.clone() for n, p in block.named_parameters()}
+    block.zero_grad()
+    y_plain = block(x_plain, plain=True)
+    y_plain.backward(grad)
+    for what, got, want in [("output", y, y_plain), ("input gradient", x.grad, x_plain.grad)] + [
+            (f"gradient of {n}", weft_grads[n], p.grad) for n, p in block.named_parameters()]:
+        e = float("inf") if torch.isnan(got).any() else ((got.float() - want.float()).norm() / want.float().norm()).item()
+        e = checking.slowest(e)
+        assert e < 2e-2, f"{what}: relative error {e:.2e} against plain torch (largest over the ranks)"

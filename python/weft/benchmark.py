@@ -458,7 +458,7 @@ def main(argv=None):
     parser.add_argument("--mlp-hidden", type=int, default=4096)
     parser.add_argument("--mlp-ffn", type=int, default=14336)
     parser.add_argument("--mlp-tokens", type=int, default=8192)
-    parser.add_argument("--model", default="", help="a model's step instead of the suite: llama3-8b, llama3-70b, qwen2-72b (weft.models)")
+    parser.add_argument("--model", default="", help="a model's step instead of the suite: llama3-8b, llama3-70b, qwen2-72b, mixtral-8x7b (weft.models; MoE blocks: sequence parallel)")
     parser.add_argument("--layers", type=int, default=2, help="--model: decoder blocks")
     parser.add_argument("--mode", choices=("prefill", "train"), default="train", help="--model: forward, or forward + backward")
     parser.add_argument("--tokens", type=int, default=8192, help="--model: tokens per step over all ranks")

@@ -1,6 +1,7 @@
 """Transformer blocks over weft's tensor-parallel layers: a Llama-style decoder block (RMSNorm,
-grouped-query attention with rotary positions and causal masking, SwiGLU MLP) with Megatron tensor
-+ sequence parallelism.
+grouped-query attention with rotary positions and causal masking, SwiGLU MLP, or for a mixture-of-
+experts config such as Mixtral's, SwiGLU experts sharded over the ranks through ag_moe / moe_rs:
+weft/torch/moe.py) with Megatron tensor + sequence parallelism.
 
 Layout (Megatron's): activations are [s, b, hidden], sequence-first; with sequence parallelism each
 rank holds s / W of the positions ([s/W, b, hidden]) and the column-parallel layers gather them
@@ -133,18 +134,35 @@ class TensorParallelSwiGLU(_Parallel):
         return z.view(-1, b, hidden)
 
 
+class MixtureOfExpertsMLP(torch.nn.Module):
+    """The MLP of an MoE config: weft.torch.TensorParallelMoE (SwiGLU experts, tensor-parallel through
+    ag_moe / moe_rs) on the block's [s/W, b, hidden] activations. Sequence parallel only (each rank's
+    tokens its own); plain (True or "async_tp"): through torch."""
+
+    def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16):
+        super().__init__()
+        from .moe import TensorParallelMoE
+
+        if not sequence_parallel and world_size() > 1:
+            raise ValueError(f"{cfg.name}: the MoE MLP runs with sequence parallelism (each rank's own tokens gathered by ag_moe)")
+        self.moe = TensorParallelMoE(cfg.hidden, cfg.ffn, cfg.experts, cfg.topk, strategy, device, dtype)
+
+    def forward(self, x, plain=False):
+        s_here, b, hidden = x.shape
+        return self.moe(x.reshape(s_here * b, hidden), plain_products=bool(plain)).view(-1, b, hidden)
+
+
 class DecoderBlock(torch.nn.Module):
     """x + attention(norm(x)), then + mlp(norm(...)): one Llama-style layer (see the module's docstring)."""
 
     def __init__(self, cfg, sequence_parallel=True, strategy="default", device=None, dtype=torch.bfloat16, save_gathered_input=False):
         super().__init__()
-        if cfg.is_moe:
-            raise ValueError(f"DecoderBlock: {cfg.name} is a mixture of experts; its MLP is not a DecoderBlock's (not built yet)")
         self.cfg = cfg
         self.attention_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
         self.attention = TensorParallelAttention(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input)
         self.mlp_norm = RMSNorm(cfg.hidden, cfg.norm_eps, device, dtype)
-        self.mlp = TensorParallelSwiGLU(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input)
+        self.mlp = (MixtureOfExpertsMLP(cfg, sequence_parallel, strategy, device, dtype) if cfg.is_moe
+                    else TensorParallelSwiGLU(cfg, sequence_parallel, strategy, device, dtype, save_gathered_input))
 
     def forward(self, x, plain=False):
         h = x + self.attention(self.attention_norm(x), plain)

@@ -1,5 +1,6 @@
 """Tensor-parallel mixture of experts with autograd (TileLink Figure 5): every rank holds a shard of
-every expert (w1: [experts * ffn / W, hidden], w2: [experts * hidden, ffn / W]) and, with sequence
+every expert (w1: [experts * ffn / W, hidden], or with SwiGLU experts [experts * 2 ffn / W, hidden],
+each expert's gate rows then its up rows; w2: [experts * hidden, ffn / W]) and, with sequence
 parallelism, its own tokens x [t, hidden].
 
     moe = weft.torch.TensorParallelMoE(hidden=4096, ffn=14336, experts=8, topk=2)
@@ -8,7 +9,8 @@ parallelism, its own tokens x [t, hidden].
 Forward: a router (replicated [experts, hidden]) picks each token's top-k experts and their weights
 (softmax over the experts, renormalised over the chosen), every rank's choices gathered (a host
 synchronisation: weft's MoE ops take the choices as a host table), then torch.ops.weft.ag_moe
-(AllGather of the tokens + each (token, choice) row times its expert's w1 shard), GELU, and
+(AllGather of the tokens + each (token, choice) row times its expert's w1 shard), the activation
+(SwiGLU: silu(gate) * up, Mixtral's; or GELU), and
 torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
 ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same GEMMs per expert with
 torch (weft/torch/plain.py's MoE row layout), the tokens gathered again, the input gradient
@@ -101,7 +103,7 @@ class _MoeRs(torch.autograd.Function):
 def route(x, gate, topk):
     """Each token's top-k experts and their weights (softmax over the experts, renormalised over the
     chosen): (ids [t, topk], weights [t, topk] in x's dtype, differentiable through gate and x)."""
-    probabilities = torch.softmax(torch.mm(x, gate.t()).float(), dim=-1)
+    probabilities = torch.softmax(torch.mm(x, gate.t()).to(torch.promote_types(x.dtype, torch.float32)), dim=-1)
     values, ids = torch.topk(probabilities, topk, dim=-1)
     return ids, (values / values.sum(-1, keepdim=True)).to(x.dtype)
 
@@ -112,23 +114,27 @@ def every_ranks_choices(ids):
 
 
 class TensorParallelMoE(torch.nn.Module):
-    """z = sum over each token's top-k experts e of weight_e * GELU(x W1_e^T) W2_e^T, experts sharded
-    over ranks along their inner dimension (see the module). plain=True runs the same layer through
+    """z = sum over each token's top-k experts e of weight_e * act(x W1_e^T) W2_e^T, experts sharded
+    over ranks along their inner dimension (see the module); activation "swiglu" (W1_e holds the gate
+    and up projections: silu(gate) * up) or "gelu". plain_products=True runs the same layer through
     torch (plain.ag_moe / plain.moe_rs): the reference."""
 
-    def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16):
+    def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16, activation="swiglu"):
         super().__init__()
         world = world_size()
         if ffn % world:
             raise ValueError(f"TensorParallelMoE: ffn={ffn} is not a multiple of the world size {world}")
         if not 1 <= topk <= experts:
             raise ValueError(f"TensorParallelMoE: topk={topk} must be in 1..experts={experts}")
+        if activation not in ("swiglu", "gelu"):
+            raise ValueError(f"TensorParallelMoE: activation must be 'swiglu' or 'gelu', got {activation!r}")
         device = device or torch.cuda.current_device()
-        self.experts, self.topk, self.strategy = experts, topk, strategy
+        self.experts, self.topk, self.strategy, self.activation = experts, topk, strategy, activation
+        self.ffn_here = ffn // world
         self.gate = _init_weight(experts, hidden, device, dtype)
         if world > 1:  # the router is replicated: every rank starts from rank 0's
             torch.distributed.broadcast(self.gate.data, src=torch.distributed.get_global_rank(process_group(), 0), group=process_group())
-        self.w1 = _init_weight(experts * (ffn // world), hidden, device, dtype)
+        self.w1 = _init_weight(experts * (ffn // world) * (2 if activation == "swiglu" else 1), hidden, device, dtype)
         self.w2 = _init_weight(experts * hidden, ffn // world, device, dtype)
 
     def forward(self, x, plain_products=False):
@@ -137,6 +143,12 @@ class TensorParallelMoE(torch.nn.Module):
         weights_all = plain._all_gather(weights)  # autograd: the weights' gradient reduce-scattered back
         if plain_products:
             h = plain.ag_moe(x, self.w1, choices, self.experts)
-            return plain.moe_rs(torch.nn.functional.gelu(h), self.w2, choices, weights_all, self.experts)
+            return plain.moe_rs(self._act(h), self.w2, choices, weights_all, self.experts)
         h = _AgMoe.apply(x, self.w1, choices, self.experts, self.strategy)
-        return _MoeRs.apply(torch.nn.functional.gelu(h), self.w2, choices, weights_all, self.experts, self.strategy)
+        return _MoeRs.apply(self._act(h), self.w2, choices, weights_all, self.experts, self.strategy)
+
+    def _act(self, h):
+        if self.activation == "gelu":
+            return torch.nn.functional.gelu(h)
+        gate, up = h.split(self.ffn_here, dim=-1)
+        return torch.nn.functional.silu(gate) * up

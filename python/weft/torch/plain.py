@@ -237,5 +237,6 @@ def moe_rs(a, b, choices, topk_weights, experts):
             partial[rows] = torch.mm(a[rows], b[e * n:(e + 1) * n].t())
     row_of = torch.empty_like(order)
     row_of[order] = torch.arange(order.numel(), device=a.device)  # (token, choice) -> its row
-    combined = (partial[row_of].float().view(-1, topk, n) * topk_weights.float().unsqueeze(2)).sum(1).to(a.dtype)
+    wide = torch.promote_types(a.dtype, torch.float32)  # the top-k sum in at least float32
+    combined = (partial[row_of].to(wide).view(-1, topk, n) * topk_weights.to(wide).unsqueeze(2)).sum(1).to(a.dtype)
     return _reduce_scatter(combined)
