@@ -143,6 +143,7 @@ stage_torch() {
       --csv "$d/model_${model_mode/:/_}.csv" || status=1
     tail -4 "$d/model_${model_mode/:/_}.txt" >> "$progress"
   done
+  python3 scripts/plot_model_step.py "$d/model_steps.png" "$d"/model_*.csv > /dev/null 2>&1 || say "  (no model-step chart: matplotlib missing or no step ran)"
   # Sequence-parallel attention: weft's ag_attention (each strategy, default) against all_gather + SDPA.
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark --attention" "$d/torch_attention.txt" 300 \
     torchrun --standalone --nproc_per_node=$w -m weft.benchmark --attention --csv "$d/torch_attention.csv" || status=1
