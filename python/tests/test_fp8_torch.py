@@ -204,3 +204,32 @@ def test_the_fp8_mlp_matches_the_recipe_in_plain_torch(scaling, sequence_paralle
         errors = checking.fp8_mlp_errors(layer, x, xw, z, dz, sequence_parallel, recipe, rel)
         print(f"fp8 mlp {scaling} {strategy} sp={sequence_parallel} call {call} world {world}: {errors}")
         assert max(errors.values()) < FP8_LAYER_TOLERANCE, errors
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_the_fp8_benchmark_verifies_and_times_weft_against_scaled_mm(tmp_path, scaling):
+    if wt.world_size() > 1:
+        pytest.skip("run by hand under torchrun at world > 1")
+    import csv
+    import json
+    import os
+    import subprocess
+    import sys
+
+    suite = {"name": "tiny", "description": "FP8 pipeline check", "rows": [
+        {"name": "AG", "op": "ag_gemm", "m": 512, "n": 1024, "k": 512},
+        {"name": "RS", "op": "gemm_rs", "m": 512, "n": 512, "k": 1024},
+        {"name": "AR", "op": "gemm_ar", "m": 512, "n": 512, "k": 1024},
+    ]}
+    (tmp_path / "tiny.json").write_text(json.dumps(suite))
+    csv_path = tmp_path / "fp8.csv"
+    done = subprocess.run([sys.executable, "-m", "weft.benchmark", "--suite", str(tmp_path / "tiny.json"), "--fp8", scaling, "--iterations", "3",
+                           "--warmup", "1", "--csv", str(csv_path), "--mlp-hidden", "512", "--mlp-ffn", "1024", "--mlp-tokens", "256"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(csv.DictReader(csv_path.open()))
+    timed = [r for r in rows if r["ms"]]
+    assert {r["row"] for r in timed} >= {"AG", "RS", "AR"}, rows
+    assert any(r["variant"] == "weft:default" for r in timed) and any(r["variant"] == "torch" for r in timed), rows
+    for r in timed:
+        assert float(r["relative_error"]) < 2e-2, r  # weft's FP8 product against torch._scaled_mm's

@@ -7,6 +7,7 @@ against the same blocks through plain torch.
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --suite default --csv out.csv
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --model llama3-8b --layers 2 --mode train --tokens 8192
     torchrun --standalone --nproc_per_node=4 -m weft.benchmark --attention      # sequence-parallel attention rows
+    torchrun --standalone --nproc_per_node=4 -m weft.benchmark --fp8 rowwise --no-mlp   # the suite in FP8
 
 Timing follows `weft bench`: CUDA events around one call, a device barrier before each call, the
 median of --iterations after --warmup, the slowest rank's median, variants interleaved call by call
@@ -145,9 +146,12 @@ def relative_error(got, want):
 
 
 class Row:
-    """One suite row's tensors on this rank and the variants that compute it."""
+    """One suite row's tensors on this rank and the variants that compute it; with `fp8` (a
+    Float8Recipe) the FP8 product of those tensors quantized by the recipe (ag_gemm, gemm_rs,
+    gemm_ar): torch._scaled_mm with torch.distributed, weft's op with the FP8 operands and scales, and
+    AsyncTP's scaled fused ops."""
 
-    def __init__(self, row, world, rank, seed):
+    def __init__(self, row, world, rank, seed, fp8=None):
         self.name, self.op = row["name"], row["op"]
         self.m, self.n, self.k = per_rank_shape(row, world)
         g = torch.Generator(device="cuda").manual_seed(seed * 1000 + rank)
@@ -158,11 +162,24 @@ class Row:
             gen = torch.Generator().manual_seed(seed)
             self.routing = torch.randint(0, world, (world, self.m), generator=gen, dtype=torch.int32)
         self.world, self.rank = world, rank
+        self.fp8 = fp8
+        if fp8 is not None:
+            if self.op not in ("ag_gemm", "gemm_rs", "gemm_ar"):
+                raise ValueError(f"{self.op} has no FP8 rows yet")
+            from weft.torch import fp8 as _fp8
+
+            # ag_gemm's tensor-wise A scale is the gathered A's: one over every rank's rows.
+            self.qa = _fp8.quantize(self.a, fp8, across_ranks=self.op == "ag_gemm")
+            self.qb = _fp8.quantize(self.b, fp8)
 
     def torch_variant(self):
-        """torch.mm and the torch.distributed collective: the baseline."""
+        """torch.mm and the torch.distributed collective: the baseline (FP8: torch._scaled_mm)."""
         world, group = self.world, wt.process_group()
         a, b = self.a, self.b
+        if self.fp8 is not None:
+            from weft.torch import fp8 as _fp8
+
+            return lambda: _fp8._torch_equivalent(self.op, self.qa, self.qb)[0]
         if self.op == "ag_gemm":
             gathered = a.new_empty((world * self.m, self.k))
 
@@ -199,6 +216,13 @@ class Row:
     def gemm_variant(self):
         """The rank's GEMM alone (T_gemm)."""
         a, b = self.a, self.b
+        if self.fp8 is not None:
+            from weft.torch import fp8 as _fp8
+
+            qa = self.qa
+            if self.op == "ag_gemm":  # the gathered A's size: this rank's rows and scales W times
+                qa = _fp8.Float8(qa.data.repeat(self.world, 1), qa.scale.repeat(self.world, 1) if qa.scale.dim() else qa.scale)
+            return lambda: _fp8.scaled_mm(qa, self.qb)
         if self.op == "ag_gemm":
             gathered = a.new_empty((self.world * self.m, self.k))
             return lambda: torch.mm(gathered, b.t())
@@ -207,6 +231,9 @@ class Row:
     def weft_variant(self, strategy):
         """The call as a user makes it: torch.ops.weft.<op> on these tensors, its output allocated per call."""
         fn, sid = getattr(torch.ops.weft, self.op), wt.ops.strategy_id(strategy)
+        if self.fp8 is not None:
+            qa, qb = self.qa, self.qb
+            return lambda: fn(qa.data, qb.data, sid, qa.scale, qb.column_scale(), torch.bfloat16)
         if self.routing is not None:
             return lambda: fn(self.a, self.b, self.routing, sid)
         return lambda: fn(self.a, self.b, sid)
@@ -215,6 +242,11 @@ class Row:
         """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
         if self.op not in ("ag_gemm", "gemm_rs") or not dist.is_initialized():
             return None
+        if self.fp8 is not None:
+            qa, qb = self.qa, self.qb
+            if self.op == "ag_gemm":
+                return lambda: plain.column_parallel_async_tp_fp8(qa, qb)
+            return lambda: plain.row_parallel_async_tp_fp8(qa, qb)
         a, b = self.a, self.b
         if self.op == "ag_gemm":
             return lambda: plain.column_parallel_async_tp(a, b)
@@ -229,7 +261,7 @@ def bench_suite(args, world, rank, writer, table):
         if args.op and row_spec["op"] not in args.op.split(","):
             continue
         try:
-            row = Row(row_spec, world, rank, args.seed + index)
+            row = Row(row_spec, world, rank, args.seed + index, fp8=wt.Float8Recipe(args.fp8) if args.fp8 else None)
         except ValueError as e:
             print(f"skipping {row_spec['name']}: {e}", file=sys.stderr)
             continue
@@ -287,7 +319,8 @@ def bench_mlp(args, world, rank, writer, table):
     hidden, ffn, tokens = args.mlp_hidden, args.mlp_ffn, args.mlp_tokens
     # The plain torch layer's autograd keeps the gathered input for dW; weft's keeps it too (from the
     # forward's ag_gemm) unless --regather-input.
-    layer = wt.TensorParallelMLP(hidden, ffn, sequence_parallel=world > 1, save_gathered_input=not args.regather_input)
+    recipe = wt.Float8Recipe(args.fp8) if args.fp8 else None
+    layer = wt.TensorParallelMLP(hidden, ffn, sequence_parallel=world > 1, save_gathered_input=not args.regather_input, fp8=recipe)
     rows = tokens // world if world > 1 else tokens
     g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     x = (torch.rand((rows, hidden), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
@@ -302,7 +335,7 @@ def bench_mlp(args, world, rank, writer, table):
 
     def plain_step():
         xi, u, d = x.detach().requires_grad_(), up.detach().requires_grad_(), down.detach().requires_grad_()
-        plain.mlp(xi, u, d, world > 1).backward(dz)
+        (plain.fp8_mlp(xi, u, d, world > 1, recipe) if recipe else plain.mlp(xi, u, d, world > 1)).backward(dz)
         return xi.grad
 
     error = _slowest(relative_error(weft_step(), plain_step()))
@@ -310,7 +343,7 @@ def bench_mlp(args, world, rank, writer, table):
     ms = time_interleaved({"weft MLP fwd+bwd": weft_step, "torch MLP fwd+bwd": plain_step}, args.warmup, args.iterations,
                           args.queue_ahead_us, host_us)
     for name, t in ms.items():
-        line = {"row": f"TP MLP H={hidden} F={ffn} T={tokens}", "op": "mlp", "world": world, "m": rows, "n": ffn, "k": hidden,
+        line = {"row": f"TP MLP H={hidden} F={ffn} T={tokens}" + (f" {args.fp8}" if recipe else ""), "op": "mlp", "world": world, "m": rows, "n": ffn, "k": hidden,
                 "variant": name, "ms": t, "gemm_ms": None, "baseline_ms": ms["torch MLP fwd+bwd"],
                 "speedup": ms["torch MLP fwd+bwd"] / t, "overlap_efficiency": None, "relative_error": error, "host_us": host_us.get(name),
                 "host_ratio": host_us[name] / host_us["torch MLP fwd+bwd"], "b2b_us": None, "b2b_ratio": None,
@@ -463,6 +496,9 @@ def main(argv=None):
     parser.add_argument("--mode", choices=("prefill", "train"), default="train", help="--model: forward, or forward + backward")
     parser.add_argument("--tokens", type=int, default=8192, help="--model: tokens per step over all ranks")
     parser.add_argument("--batch", type=int, default=1, help="--model: sequences per step")
+    parser.add_argument("--fp8", choices=("tensorwise", "rowwise"), default="",
+                        help="the suite's ag_gemm, gemm_rs and gemm_ar rows in FP8 (e4m3 operands scaled by the recipe, bf16 out): "
+                             "weft's ops against torch._scaled_mm + torch.distributed and AsyncTP's scaled fused ops")
     parser.add_argument("--attention", nargs="?", const=ATTENTION_DEFAULT, default="",
                         help="sequence-parallel attention rows instead of the suite: TOTALxBATCHxHEADSxKV_HEADSxHEAD_DIM,... "
                              f"(given alone: {ATTENTION_DEFAULT}); weft's ag_attention against all_gather + SDPA")

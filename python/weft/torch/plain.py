@@ -125,6 +125,22 @@ def row_parallel_async_tp(y, weight):
     return torch.ops.symm_mem.fused_matmul_reduce_scatter(y.contiguous(), weight.t(), "sum", scatter_dim=0, group_name=group_name)
 
 
+def column_parallel_async_tp_fp8(qx, qw):
+    """gather(x) @ weight^T in FP8 through torch.ops.symm_mem.fused_all_gather_scaled_matmul: qx, qw
+    Float8 (fp8.py); bf16 out. Forward only, sequence parallel."""
+    group_name = _symm_mem_group_name()
+    return torch.ops.symm_mem.fused_all_gather_scaled_matmul(
+        qx.data, [qw.data.t()], qx.scale, [qw.column_scale()], 0, group_name, [None], [None], [torch.bfloat16], [False])[1][0]
+
+
+def row_parallel_async_tp_fp8(qy, qw):
+    """reduce_scatter(y @ weight^T) in FP8 through torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter."""
+    group_name = _symm_mem_group_name()
+    rows = qy.data.shape[0]
+    return torch.ops.symm_mem.fused_scaled_matmul_reduce_scatter(
+        qy.data, qw.data.t(), qy.scale, qw.column_scale(), "sum", 0, 0, group_name, [rows, qw.data.shape[0]], out_dtype=torch.bfloat16)
+
+
 # The FP8 recipe (weft/torch/fp8.py) in plain torch: the product torch._scaled_mm gives (on the CPU,
 # where torch._scaled_mm takes only tensor-wise scales, the dequantized product in float64), and
 # autograd's gradient of the dequantized operands' product with quantization passed straight through
