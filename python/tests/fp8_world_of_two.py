@@ -109,7 +109,7 @@ def check(rank, wt, recipe, sequence_parallel, strategy, save_gathered_input):
     # Only the strategies in DECLINING decline: ag_gemm and gemm_rs (sequence parallel) or gemm_ar.
     want_warned = ((["ag_gemm", "gemm_rs"] if sequence_parallel else ["gemm_ar"]) if strategy in DECLINING else [])
     ok = max(errors.values()) < TOLERANCE and warned == sorted(want_warned)
-    line = (f"rank {rank} {recipe.scaling} sp={sequence_parallel} saved={save_gathered_input} {strategy}: "
+    line = (f"rank {rank} {recipe.scaling}/{recipe.backward} sp={sequence_parallel} saved={save_gathered_input} {strategy}: "
             + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"; warned for {warned}" + ("" if ok else "  FAILED"))
     sys.stdout.write(line + "\n")  # one write: the two ranks' lines do not interleave
     sys.stdout.flush()
@@ -125,7 +125,7 @@ def run(rank, port):
     comm._state.update(comm=types.SimpleNamespace(world_size=WORLD, rank=rank), group=dist.group.WORLD)
     lib = register_ops(ops)
     ok = True
-    for recipe in (wt.Float8Recipe("tensorwise"), wt.Float8Recipe("rowwise")):
+    for recipe in (wt.Float8Recipe("tensorwise"), wt.Float8Recipe("rowwise"), wt.Float8Recipe("tensorwise", "fp8"), wt.Float8Recipe("rowwise", "fp8")):
         for sequence_parallel, save in ((True, False), (True, True), (False, False)):
             for strategy in ("default", "chunked"):
                 fp8._declined.clear()  # each case warns afresh

@@ -27,6 +27,8 @@ except Exception as e:  # the native module without a usable libtorch
 
 E4M3 = torch.float8_e4m3fn
 RECIPES = [fp8.Float8Recipe("tensorwise"), fp8.Float8Recipe("rowwise")]
+# The same with the input gradients' products in FP8 too (e5m2 gradients).
+FP8_BACKWARD_RECIPES = [fp8.Float8Recipe("tensorwise", "fp8"), fp8.Float8Recipe("rowwise", "fp8")]
 # Relative error (Frobenius) of weft's FP8 layer against the recipe in plain torch: the two differ
 # only in the order of fp32 sums and where bf16 roundings fall (about 2^-9 each); FP8's own
 # error (e4m3: 3 mantissa bits) is an order larger, so a missing or wrong quantization fails.
@@ -201,6 +203,26 @@ def test_fp8_layers_match_the_recipe_in_plain_torch(world_of_one_with_fp8_ops, k
     assert fp8_calls == expected[kind]
 
 
+@pytest.mark.parametrize("sequence_parallel", [True, False], ids=["sp", "tp"])
+@pytest.mark.parametrize("recipe", FP8_BACKWARD_RECIPES, ids=lambda r: r.scaling)
+@pytest.mark.parametrize("kind", ["column", "row", "mlp"])
+def test_fp8_backward_layers_match_the_recipe_in_plain_torch(world_of_one_with_fp8_ops, kind, recipe, sequence_parallel, record_property):
+    """recipe.backward "fp8": the input gradients' products in FP8 (e5m2 gradients, the weight's
+    transpose in e4m3), in weft's layers and in plain torch's recipe alike."""
+    errors, _ = run_both(kind, recipe, sequence_parallel, record_property)
+    assert max(errors.values()) < TOLERANCE, errors
+
+
+def test_the_comparison_sees_the_fp8_backward(world_of_one_with_fp8_ops, record_property):
+    """The FP8 backward's input gradient against the bf16 backward's recipe (e5m2: 2 mantissa bits):
+    far beyond TOLERANCE, while the forward and the weight gradients (bf16 in both) agree."""
+    fp8_backward = fp8.Float8Recipe("rowwise", "fp8")
+    errors, _ = run_both("mlp", RECIPES[1], True, record_property, layer=layer_of("mlp", fp8_backward, True))
+    assert errors["dx"] > 3 * TOLERANCE and errors["output"] < TOLERANCE, errors
+    with pytest.raises(ValueError, match="backward must be one of"):
+        fp8.Float8Recipe("rowwise", "e5m2")
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.scaling)
 def test_the_comparison_sees_fp8s_error(world_of_one_with_fp8_ops, recipe, record_property):
     """The bf16 layer against the FP8 recipe's plain torch: far beyond TOLERANCE (the check above
@@ -225,15 +247,16 @@ def test_a_strategy_that_declines_fp8_gives_the_same_product_with_one_warning(wo
 
 
 def test_other_refusals_of_weft_s_op_are_not_taken_for_a_decline(world_of_one_with_fp8_ops, monkeypatch):
-    monkeypatch.setattr(fp8, "scale_of", lambda amax: amax.double())  # a float64 scale: refused by the op
+    monkeypatch.setattr(fp8, "scale_of", lambda amax, dtype=None: amax.double())  # a float64 scale: refused by the op
     layer = layer_of("row", RECIPES[0], True)
     with pytest.raises(ValueError, match="scale_a is torch.float64"):
         layer(varied(48, 128, seed=5))
 
 
 def test_the_fp8_mlp_at_world_two_over_gloo_matches_the_recipe():
-    """fp8_world_of_two.py in processes of its own: every recipe, sequence parallel (the gathered
-    input kept or not) or not, a strategy that runs FP8 and one that declines it, on both ranks."""
+    """fp8_world_of_two.py in processes of its own: every recipe (bf16 and FP8 backward), sequence
+    parallel (the gathered input kept or not) or not, a strategy that runs FP8 and one that declines
+    it, on both ranks."""
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp8_world_of_two.py")
@@ -241,5 +264,5 @@ def test_the_fp8_mlp_at_world_two_over_gloo_matches_the_recipe():
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    checked = re.findall(r"rank \d [a-z]+ sp=", done.stdout)
-    assert len(checked) == 2 * 2 * 3 * 2 and "FAILED" not in done.stdout, done.stdout
+    checked = re.findall(r"rank \d [a-z]+/[a-z0-9]+ sp=", done.stdout)
+    assert len(checked) == 2 * 4 * 3 * 2 and "FAILED" not in done.stdout, done.stdout

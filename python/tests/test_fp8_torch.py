@@ -174,9 +174,10 @@ FP8_LAYER_TOLERANCE = 1e-2
 @pytest.mark.parametrize("strategy", ["default", "sequential", "decomposed", "fused"])
 @pytest.mark.parametrize("sequence_parallel, save_gathered_input", [(True, False), (True, True), (False, False)], ids=["sp", "sp-saved", "tp"])
 @pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
-def test_the_fp8_mlp_matches_the_recipe_in_plain_torch(scaling, sequence_parallel, save_gathered_input, strategy):
+@pytest.mark.parametrize("backward", ["bf16", "fp8"])
+def test_the_fp8_mlp_matches_the_recipe_in_plain_torch(scaling, sequence_parallel, save_gathered_input, strategy, backward):
     world, rank = wt.world_size(), wt.communicator().rank
-    recipe = wt.Float8Recipe(scaling)
+    recipe = wt.Float8Recipe(scaling, backward)
     ops_of = {name: ops for name, _, _, ops in weft.strategies()}
     if strategy != "default" and not all(op in ops_of[strategy] for op in (("ag_gemm", "gemm_rs") if sequence_parallel else ("gemm_ar",))):
         with pytest.raises(ValueError, match=f"strategy '{strategy}' does not implement"):  # refused when the layer is made

@@ -29,22 +29,33 @@ from .comm import all_gather_rows, process_group, world_size
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0  # torch.finfo(torch.float8_e4m3fn).max
+E5M2 = torch.float8_e5m2
+E5M2_MAX = 57344.0  # torch.finfo(torch.float8_e5m2).max: gradients' range
+_MAX = {E4M3: E4M3_MAX, E5M2: E5M2_MAX}
 AMAX_FLOOR = 1e-12  # torchao's: a zero tensor gets a tiny positive scale, not a division by zero
 
 SCALINGS = ("tensorwise", "rowwise")
+BACKWARDS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
 class Float8Recipe:
     """How a layer's products run in FP8 (e4m3 operands, bf16 output):
     scaling "tensorwise": one scale per operand; "rowwise": one per row of the input and one per
-    row of the weight (per output column), as torch._scaled_mm's row-wise mode takes them."""
+    row of the weight (per output column), as torch._scaled_mm's row-wise mode takes them.
+    backward "bf16": the backward's products in bf16 on the dequantized FP8 operands; "fp8": the
+    input gradients' products (those weft communicates) in FP8 too, the output gradient in e5m2
+    (its range) times the weight's transpose in e4m3, each quantized by `scaling`; the weight
+    gradient stays in bf16 (torchao's "rowwise with high-precision weight gradient")."""
 
     scaling: str = "tensorwise"
+    backward: str = "bf16"
 
     def __post_init__(self):
         if self.scaling not in SCALINGS:
             raise ValueError(f"Float8Recipe: scaling must be one of {SCALINGS}, got {self.scaling!r}")
+        if self.backward not in BACKWARDS:
+            raise ValueError(f"Float8Recipe: backward must be one of {BACKWARDS}, got {self.backward!r}")
 
     @property
     def rowwise(self):
@@ -80,19 +91,29 @@ def amax(x, rowwise, across_ranks=False):
     return found
 
 
-def scale_of(found_amax):
-    """The dequantization scale of an amax: max(amax, AMAX_FLOOR) / 448, fp32."""
-    return (found_amax.float().clamp(min=AMAX_FLOOR) / E4M3_MAX).contiguous()
+def scale_of(found_amax, dtype=E4M3):
+    """The dequantization scale of an amax: max(amax, AMAX_FLOOR) / the dtype's largest (448 for
+    e4m3, 57344 for e5m2), fp32."""
+    return (found_amax.float().clamp(min=AMAX_FLOOR) / _MAX[dtype]).contiguous()
 
 
-def quantize_with(x, scale):
-    """x / scale in fp32, saturated to e4m3's range, rounded to e4m3 (to nearest, ties to even)."""
-    return Float8((x.detach().float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).contiguous(), scale)
+def quantize_with(x, scale, dtype=E4M3):
+    """x / scale in fp32, saturated to the dtype's range, rounded to it (to nearest, ties to even)."""
+    limit = _MAX[dtype]
+    return Float8((x.detach().float() / scale).clamp(-limit, limit).to(dtype).contiguous(), scale)
 
 
-def quantize(x, recipe, across_ranks=False):
-    """x [rows, k] quantized by the recipe: Float8 with one scale, or one per row."""
-    return quantize_with(x, scale_of(amax(x, recipe.rowwise, across_ranks)))
+def quantize(x, recipe, across_ranks=False, dtype=E4M3):
+    """x [rows, k] quantized by the recipe: Float8 with one scale, or one per row (dtype: e4m3, or
+    e5m2 for a gradient)."""
+    return quantize_with(x, scale_of(amax(x, recipe.rowwise, across_ranks), dtype), dtype)
+
+
+def input_gradient_operands(dy, weight, recipe, across_ranks=False):
+    """The FP8 backward's operands of dy @ weight (recipe.backward "fp8"): dy [rows, n] in e5m2 and
+    weight^T [k, n] (a transposed copy, made contiguous) in e4m3, each quantized by the recipe's
+    scaling; across_ranks: dy's tensor-wise scale over every rank's (a gathered A's)."""
+    return quantize(dy, recipe, across_ranks, E5M2), quantize(weight.t().contiguous(), recipe)
 
 
 def scaled_mm(a, b, out_dtype=torch.bfloat16):
@@ -104,9 +125,9 @@ def scaled_mm(a, b, out_dtype=torch.bfloat16):
 
 
 def all_gather_float8(x):
-    """Every rank's Float8 rows stacked by rank: the e4m3 bytes (half bf16's), and the row scales with
+    """Every rank's Float8 rows stacked by rank: the FP8 bytes (half bf16's), and the row scales with
     their rows (a tensor-wise scale is already the same on every rank: amax across_ranks)."""
-    data = all_gather_rows(x.data.view(torch.uint8)).view(E4M3)
+    data = all_gather_rows(x.data.view(torch.uint8)).view(x.data.dtype)
     scale = all_gather_rows(x.scale) if x.scale.dim() else x.scale
     return Float8(data, scale)
 
@@ -139,7 +160,7 @@ def product(op, a, b, strategy):
     Returns (the result, the gathered Float8 A where ag_gemm's product gathered it here, else None)."""
     from . import ops  # the native ops: imported when first used (this module's recipe needs none)
 
-    key = (op, strategy, a.data.shape[0], b.data.shape[0], b.data.shape[1], a.scale.dim() > 0)
+    key = (op, strategy, a.data.shape[0], b.data.shape[0], b.data.shape[1], a.scale.dim() > 0, a.data.dtype)
     if key not in _declined:
         try:
             return getattr(ops, op)(a.data, b.data, strategy, scale_a=a.scale, scale_b=b.column_scale(),

@@ -23,7 +23,12 @@ FP8 (fp8=weft.torch.fp8.Float8Recipe("tensorwise" | "rowwise"); default None: bf
         pieces (FP8 bytes gathered by torch.distributed, torch._scaled_mm, torch.distributed's
         reduction of bf16 partial sums), with one warning naming weft's reason: the numbers are
         the recipe's whichever way the communication runs.
-    backward: the bf16 backward above (the same weft ops) on the dequantized FP8 operands the
+    backward (Float8Recipe(..., backward="fp8")): the input gradients' products (dx of a column
+        layer: gemm_rs / gemm_ar; dy of a row layer: ag_gemm) in FP8 through the same ops: the output
+        gradient in e5m2 (per row, or one scale; gathered: one over every rank's) times the weight's
+        transpose in e4m3 (a contiguous copy, quantized per its rows: per input feature); the weight
+        gradients as below, in bf16.
+    backward (the default, backward="bf16"): the bf16 backward above (the same weft ops) on the dequantized FP8 operands the
         forward multiplied (the e4m3 input and weight times their scales, in bf16): the gradient
         of the FP8 product with quantization passed straight through; no e5m2 gradients yet. Kept
         for the backward: the FP8 input (half bf16's bytes) and the FP8 weight shard with their
@@ -50,6 +55,7 @@ class _ColumnParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, sequence_parallel, strategy, save_gathered_input, fp8=None):
         ctx.sequence_parallel, ctx.strategy, ctx.fp8 = sequence_parallel, strategy, fp8 is not None
+        ctx.recipe, ctx.fp8_backward = fp8, fp8 is not None and fp8.backward == "fp8"
         if fp8 is not None:
             return _column_fp8_forward(ctx, x, weight, sequence_parallel, strategy, save_gathered_input, fp8)
         # The gathered input for dW, from the op that gathered it (AsyncTP's return_A), where the
@@ -73,7 +79,15 @@ class _ColumnParallel(torch.autograd.Function):
         gathered, gathering = (saved, None) if ctx.saved_gathered else (None, None)
         if ctx.needs_input_grad[1] and ctx.sequence_parallel and not ctx.saved_gathered:
             gathered, gathering = all_gather_rows(saved, async_op=True)
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and ctx.fp8_backward:
+            # The FP8 backward: dy in e5m2 times the weight's transpose in e4m3 (a copy: the FP8
+            # GEMM reads B K-major), summed over ranks by the same op.
+            qdy, qwt = _fp8.input_gradient_operands(dy, ctx.saved_tensors[4], ctx.recipe)
+            if world_size() == 1:
+                dx = _fp8.scaled_mm(qdy, qwt)
+            else:
+                dx = _fp8.product("gemm_rs" if ctx.sequence_parallel else "gemm_ar", qdy, qwt, ctx.strategy)[0]
+        elif ctx.needs_input_grad[0]:
             # dy @ weight summed over ranks (each holds F/W of the features): B = weight^T [H, F/W],
             # passed as the view weight.t() (layout kn: read in place, not copied).
             if world_size() == 1:
@@ -91,11 +105,14 @@ class _RowParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, weight, sequence_parallel, strategy, fp8=None):
         ctx.sequence_parallel, ctx.strategy, ctx.fp8 = sequence_parallel, strategy, fp8 is not None
+        ctx.recipe, ctx.fp8_backward = fp8, fp8 is not None and fp8.backward == "fp8"
         op = "gemm_rs" if sequence_parallel else "gemm_ar"
         if fp8 is not None:
             # Each rank's own scales (its partial product is its own; the op reduces bf16 sums).
             qy, qw = _fp8.quantize(y, fp8), _fp8.quantize(weight, fp8)
-            ctx.save_for_backward(qy.data, qy.scale, qw.data, qw.scale)
+            # The FP8 backward quantizes the weight's transpose from the weight itself (a parameter:
+            # kept anyway).
+            ctx.save_for_backward(qy.data, qy.scale, qw.data, qw.scale, *([weight] if ctx.fp8_backward else []))
             return _fp8.product(op, qy, qw, strategy)[0]
         ctx.save_for_backward(y, weight)
         return gemm_rs(y, weight, strategy) if sequence_parallel else gemm_ar(y, weight, strategy)
@@ -106,7 +123,13 @@ class _RowParallel(torch.autograd.Function):
         dz = dz.contiguous()
         dy = dw = None
         gathered = None  # gather(dz), for dW: from the ag_gemm that computes dy, else gathered here
-        if ctx.needs_input_grad[0]:
+        if ctx.needs_input_grad[0] and ctx.fp8_backward:
+            # The FP8 backward: gather(dz) in e5m2 (tensor-wise: one scale over every rank's dz, the
+            # gathered A's) times the weight's transpose in e4m3; dW's gather(dz) stays bf16.
+            gathers = ctx.sequence_parallel and world_size() > 1
+            qdz, qwt = _fp8.input_gradient_operands(dz, ctx.saved_tensors[4], ctx.recipe, across_ranks=gathers)
+            dy = _fp8.product("ag_gemm", qdz, qwt, ctx.strategy)[0] if gathers else _fp8.scaled_mm(qdz, qwt)
+        elif ctx.needs_input_grad[0]:
             # gather(dz) @ weight: B = weight^T [F/W, H], passed as the view weight.t() (layout kn).
             if ctx.sequence_parallel and world_size() > 1:
                 if ctx.needs_input_grad[1]:
@@ -136,7 +159,7 @@ def _column_fp8_forward(ctx, x, weight, sequence_parallel, strategy, save_gather
     # keeps it for dW; else this rank's, gathered again in the backward.
     ctx.saved_gathered = gathered is not None and save_gathered_input and ctx.needs_input_grad[1] and world_size() > 1
     kept = gathered if ctx.saved_gathered else qx
-    ctx.save_for_backward(kept.data, kept.scale, qw.data, qw.scale)
+    ctx.save_for_backward(kept.data, kept.scale, qw.data, qw.scale, *([weight] if ctx.fp8_backward else []))
     return y
 
 
@@ -145,7 +168,7 @@ def _saved_operands(ctx, dtype):
     dequantized FP8 operands it multiplied (in the gradient's dtype)."""
     if not ctx.fp8:
         return ctx.saved_tensors
-    x_data, x_scale, w_data, w_scale = ctx.saved_tensors
+    x_data, x_scale, w_data, w_scale = ctx.saved_tensors[:4]
     return _fp8.Float8(x_data, x_scale).dequantize(dtype), _fp8.Float8(w_data, w_scale).dequantize(dtype)
 
 

@@ -147,14 +147,42 @@ def row_parallel_async_tp_fp8(qy, qw):
 # (an fp32 GEMM of the bf16 dequantized operands). The quantization itself is fp8.py's (tested on
 # its own against a float64 definition); the rest is written here independently of layers.py.
 def _fp8_product(a, b):
-    if a.data.is_cuda or (a.scale.dim() == 0 and b.scale.dim() == 0):
+    e4m3 = a.data.dtype == torch.float8_e4m3fn and b.data.dtype == torch.float8_e4m3fn
+    if a.data.is_cuda or (a.scale.dim() == 0 and b.scale.dim() == 0 and e4m3):
         return torch._scaled_mm(a.data, b.data.t(), scale_a=a.scale, scale_b=b.column_scale(), out_dtype=torch.bfloat16)
     return torch.mm(a.data.double() * a.scale.double(), (b.data.double() * b.scale.double()).t()).to(torch.bfloat16)
 
 
+class _Fp8Linear(torch.autograd.Function):
+    """x @ weight.T with an FP8 backward (recipe.backward "fp8"): the forward the FP8 product; the
+    input gradient the FP8 product of dy in e5m2 and weight^T in e4m3 (fp8.input_gradient_operands);
+    the weight gradient dy^T x (x as the forward dequantized it) in fp32, rounded once."""
+
+    @staticmethod
+    def forward(ctx, x, weight, recipe):
+        from .fp8 import quantize
+
+        qx, qw = quantize(x, recipe), quantize(weight, recipe)
+        ctx.save_for_backward(qx.dequantize(torch.float32), weight)
+        ctx.recipe = recipe
+        return _fp8_product(qx, qw).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        from .fp8 import input_gradient_operands
+
+        x, weight = ctx.saved_tensors
+        qdy, qwt = input_gradient_operands(dy, weight, ctx.recipe)
+        return _fp8_product(qdy, qwt).to(dy.dtype), torch.mm(dy.float().t(), x).to(weight.dtype), None
+
+
 def fp8_linear(x, weight, recipe):
-    """x @ weight.T by the recipe: forward the FP8 product (bf16), backward straight through."""
+    """x @ weight.T by the recipe: forward the FP8 product (bf16); backward straight through (bf16
+    recipe) or with the input gradient in FP8 (recipe.backward "fp8": _Fp8Linear)."""
     from .fp8 import quantize
+
+    if recipe.backward == "fp8":
+        return _Fp8Linear.apply(x, weight, recipe)
 
     qx, qw = quantize(x, recipe), quantize(weight, recipe)
     passed_x = x + (qx.dequantize(x.dtype) - x).detach()  # value: the dequantized x; gradient: identity
