@@ -8,18 +8,16 @@ gradient, against the same recipe in plain torch (weft/torch/plain.py); exit sta
 check on every rank passed. Rank 1's input is 8 times rank 0's, so that a tensor-wise scale that
 is not shared across the ranks (amax over every rank's rows) shows."""
 
-import os
 import sys
-import types
 import warnings
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import checking  # this folder's (python/tests)
+import gloo_world
 
-WORLD = 2
+WORLD = gloo_world.WORLD
 DECLINING = {"chunked"}  # all three ops on the overlap GEMM, which has no FP8 mainloop: it declines
 TOLERANCE = 4e-3  # test_fp8_layers.py's
 
@@ -116,13 +114,9 @@ def check(rank, wt, recipe, sequence_parallel, strategy, save_gathered_input):
     return ok
 
 
-def run(rank, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    import weft.torch as wt
-    from weft.torch import comm, fp8, ops
+def run(rank, wt):
+    from weft.torch import fp8, ops
 
-    comm._state.update(comm=types.SimpleNamespace(world_size=WORLD, rank=rank), group=dist.group.WORLD)
     lib = register_ops(ops)
     ok = True
     for recipe in (wt.Float8Recipe("tensorwise"), wt.Float8Recipe("rowwise"), wt.Float8Recipe("tensorwise", "fp8"), wt.Float8Recipe("rowwise", "fp8")):
@@ -131,19 +125,8 @@ def run(rank, port):
                 fp8._declined.clear()  # each case warns afresh
                 ok &= check(rank, wt, recipe, sequence_parallel, strategy, save)
     lib._destroy()
-    dist.destroy_process_group()
-    if not ok:
-        sys.exit(1)
-
-
-def main():
-    try:
-        mp.spawn(run, args=(29500 + os.getpid() % 2000,), nprocs=WORLD)
-    except mp.ProcessExitedException as e:
-        print(f"a rank failed: {e}", flush=True)
-        return 1
-    return 0
+    return ok
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(gloo_world.main(run))

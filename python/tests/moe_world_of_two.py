@@ -8,15 +8,13 @@ and the gradients of its input, router, w1 and w2 (weft's backward: moe.py) agai
 through plain torch under autograd (plain.ag_moe / plain.moe_rs); exit status 0 where every check
 on every rank passed."""
 
-import os
 import sys
-import types
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-WORLD = 2
+import gloo_world  # this folder's (python/tests)
+from gloo_world import WORLD
 TOLERANCE = 2e-2  # bf16 products summed in other orders
 
 
@@ -82,13 +80,7 @@ def check(rank, wt, experts, topk, strategy):
     return ok
 
 
-def run(rank, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    import weft.torch as wt
-    from weft.torch import comm
-
-    comm._state.update(comm=types.SimpleNamespace(world_size=WORLD, rank=rank), group=dist.group.WORLD)
+def run(rank, wt):
     lib = torch.library.Library("weft", "IMPL")
     lib.impl("ag_moe", lambda a, b, choices, experts, strategy=0: ag_moe_definition(a, b, choices, experts), "CPU")
     lib.impl("moe_rs", lambda a, b, choices, weights, experts, strategy=0: moe_rs_definition(a, b, choices, weights, experts, rank), "CPU")
@@ -97,19 +89,8 @@ def run(rank, port):
         for strategy in ("default", "tilelink"):
             ok &= check(rank, wt, experts, topk, strategy)
     lib._destroy()
-    dist.destroy_process_group()
-    if not ok:
-        sys.exit(1)
-
-
-def main():
-    try:
-        mp.spawn(run, args=(29500 + os.getpid() % 2000,), nprocs=WORLD)
-    except mp.ProcessExitedException as e:
-        print(f"a rank failed: {e}", flush=True)
-        return 1
-    return 0
+    return ok
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(gloo_world.main(run))

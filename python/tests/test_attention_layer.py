@@ -3,32 +3,23 @@ the forward through a stand-in torch.ops.weft.ag_attention written by its defini
 weft's own, both against plain torch and the definition); the op's fake kernel under torch.compile's
 tracing (shape and refusals). The GPU kernel through the same op: test_attention_torch.py."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
+
+import gloo_world  # this folder's (python/tests)
 
 torch = pytest.importorskip("torch")
 
 try:
-    import weft.torch as wt
-    from weft.torch import ops
+    import weft.torch as wt  # noqa: F401 - registers torch.ops.weft
 except (ImportError, OSError) as e:  # no CUDA torch here
     pytest.skip(f"weft.torch is not importable: {e}", allow_module_level=True)
 
 
 def test_the_attention_layer_at_world_two_over_gloo_matches_plain_torch_and_the_definition():
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention_world_of_two.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
-    print(done.stdout)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    checked = re.findall(r"rank \d shape", done.stdout)
-    assert len(checked) == 2 * 2 * 2 * 2 and "FAILED" not in done.stdout, done.stdout
+    stdout = gloo_world.run_script("attention_world_of_two.py")
+    assert len(re.findall(r"rank \d shape", stdout)) == 2 * 2 * 2 * 2, stdout
 
 
 def test_the_fake_kernel_gives_q_s_shape_and_refuses_what_the_kernel_refuses():

@@ -8,14 +8,13 @@ at world 2 over gloo (fp8_world_of_two.py: ag_gemm declining FP8 as it does abov
 amax shared across ranks, the FP8 rows gathered by torch.distributed). The same layers on GPUs, at
 world 1 and under torchrun, are test_fp8_torch.py's."""
 
-import os
 import re
-import subprocess
-import sys
 import types
 import warnings
 
 import pytest
+
+import gloo_world  # this folder's (python/tests)
 
 torch = pytest.importorskip("torch")
 
@@ -257,12 +256,5 @@ def test_the_fp8_mlp_at_world_two_over_gloo_matches_the_recipe():
     """fp8_world_of_two.py in processes of its own: every recipe (bf16 and FP8 backward), sequence
     parallel (the gathered input kept or not) or not, a strategy that runs FP8 and one that declines
     it, on both ranks."""
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fp8_world_of_two.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
-    print(done.stdout)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    checked = re.findall(r"rank \d [a-z]+/[a-z0-9]+ sp=", done.stdout)
-    assert len(checked) == 2 * 4 * 3 * 2 and "FAILED" not in done.stdout, done.stdout
+    stdout = gloo_world.run_script("fp8_world_of_two.py")
+    assert len(re.findall(r"rank \d [a-z]+/[a-z0-9]+ sp=", stdout)) == 2 * 4 * 3 * 2, stdout

@@ -6,6 +6,8 @@ several under torchrun): test_moe_torch.py. And weft.torch.TensorParallelMoE at 
 
 import pytest
 
+import gloo_world  # this folder's (python/tests)
+
 torch = pytest.importorskip("torch")
 
 try:
@@ -45,16 +47,7 @@ def test_the_fake_kernels_give_the_results_shapes_and_refuse_bad_inputs(monkeypa
 def test_the_moe_layer_at_world_two_over_gloo_matches_plain_torch():
     """moe_world_of_two.py in processes of its own: the output and the gradients of the input, the
     router, w1 and w2 against the same layer through plain torch's autograd, two shapes, two strategies."""
-    import os
     import re
-    import subprocess
-    import sys
 
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moe_world_of_two.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, env=env)
-    print(done.stdout)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert len(re.findall(r"rank \d experts", done.stdout)) == 2 * 2 * 2 and "FAILED" not in done.stdout, done.stdout
+    stdout = gloo_world.run_script("moe_world_of_two.py")
+    assert len(re.findall(r"rank \d experts", stdout)) == 2 * 2 * 2, stdout

@@ -16,22 +16,12 @@ The same layer in plain torch: plain.sequence_parallel_attention. bfloat16; head
 import torch
 
 from . import plain
-from .comm import all_gather_rows, process_group, world_size
+from .comm import all_gather_rows, process_group, reduce_scatter_rows, world_size
 from .ops import ag_attention
 
 
 def _rank():
     return torch.distributed.get_rank(process_group()) if world_size() > 1 else 0
-
-
-def _reduce_scatter_rows(x):
-    """Rank r's rows [r * t, (r + 1) * t) of the sum over ranks of x [W t, ...]."""
-    world = world_size()
-    if world == 1:
-        return x
-    out = x.new_empty((x.shape[0] // world,) + tuple(x.shape[1:]))
-    torch.distributed.reduce_scatter_tensor(out, x.contiguous(), group=process_group())
-    return out
 
 
 class _AgAttention(torch.autograd.Function):
@@ -50,7 +40,7 @@ class _AgAttention(torch.autograd.Function):
             qd, kd, vd = (x.detach().requires_grad_() for x in (q, k_all, v_all))
             o = plain.attention_over_gathered(qd, kd, vd, ctx.causal, _rank())
             dq, dk_all, dv_all = torch.autograd.grad(o, (qd, kd, vd), do)
-        return dq, _reduce_scatter_rows(dk_all), _reduce_scatter_rows(dv_all), None, None
+        return dq, reduce_scatter_rows(dk_all), reduce_scatter_rows(dv_all), None, None
 
 
 class SequenceParallelAttention(torch.nn.Module):

@@ -66,3 +66,14 @@ def all_gather_rows(x, async_op=False):
     out = x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))
     work = torch.distributed.all_gather_into_tensor(out, x.contiguous(), group=process_group(), async_op=async_op)
     return (out, work) if async_op else out
+
+
+def reduce_scatter_rows(x):
+    """Rank r's rows [r * t, (r + 1) * t) of the sum over ranks of x [W t, ...] (torch.distributed on
+    weft's group; x itself at world 1): all_gather_rows' transpose, as a gathered tensor's gradient."""
+    world = world_size()
+    if world == 1:
+        return x
+    out = x.new_empty((x.shape[0] // world,) + tuple(x.shape[1:]))
+    torch.distributed.reduce_scatter_tensor(out, x.contiguous(), group=process_group())
+    return out

@@ -20,18 +20,9 @@ bfloat16."""
 import torch
 
 from . import plain
-from .comm import all_gather_rows, process_group, world_size
+from .comm import all_gather_rows, process_group, reduce_scatter_rows, world_size
 from .layers import _init_weight
 from .ops import ag_moe, moe_rs
-
-
-def _reduce_scatter_rows(x):
-    world = world_size()
-    if world == 1:
-        return x
-    out = x.new_empty((x.shape[0] // world,) + tuple(x.shape[1:]))
-    torch.distributed.reduce_scatter_tensor(out, x.contiguous(), group=process_group())
-    return out
 
 
 def _rows_by_expert(choices, topk, experts, device):
@@ -64,7 +55,7 @@ class _AgMoe(torch.autograd.Function):
                 dw1[e * n:(e + 1) * n] = torch.mm(dh[rows].t(), gathered[tokens[rows]])
             else:
                 dw1[e * n:(e + 1) * n] = 0
-        return _reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
+        return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
 
 
 class _MoeRs(torch.autograd.Function):
