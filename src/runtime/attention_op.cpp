@@ -15,6 +15,10 @@ namespace weft {
 
 namespace {
 
+// Plans kept, the least recently used dropped beyond this (a caller may vary the token count
+// without bound; every rank drops the same ones, making the same calls).
+constexpr size_t kMaxPlans = 64;
+
 // The caller's memory: queries, keys and values in, the result out (the plans' buffer names).
 ExecutorOptions caller_options() {
   ExecutorOptions options;
@@ -61,14 +65,26 @@ AttentionOp::~AttentionOp() {
 }
 
 CudaExecutor& AttentionOp::executor(int64_t tokens, const char* caller) {
-  if (const auto it = cache_.find(tokens); it != cache_.end()) return *it->second;
+  if (const auto it = cache_.find(tokens); it != cache_.end()) {
+    order_.erase(std::find(order_.begin(), order_.end(), tokens));  // now the most recently used
+    order_.push_back(tokens);
+    return *it->second;
+  }
   Plan plan = make_plan(find_strategy(strategy_), attention_call_problem(spec_.shape, comm_.world_size(), tokens), spec_.plan);
   ExecutorOptions options = caller_options();
   options.workspace = workspace_.get();
   options.device_wait_timeout_ms = spec_.device_wait_timeout_ms;
   options.call_timeout_ms = spec_.call_timeout_ms;
   try {
-    return *cache_.emplace(tokens, std::make_unique<CudaExecutor>(comm_, std::move(plan), options)).first->second;
+    auto made = std::make_unique<CudaExecutor>(comm_, std::move(plan), options);
+    if (order_.size() >= kMaxPlans) {  // its executor waits for its calls as it is destroyed
+      const auto oldest = cache_.find(order_.front());
+      if (last_ == oldest->second.get()) last_ = nullptr;
+      cache_.erase(oldest);
+      order_.pop_front();
+    }
+    order_.push_back(tokens);
+    return *cache_.emplace(tokens, std::move(made)).first->second;
   } catch (const CudaError& e) {
     throw CudaError(std::string(caller) + ": planning and lowering tokens=" + std::to_string(tokens) + " failed (" + e.what() +
                     "). If a CUDA graph was being captured: run or prepare this token count once before capturing");

@@ -17,9 +17,11 @@ namespace weft {
 
 namespace {
 
-// Plans for routed ops depend on the routing, which may change every call; the oldest are dropped
-// beyond this many (every rank drops the same ones: ranks make the same calls).
+// Plans kept, the least recently used dropped beyond these (every rank drops the same ones: ranks
+// make the same calls): a routed or MoE op's depend on its per-call table, which may change every
+// call; the others' on the row count, which a caller may vary (inference) without bound.
 constexpr size_t kMaxRoutedPlans = 8;
+constexpr size_t kMaxPlans = 64;
 
 uint64_t mix(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2)); }
 
@@ -111,7 +113,11 @@ Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routi
 
 Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller) {
   const uint64_t key = cache_key(rows, routing, in_place, gathered_a);
-  if (const auto it = cache_.find(key); it != cache_.end()) return *it->second;
+  if (const auto it = cache_.find(key); it != cache_.end()) {
+    plan_order_.erase(std::find(plan_order_.begin(), plan_order_.end(), key));  // now the most recently used
+    plan_order_.push_back(key);
+    return *it->second;
+  }
   const Problem problem = problem_for(rows, routing);
   Plan plan = make_plan(find_strategy(strategy_), problem, spec_.plan);
   auto entry = std::make_unique<Lowered>();
@@ -133,15 +139,18 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
     throw CudaError(std::string(caller) + ": planning and lowering rows=" + std::to_string(rows) + " failed (" + e.what() +
                     "). If a CUDA graph was being captured: run or prepare this row count once before capturing");
   }
-  if (planned_per_table(spec_.op)) {
-    if (routed_order_.size() == kMaxRoutedPlans) {
-      const auto oldest = cache_.find(routed_order_.front());
+  // The least recently used plan beyond the limit goes (its executor waits for its calls as it is
+  // destroyed), but never one whose A a producer writes in place (it holds that buffer's address).
+  if (plan_order_.size() >= (planned_per_table(spec_.op) ? kMaxRoutedPlans : kMaxPlans)) {
+    const auto victim = std::find_if(plan_order_.begin(), plan_order_.end(), [&](uint64_t k) { return !cache_.at(k)->in_place; });
+    if (victim != plan_order_.end()) {
+      const auto oldest = cache_.find(*victim);
       if (last_ == oldest->second.get()) last_ = nullptr;
       cache_.erase(oldest);
-      routed_order_.pop_front();
+      plan_order_.erase(victim);
     }
-    routed_order_.push_back(key);
   }
+  plan_order_.push_back(key);
   return *cache_.emplace(key, std::move(entry)).first->second;
 }
 

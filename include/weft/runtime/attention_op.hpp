@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +86,7 @@ class AttentionOp {
   std::string strategy_;
   std::unique_ptr<Workspace> workspace_;
   std::map<int64_t, std::unique_ptr<CudaExecutor>> cache_;  // by tokens
+  std::deque<int64_t> order_;                               // cached token counts, least recently used first
   CudaExecutor* last_ = nullptr;
 };
 

@@ -66,8 +66,9 @@
 // op captured itself (ExecutorOptions::replay_calls), one launch instead of one per operation.
 //
 // What it allocates: once, at construction, the symmetric memory and signals for max_rows (grown,
-// never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing, for
-// the MoE ops), a plan and its lowering, cached. Nothing per call.
+// never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing or
+// choice table, for the routed and MoE ops), a plan and its lowering, cached: the 64 (8) most
+// recently used are kept. Nothing per call.
 //
 // Errors: std::invalid_argument before anything is launched (null or misaligned pointers, scales
 // missing, misaligned or of the wrong count for the scaling mode, rows
@@ -203,7 +204,7 @@ class Op {
   std::string strategy_;
   std::unique_ptr<Workspace> workspace_;
   std::map<uint64_t, std::unique_ptr<Lowered>> cache_;  // by (rows, routing, in place, gathered A handed back)
-  std::deque<uint64_t> routed_order_;                    // routed ops: cache keys, oldest first
+  std::deque<uint64_t> plan_order_;                      // cache keys, least recently used first
   Lowered* last_ = nullptr;
 };
 
