@@ -93,8 +93,10 @@ stage_tests() {
   # the rest of the binary still runs and the probe prints the host stacks.
   WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
-  WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" "$d/ficco_probe.log" 240 \
-    bash scripts/hang_probe.sh $binary '*Op*.*ficco*' 1 ${FICCO_PROBE_S:-60} || status=1
+  # Short call and device-wait timeouts: where a call hangs, the executor reports its unmet waits
+  # (cuda-gdb, the only debugger there, takes longer than the probe to attach).
+  WEFT_COLLECTIVE_TIMEOUT_S=20 WEFT_DEVICE_WAIT_TIMEOUT_MS=10000 WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" \
+    "$d/ficco_probe.log" 240 bash scripts/hang_probe.sh $binary '*Op*.*ficco*' 1 ${FICCO_PROBE_S:-60} || status=1
   say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/ficco_probe.log" | head -3 | tr '\n' ' ')"
   # THOUSAND_ENV (e.g. "CUDA_DEVICE_MAX_CONNECTIONS=32 WEFT_DEVICE_WAIT_TIMEOUT_MS=60000"): the environment of
   # this run alone, to tell a late rank from one that cannot proceed.
