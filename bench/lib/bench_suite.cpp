@@ -6,6 +6,15 @@
 
 namespace weft {
 
+namespace {
+
+// An ag_attention row's bounds, the command line's (--heads, --kv-heads, --head-dim, --batch).
+constexpr int kMaxRowHeads = 1024;
+constexpr int kMaxRowHeadDim = 1024;
+constexpr int kMaxRowBatch = 1 << 24;
+
+}  // namespace
+
 BenchSuite parse_suite(std::string_view text, const std::string& name) {
   return read_json_text(text, name, [](const Json& json) {
     json.only_members({"name", "description", "rows"});
@@ -17,12 +26,23 @@ BenchSuite parse_suite(std::string_view text, const std::string& name) {
       rows.reject(std::to_string(rows.items().size()) + " rows, more than the " + std::to_string(kMaxSuiteRows) +
                   " a suite may have (checking one row's plans takes about 0.1 s on the CPU, timing it seconds on GPUs): split the suite");
     for (const Json& r : rows.items()) {
-      r.only_members({"name", "op", "m", "n", "k", "split", "experts", "topk", "source"});
+      r.only_members({"name", "op", "m", "n", "k", "split", "experts", "topk", "source", "batch", "heads", "kv_heads", "head_dim", "causal"});
       SuiteRow row;
       row.op = r["op"].text_as(parse_op);
       row.m = r["m"].integer(1, kMaxFileDimension);
-      row.n = r["n"].integer(1, kMaxFileDimension);
-      row.k = r["k"].integer(1, kMaxFileDimension);
+      if (is_attention(row.op)) {
+        if (r.find("n") || r.find("k")) r.reject("an ag_attention row has no n and k: heads, kv_heads, head_dim and batch give its columns");
+        row.heads = r["heads"].to_int(1, kMaxRowHeads);
+        row.head_dim = r["head_dim"].to_int(1, kMaxRowHeadDim);
+        row.kv_heads = r.find("kv_heads") ? r["kv_heads"].to_int(1, row.heads) : row.heads;
+        row.batch = r.find("batch") ? r["batch"].to_int(1, kMaxRowBatch) : 1;
+        if (const Json* v = r.find("causal")) row.causal = v->boolean();
+      } else {
+        for (const char* field : {"batch", "heads", "kv_heads", "head_dim", "causal"})
+          if (r.find(field)) r.reject(std::string(field) + " is an ag_attention row's, not " + std::string(to_string(row.op)) + "'s");
+        row.n = r["n"].integer(1, kMaxFileDimension);
+        row.k = r["k"].integer(1, kMaxFileDimension);
+      }
       if (const Json* v = r.find("name")) row.name = v->text();
       if (const Json* v = r.find("source")) row.source = v->text();
       if (const Json* v = r.find("experts")) row.experts = v->to_int(1, kMaxFileExperts);
@@ -75,9 +95,13 @@ Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
       p.k = split(row.k, "k");
       break;
     case OpKind::ag_attention:
-      // A suite row has a GEMM's m, n, k; attention's shape (batch, heads, head dim) is not one.
-      throw std::invalid_argument("suite row '" + row.name + "': ag_attention rows are not taken by the GEMM suites (weft plan and "
-                                  "simulate take --op ag_attention with --batch, --heads, --kv-heads, --head-dim)");
+      p.m = split(row.m, "m");  // the sequence's tokens, a block per rank
+      p.batch = row.batch;
+      p.heads = row.heads;
+      p.kv_heads = row.kv_heads;
+      p.head_dim = row.head_dim;
+      p.causal = row.causal;
+      break;
   }
   p.experts = row.experts;
   p.topk = row.topk;

@@ -8,6 +8,8 @@
 //   ag_moe  : tokens and every expert's output columns are split: m/W, n/W, k (TileLink's MoE
 //             first half: m = S tokens, n = I, k = H); moe_rs: tokens and the inner dimension are
 //             split: m/W, n, k/W (second half: n = H, k = I). Rows give "experts" and "topk".
+//   ag_attention: no n and k; m is the sequence's tokens over every rank (split: m/W per rank), with
+//             "heads", "head_dim" and optionally "kv_heads" (default: heads), "batch" (1), "causal".
 // With "split": "none" they are per-rank shapes already (FlashOverlap's Table 3 is given per GPU).
 #pragma once
 
@@ -26,6 +28,8 @@ struct SuiteRow {
   int64_t m = 0, n = 0, k = 0;
   bool tensor_split = true;
   int experts = 0, topk = 0;  // the MoE ops
+  int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;  // ag_attention
+  bool causal = false;
   std::string source;
 };
 

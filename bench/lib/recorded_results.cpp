@@ -90,6 +90,9 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
         if (!rows) return 0;  // another table
         for (const Json& r : rows->items()) {
           if (!r.has("t_ms") || !r.has("strategy") || !r.has("world")) continue;  // a row of another kind (no timing)
+          // Attention rows (n and k 0: their shape is heads and head dim) are not judged by auto or
+          // fitted by the simulator from recorded rows yet.
+          if (r["op"].text_as(parse_op) == OpKind::ag_attention) continue;
           keep(make_row(name, r["row"].text(), r["op"].text_as(parse_op), r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
                         r["m"].integer(1, kMaxFileDimension), r["n"].integer(1, kMaxFileDimension), r["k"].integer(1, kMaxFileDimension),
                         r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
@@ -115,6 +118,7 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
       const auto f = split_csv(line);
       if (f.size() < header.size()) continue;
       auto at = [&](int c) { return f[static_cast<size_t>(c)]; };
+      if (at(c_op) == to_string(OpKind::ag_attention)) continue;  // as the JSON's attention rows
       try {
         keep(make_row(name, at(c_row), parse_op(at(c_op)), at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
                       csv_number(at(c_m), "m", int64_t{1}, kMaxFileDimension), csv_number(at(c_n), "n", int64_t{1}, kMaxFileDimension),

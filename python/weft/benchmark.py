@@ -260,6 +260,9 @@ def bench_suite(args, world, rank, writer, table):
     for index, row_spec in enumerate(suite["rows"]):
         if args.op and row_spec["op"] not in args.op.split(","):
             continue
+        if row_spec["op"] == "ag_attention":  # attention rows: --attention (weft's op against all_gather + SDPA)
+            print(f"skipping {row_spec['name']}: ag_attention rows run with --attention", file=sys.stderr)
+            continue
         try:
             row = Row(row_spec, world, rank, args.seed + index, fp8=wt.Float8Recipe(args.fp8) if args.fp8 else None)
         except ValueError as e:

@@ -205,7 +205,7 @@ int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, c
 }  // namespace
 
 int command_bench(const Arguments& args) {
-  const std::vector<OpKind> ops = ops_from(args);
+  const std::vector<OpKind> ops = ops_from(args, /*with_attention=*/true);  // a suite's ag_attention rows too (attention_sp)
   const std::vector<std::string> names = strategies_from(args);
   const auto seed = static_cast<uint64_t>(args.integer("seed", 1));
   const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));

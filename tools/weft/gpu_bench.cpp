@@ -201,17 +201,28 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         // The caller's tensors: A and B in ordinary device memory, C where the caller wants it (a
         // call copies whatever the strategy needs elsewhere, as weft::Op does); `want` keeps the
         // baseline's result for the checks.
+        // Every input of the plan is the caller's (A and B; attention's Q, K and V; moe_rs's top-k
+        // weights too), each in ordinary device memory.
         const RankPlan& mine = plans[2].ranks.at(static_cast<size_t>(rank));
-        const BufferDecl& a_decl = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A")));
-        const BufferDecl& b_decl = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "B")));
+        std::vector<std::string> inputs;
+        std::vector<void*> memory;
+        for (const BufferDecl& decl : mine.buffers) {
+          if (decl.role != BufferRole::input) continue;
+          inputs.push_back(decl.name);
+          memory.push_back(nullptr);
+          WEFT_CUDA_CHECK(cudaMalloc(&memory.back(), static_cast<size_t>(decl.rows * decl.cols) * dtype_bytes(decl.dtype)));
+        }
+        const bool has_a = std::find(inputs.begin(), inputs.end(), "A") != inputs.end();
         const Region& out = mine.output;
         const size_t out_bytes = static_cast<size_t>(out.box.rows * out.box.cols) * 2;
-        void *a = nullptr, *b = nullptr, *c = nullptr, *want = nullptr;
-        WEFT_CUDA_CHECK(cudaMalloc(&a, static_cast<size_t>(a_decl.rows * a_decl.cols) * 2));
-        WEFT_CUDA_CHECK(cudaMalloc(&b, static_cast<size_t>(b_decl.rows * b_decl.cols) * 2));
+        void *c = nullptr, *want = nullptr;
         WEFT_CUDA_CHECK(cudaMalloc(&c, out_bytes));
         WEFT_CUDA_CHECK(cudaMalloc(&want, out_bytes));
-        ExecutorOptions callers{.validate = false, .caller_buffers = {"A", "B"}, .caller_output = true};
+        ExecutorOptions callers{.validate = false, .caller_buffers = inputs, .caller_output = true};
+        auto bind_inputs = [&](CudaExecutor& exec, bool a_in_place) {
+          for (size_t i = 0; i < inputs.size(); ++i) exec.bind(inputs[i], a_in_place && inputs[i] == "A" ? nullptr : memory[i]);
+          exec.bind_output(c);
+        };
         // Executors [0], [1]: the baseline's GEMM and collective alone, on their own buffers; then
         // every plan as a caller runs it; then, for plans that read A from symmetric memory, the same
         // plan with the producer's output already there (weft::Op::a_in_workspace: no copy-in).
@@ -219,22 +230,16 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         std::vector<size_t> in_place_of(count, 0);  // executor index of plan p's in-place variant (0: none)
         for (size_t p = 0; p < count; ++p) {
           execs.push_back(std::make_unique<CudaExecutor>(comm, plans[p], p < 2 ? ExecutorOptions{.validate = false} : callers));
-          if (p >= 2) {
-            execs.back()->bind("A", a);
-            execs.back()->bind("B", b);
-            execs.back()->bind_output(c);
-          }
+          if (p >= 2) bind_inputs(*execs.back(), false);
           fill_buffers(*execs.back(), rank, o.seed, stream);
         }
         for (size_t p = 2; p < count; ++p) {
           const RankPlan& rp = plans[p].ranks.at(static_cast<size_t>(rank));
-          if (!rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A"))).symmetric) continue;
+          if (!has_a || !rp.buffers.at(static_cast<size_t>(find_buffer(rp, "A"))).symmetric) continue;
           ExecutorOptions in_place = callers;
           in_place.symmetric_inputs_in_place = true;
           auto exec = std::make_unique<CudaExecutor>(comm, plans[p], in_place);
-          exec->bind("A", nullptr);
-          exec->bind("B", b);
-          exec->bind_output(c);
+          bind_inputs(*exec, true);
           fill_buffers(*exec, rank, o.seed, stream);  // the same A as the caller's (same name, rank, seed)
           in_place_of[p] = execs.size();
           execs.push_back(std::move(exec));
@@ -289,7 +294,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         }
         cudaFree(sums);
         execs.clear();
-        for (void* buffer : {a, b, c, want}) cudaFree(buffer);
+        for (void* buffer : memory) cudaFree(buffer);
+        for (void* buffer : {c, want}) cudaFree(buffer);
         cudaStreamDestroy(stream);
       });
       auto worst = [&](size_t p) { return *std::max_element(medians[p].begin(), medians[p].end()); };
