@@ -12,7 +12,7 @@
 #   python     pytest -m gpu under torchrun with W ranks
 #   bench      weft bench --suite default, every strategy and auto
 #   suites     weft bench over the paper suites (SUITES, default flux_gpt3, tilelink_mlp,
-#              tilelink_moe_tp, flashoverlap_ar) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
+#              tilelink_moe_tp, flashoverlap_ar, attention_sp) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
 #              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
 #              the model step (llama3-8b prefill and train, llama3-70b and mixtral-8x7b train; 2 blocks) and the
@@ -153,7 +153,7 @@ stage_torch() {
 }
 
 stage_suites() {
-  for suite in ${SUITES:-tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp}; do
+  for suite in ${SUITES:-tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp attention_sp}; do
     timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
       --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
   done
