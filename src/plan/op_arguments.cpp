@@ -15,7 +15,7 @@ void check_op_shape(const OpShape& s, int world_size) {
     if (s.experts < 1 || s.topk < 1 || s.topk > s.experts)
       throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs experts >= 1 and topk in 1..experts (experts=" +
                                   std::to_string(s.experts) + " topk=" + std::to_string(s.topk) + ")");
-    if (is_fp8(s.input_dtype))
+    if (is_fp8(s.input_dtype) || (s.b_dtype && is_fp8(*s.b_dtype)))
       throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes bf16 so far (FP8 MoE tokens and their scales are not "
                                   "moved on the GPU yet)");
   } else if (s.experts != 0 || s.topk != 0) {

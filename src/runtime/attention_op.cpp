@@ -64,10 +64,12 @@ AttentionOp::~AttentionOp() {
   cache_.clear();  // executors first: they may wait for their streams and meet their peers
 }
 
-CudaExecutor& AttentionOp::executor(int64_t tokens, const char* caller) {
+CudaExecutor& AttentionOp::executor(int64_t tokens, const char* caller, bool touch) {
   if (const auto it = cache_.find(tokens); it != cache_.end()) {
-    order_.erase(std::find(order_.begin(), order_.end(), tokens));  // now the most recently used
-    order_.push_back(tokens);
+    if (touch) {  // now the most recently used
+      order_.erase(std::find(order_.begin(), order_.end(), tokens));
+      order_.push_back(tokens);
+    }
     return *it->second;
   }
   Plan plan = make_plan(find_strategy(strategy_), attention_call_problem(spec_.shape, comm_.world_size(), tokens), spec_.plan);
@@ -77,11 +79,16 @@ CudaExecutor& AttentionOp::executor(int64_t tokens, const char* caller) {
   options.call_timeout_ms = spec_.call_timeout_ms;
   try {
     auto made = std::make_unique<CudaExecutor>(comm_, std::move(plan), options);
-    if (order_.size() >= kMaxPlans) {  // its executor waits for its calls as it is destroyed
-      const auto oldest = cache_.find(order_.front());
-      if (last_ == oldest->second.get()) last_ = nullptr;
-      cache_.erase(oldest);
-      order_.pop_front();
+    // The least recently used goes (its executor waits for its calls as it is destroyed), never the
+    // last call's (finish and check report through it) nor one a capture ran (a graph uses it).
+    if (order_.size() >= kMaxPlans) {
+      const auto victim = std::find_if(order_.begin(), order_.end(), [&](int64_t t) {
+        return !captured_.count(t) && cache_.at(t).get() != last_;
+      });
+      if (victim != order_.end()) {
+        cache_.erase(*victim);
+        order_.erase(victim);
+      }
     }
     order_.push_back(tokens);
     return *cache_.emplace(tokens, std::move(made)).first->second;
@@ -97,6 +104,9 @@ void AttentionOp::run(const AttentionArgs& args, cudaStream_t stream) {
   check_op_pointer(args.v, "v");
   check_op_pointer(args.o, "o");
   CudaExecutor& exec = executor(args.tokens, "weft::AttentionOp::run");
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) captured_.insert(args.tokens);  // kept while the op lives: a graph uses it
   exec.bind("Q", args.q);
   exec.bind("K", args.k);
   exec.bind("V", args.v);
@@ -107,7 +117,7 @@ void AttentionOp::run(const AttentionArgs& args, cudaStream_t stream) {
 
 void AttentionOp::prepare(int64_t tokens) { (void)executor(tokens, "weft::AttentionOp::prepare"); }
 
-const Plan& AttentionOp::plan(int64_t tokens) { return executor(tokens, "weft::AttentionOp::plan").plan(); }
+const Plan& AttentionOp::plan(int64_t tokens) { return executor(tokens, "weft::AttentionOp::plan", /*touch=*/false).plan(); }
 
 void AttentionOp::finish(cudaStream_t stream) {
   if (last_) last_->finish(stream);

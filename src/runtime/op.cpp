@@ -23,17 +23,6 @@ namespace {
 constexpr size_t kMaxRoutedPlans = 8;
 constexpr size_t kMaxPlans = 64;
 
-uint64_t mix(uint64_t seed, uint64_t value) { return seed ^ (value + 0x9e3779b97f4a7c15ull + (seed << 6) + (seed >> 2)); }
-
-uint64_t cache_key(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a = false) {
-  uint64_t key = mix(static_cast<uint64_t>(rows), (in_place ? 1 : 2) + (gathered_a ? 4 : 0));
-  for (const auto& rank_routing : routing) {
-    key = mix(key, rank_routing.size());
-    for (int d : rank_routing) key = mix(key, static_cast<uint64_t>(d));
-  }
-  return key;
-}
-
 OpShape shape_of(const OpSpec& spec) {
   return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout, spec.b_dtype, spec.scaling,
           spec.experts, spec.topk};
@@ -59,7 +48,7 @@ struct Op::Lowered {
   std::unique_ptr<CudaExecutor> executor;
   bool a_symmetric = false;  // the plan reads A from symmetric memory (peers pull it)
   bool in_place = false;     // ... and the caller's producer writes it there
-  uint64_t key = 0;
+  bool captured = false;     // a call of it was enqueued while its stream was captured (a graph uses it)
 };
 
 Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
@@ -90,7 +79,16 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // The plan of the largest call, before any memory: a strategy that declines (an FP8 plan the
   // executor cannot lower) fails here alike on every rank.
   std::optional<Plan> largest;
-  if (!planned_per_table(spec_.op)) largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
+  if (!planned_per_table(spec_.op)) {
+    largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
+  } else if (is_moe(spec_.op)) {
+    // The MoE ops' buffers follow the rows (every token picks topk experts), not the choices: any
+    // valid table sizes the largest call (token i's j-th expert (i * topk + j) mod experts).
+    std::vector<std::vector<int>> choices(static_cast<size_t>(comm_.world_size()));
+    for (auto& rank_choices : choices)
+      for (int64_t i = 0; i < spec_.max_rows * spec_.topk; ++i) rank_choices.push_back(static_cast<int>(i % spec_.experts));
+    largest = make_plan(strategy, problem_for(spec_.max_rows, choices), spec_.plan);
+  }
   const OnDevice on(comm_.device());
   workspace_ = std::make_unique<Workspace>(comm_);
   // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
@@ -111,17 +109,18 @@ Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routi
   return op_call_problem(shape_of(spec_), comm_.world_size(), rows, routing);  // plan/op_arguments.hpp
 }
 
-Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller) {
-  const uint64_t key = cache_key(rows, routing, in_place, gathered_a);
-  if (const auto it = cache_.find(key); it != cache_.end()) {
-    plan_order_.erase(std::find(plan_order_.begin(), plan_order_.end(), key));  // now the most recently used
-    plan_order_.push_back(key);
+Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller,
+                         bool touch) {
+  if (const auto it = cache_.find(PlanKeyView{rows, in_place, gathered_a, &routing}); it != cache_.end()) {
+    if (touch) {  // now the most recently used
+      plan_order_.erase(std::find(plan_order_.begin(), plan_order_.end(), it));
+      plan_order_.push_back(it);
+    }
     return *it->second;
   }
   const Problem problem = problem_for(rows, routing);
   Plan plan = make_plan(find_strategy(strategy_), problem, spec_.plan);
   auto entry = std::make_unique<Lowered>();
-  entry->key = key;
   const RankPlan& mine = plan.ranks.at(static_cast<size_t>(comm_.rank()));
   entry->a_symmetric = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A"))).symmetric;
   entry->in_place = in_place && entry->a_symmetric;
@@ -140,22 +139,25 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
                     "). If a CUDA graph was being captured: run or prepare this row count once before capturing");
   }
   // The least recently used plan beyond the limit goes (its executor waits for its calls as it is
-  // destroyed), but never one whose A a producer writes in place (it holds that buffer's address).
+  // destroyed), but never the last call's (finish and check report through it), one whose A a
+  // producer writes in place (it holds that buffer's address), nor one a capture ran (a graph uses
+  // its memory). Every rank drops the same one: ranks make the same calls.
   if (plan_order_.size() >= (planned_per_table(spec_.op) ? kMaxRoutedPlans : kMaxPlans)) {
-    const auto victim = std::find_if(plan_order_.begin(), plan_order_.end(), [&](uint64_t k) { return !cache_.at(k)->in_place; });
+    const auto victim = std::find_if(plan_order_.begin(), plan_order_.end(), [&](Cache::iterator c) {
+      return !c->second->in_place && !c->second->captured && c->second.get() != last_;
+    });
     if (victim != plan_order_.end()) {
-      const auto oldest = cache_.find(*victim);
-      if (last_ == oldest->second.get()) last_ = nullptr;
-      cache_.erase(oldest);
+      cache_.erase(*victim);
       plan_order_.erase(victim);
     }
   }
-  plan_order_.push_back(key);
-  return *cache_.emplace(key, std::move(entry)).first->second;
+  const auto placed = cache_.emplace(PlanKey{rows, in_place, gathered_a, routing}, std::move(entry)).first;
+  plan_order_.push_back(placed);
+  return *placed->second;
 }
 
 const Plan& Op::plan(int64_t rows, const std::vector<std::vector<int>>& routing) {
-  return lowered(rows, routing, false, false, "weft::Op::plan").executor->plan();
+  return lowered(rows, routing, false, false, "weft::Op::plan", /*touch=*/false).executor->plan();
 }
 
 void Op::prepare(int64_t rows, const std::vector<std::vector<int>>& routing) { (void)lowered(rows, routing, false, false, "weft::Op::prepare"); }
@@ -206,9 +208,12 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   }
   // The producer wrote the shard in place when a is the in-place plan's own buffer.
   bool in_place = false;
-  if (const auto it = cache_.find(cache_key(args.rows, table, true)); it != cache_.end() && it->second->in_place)
+  if (const auto it = cache_.find(PlanKeyView{args.rows, true, false, &table}); it != cache_.end() && it->second->in_place)
     in_place = it->second->executor->buffer("A") == args.a;
   Lowered& entry = lowered(args.rows, table, in_place, gathered_a, "weft::Op::run");
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) entry.captured = true;  // kept while the op lives: a graph uses it
   CudaExecutor& exec = *entry.executor;
   exec.bind("A", entry.in_place ? nullptr : args.a, args.scale_a);
   exec.bind("B", args.b, args.scale_b);

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -71,7 +72,9 @@ class AttentionOp {
   void run(const AttentionArgs& args, cudaStream_t stream);
   // Plans and lowers for `tokens` now, so that a later run can be captured; collective.
   void prepare(int64_t tokens);
-  // The plan a call of `tokens` runs ("auto=..." says what auto chose); collective the first time.
+  // The plan a call of `tokens` runs ("auto=..." says what auto chose); collective where it is not
+  // cached (the first time, or after the op dropped it: it keeps the 64 most recently used, never the
+  // last call's nor one a stream capture ran).
   const Plan& plan(int64_t tokens);
   // Waits (bounded) until `stream` is done, then raises what went wrong in the op's calls.
   void finish(cudaStream_t stream);
@@ -79,7 +82,8 @@ class AttentionOp {
   void check();
 
  private:
-  CudaExecutor& executor(int64_t tokens, const char* caller);
+  // touch: a hit becomes the most recently used (run, prepare); plan() only looks.
+  CudaExecutor& executor(int64_t tokens, const char* caller, bool touch = true);
 
   Communicator& comm_;
   AttentionSpec spec_;
@@ -87,6 +91,7 @@ class AttentionOp {
   std::unique_ptr<Workspace> workspace_;
   std::map<int64_t, std::unique_ptr<CudaExecutor>> cache_;  // by tokens
   std::deque<int64_t> order_;                               // cached token counts, least recently used first
+  std::set<int64_t> captured_;                              // token counts a capture ran: never dropped
   CudaExecutor* last_ = nullptr;
 };
 

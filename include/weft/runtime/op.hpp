@@ -68,7 +68,8 @@
 // What it allocates: once, at construction, the symmetric memory and signals for max_rows (grown,
 // never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing or
 // choice table, for the routed and MoE ops), a plan and its lowering, cached: the 64 (8) most
-// recently used are kept. Nothing per call.
+// recently used are kept (never the last call's, one a producer writes A into in place, nor one a
+// stream capture ran: a captured graph uses its memory). Nothing per call.
 //
 // Errors: std::invalid_argument before anything is launched (null or misaligned pointers, scales
 // missing, misaligned or of the wrong count for the scaling mode, rows
@@ -83,6 +84,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <optional>
 #include <string>
@@ -172,12 +174,14 @@ class Op {
   // rows (and routing).
   void run(const RunArgs& args, cudaStream_t stream);
   // `routing` below: the routed ops' destinations, the MoE ops' expert choices (RunArgs::choices).
-  // Plans and lowers for `rows` (and routing) now, so that a later run can be captured; collective.
+  // Plans and lowers for `rows` (and routing) now, so that a later run can be captured; collective:
+  // every rank calls it alike (it may drop the least recently used plan).
   void prepare(int64_t rows, const std::vector<std::vector<int>>& routing = {});
   // Where the strategy keeps this rank's A shard in symmetric memory for `rows`, so that a producer
   // can write it there and pass it as args.a: the op then copies nothing in, and ends each call with
   // a barrier so that no rank overwrites its shard while a peer still reads it. Null where the
-  // strategy does not read A from symmetric memory. Collective the first time (it prepares `rows`).
+  // strategy does not read A from symmetric memory. Collective: every rank calls it alike (it
+  // prepares `rows`, and may drop the least recently used plan).
   void* a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& routing = {});
   // Rows of c for these arguments.
   int64_t output_rows(const RunArgs& args) const;
@@ -186,7 +190,9 @@ class Op {
   void finish(cudaStream_t stream);
   // Raises a device-side error recorded by an earlier call (DeviceWaitTimeout); never waits.
   void check();
-  // The plan a call with these rows (and routing) runs; collective the first time.
+  // The plan a call with these rows (and routing) runs: collective where it is not cached (the first
+  // time, or after it was dropped); a cached one is only looked up (one rank may ask alone). The
+  // reference stays valid until the op drops that plan (64 (8) other plans later, at the least).
   const Plan& plan(int64_t rows, const std::vector<std::vector<int>>& routing = {});
   // Which waits of the last call are unmet (for a stuck call's report).
   std::string diagnose() const;
@@ -196,15 +202,43 @@ class Op {
 
  private:
   struct Lowered;
-  Lowered& lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller);
+  // What a cached plan is for, compared in full (a hash of it could make two calls share a plan):
+  // rows, the producer writing A in place, the gathered A handed back, the per-call table.
+  struct PlanKey {
+    int64_t rows = 0;
+    bool in_place = false;
+    bool gathered_a = false;
+    std::vector<std::vector<int>> table;
+  };
+  // The same, over a caller's table, for lookups that copy nothing.
+  struct PlanKeyView {
+    int64_t rows = 0;
+    bool in_place = false;
+    bool gathered_a = false;
+    const std::vector<std::vector<int>>* table = nullptr;
+  };
+  struct PlanKeyLess {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return std::tie(a.rows, a.in_place, a.gathered_a, table_of(a)) < std::tie(b.rows, b.in_place, b.gathered_a, table_of(b));
+    }
+    static const std::vector<std::vector<int>>& table_of(const PlanKey& k) { return k.table; }
+    static const std::vector<std::vector<int>>& table_of(const PlanKeyView& k) { return *k.table; }
+  };
+  using Cache = std::map<PlanKey, std::unique_ptr<Lowered>, PlanKeyLess>;
+
+  // touch: a hit becomes the most recently used (run, prepare, a_in_workspace); plan() only looks.
+  Lowered& lowered(int64_t rows, const std::vector<std::vector<int>>& routing, bool in_place, bool gathered_a, const char* caller,
+                   bool touch = true);
   Problem problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const;
 
   Communicator& comm_;
   OpSpec spec_;
   std::string strategy_;
   std::unique_ptr<Workspace> workspace_;
-  std::map<uint64_t, std::unique_ptr<Lowered>> cache_;  // by (rows, routing, in place, gathered A handed back)
-  std::deque<uint64_t> plan_order_;                      // cache keys, least recently used first
+  Cache cache_;
+  std::deque<Cache::iterator> plan_order_;  // the cached plans, least recently used first
   Lowered* last_ = nullptr;
 };
 
