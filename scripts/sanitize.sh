@@ -24,9 +24,12 @@ for w in "${what[@]}"; do
       export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
       # Every CPU test but those that build other projects or need Python, the replay of every
       # recorded bench row through auto, the slowest case by far under ASan (the readers and auto it
-      # uses run under ASan in other tests), and the FP8 plan properties but at world 2 (924 cases, over
-      # 700 s under ASan; the same builders and checks run in them at world 2): all run in the plain build.
-      ctest --test-dir "$build" -L cpu -E "python|pip|consumer|ci_runs|weft_cli_auto_never_slower_on_recorded_rows|Fp8BuilderProperty.*_w[13-8] " -j2 --timeout 900 \
+      # uses run under ASan in other tests), the FP8 plan properties but at world 2 (924 cases, over
+      # 700 s under ASan; the same builders and checks run in them at world 2), and the real-sized
+      # suites at world 8 and weft bench's plan checks (about 400 s of the run under ASan; the same
+      # builders and validators run under ASan at every world in BuilderProperty, and the readers in
+      # their own tests): all run in the plain build.
+      ctest --test-dir "$build" -L cpu -E "python|pip|consumer|ci_runs|weft_cli_auto_never_slower_on_recorded_rows|Fp8BuilderProperty.*_w[13-8] |SuiteAtWorldEight|weft_cli_bench_plan_checks" -j2 --timeout 900 \
         --output-on-failure > "$build.ctest.log" 2>&1 || status=1
       grep -E "tests passed|tests failed|Failed|ERROR: AddressSanitizer|runtime error" "$build.ctest.log" | head -20
       ;;
