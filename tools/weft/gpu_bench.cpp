@@ -90,7 +90,7 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
     Json::Object doc;
     doc["suite"] = suite;
     doc["iterations"] = o.iterations;
-    doc["inputs"] = "the caller's: A, B in ordinary device memory, C into the caller's buffer, copies included (t_in_place_ms: A already in symmetric memory)";
+    doc["inputs"] = "the caller's: every input (A, B; Q, K, V; top-k weights) in ordinary device memory, the result into the caller's buffer, copies included (t_in_place_ms: A already in symmetric memory)";
     doc["rows"] = Json(std::move(list));
     OutputFile file(o.json_path, "JSON results");
     file.write(Json(std::move(doc)).dump() + "\n");
@@ -127,13 +127,14 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.all_gather_source = o.all_gather_source;
   plan_options.chunked = o.chunked;
   plan_options.tilelink = o.tilelink;
-  // What a call's time includes: what a caller pays, as weft::Op runs it (A and B in ordinary device
-  // memory, C into the caller's buffer, any copy of A into symmetric memory included); the
+  // What a call's time includes: what a caller pays, as weft::Op runs it (every input, A and B or Q,
+  // K and V, in ordinary device memory, the result into the caller's buffer, any copy into symmetric
+  // memory included); the
   // `in-place ms` column is the same plan with the producer's output already in its symmetric A
   // (weft::Op::a_in_workspace), where the strategy reads A from there.
   if (prints_for_every_rank()) {
     std::printf("ranks: %s\n", launched_one_rank_per_process() ? "one process per GPU (as its launcher started them)" : "a thread per GPU of this process");
-    std::printf("inputs: the caller's (A, B in ordinary device memory, C into the caller's buffer, copies included); "
+    std::printf("inputs: the caller's (every input in ordinary device memory, the result into the caller's buffer, copies included); "
                 "in-place ms: A written by its producer into the strategy's symmetric buffer\n\n");
   }
   if (prints_for_every_rank())
