@@ -87,7 +87,7 @@ def test_wrong_inputs_are_refused_before_any_launch():
     with pytest.raises(ValueError, match="q is torch.float32"):
         torch.ops.weft.ag_attention(q.float(), q, q, False, 0)
     with pytest.raises(ValueError, match="k and v must be q's shape with kv_heads"):
-        torch.ops.weft.ag_attention(q, q[:, :3], q, False, 0)
+        torch.ops.weft.ag_attention(q, q[:, :3].contiguous(), q, False, 0)
     with pytest.raises(ValueError, match="head_dim=96 has no GPU kernel"):
         x = random_bf16((64, 4, 96), 2)
         torch.ops.weft.ag_attention(x, x, x, False, 0)

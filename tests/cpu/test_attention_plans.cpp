@@ -186,9 +186,29 @@ TEST(AttentionPlans, TileWaitsFollowTheirOwnPullsOwnBlockFirst) {
       EXPECT_EQ(a.sm_limit, 0) << "copy engines move the keys: every SM computes";
       ASSERT_FALSE(a.kv_tiles.empty());
       EXPECT_EQ(a.kv_tiles.front().row, r * p.m) << "the own keys first";
+      // The own block is copied into place on the attention kernel's stream, before it: its KV tiles
+      // wait for nothing (a local copy runs as a kernel, which the waiting kernel would starve).
+      size_t attention_at = 0, own_copies = 0;
+      while (!std::holds_alternative<AttentionStep>(rp.steps[attention_at].body)) ++attention_at;
+      for (size_t i = 0; i < rp.steps.size(); ++i) {
+        const Step& s = rp.steps[i];
+        const auto* copy = std::get_if<CopyStep>(&s.body);
+        if (!copy || copy->src.rank != r) continue;
+        ++own_copies;
+        EXPECT_LT(i, attention_at) << s.label;
+        EXPECT_EQ(s.stream, rp.steps[attention_at].stream) << s.label;
+        EXPECT_TRUE(s.notifies.empty()) << s.label;
+        EXPECT_EQ(copy->dst.box.row, r * p.m);
+        EXPECT_EQ(copy->dst.box.rows, p.m);
+      }
+      EXPECT_EQ(own_copies, 2u) << "K and V";
       std::set<int> blocks;
       for (const KvTile& t : a.kv_tiles) {
         blocks.insert(static_cast<int>(t.row / p.m));
+        if (t.row / p.m == r) {
+          EXPECT_FALSE(t.wait.has_value()) << "own KV tile at row " << t.row;
+          continue;
+        }
         ASSERT_TRUE(t.wait.has_value());
         EXPECT_EQ(t.wait->value, 2u);
         // The counter it waits on is raised by exactly the two copies that write its rows.

@@ -117,6 +117,38 @@ TEST(Validation, AGemmStoringIntoMoreBuffersThanTheOverlapGemmHoldsIsRejected) {
   EXPECT_NE(report.summary().find("overlap GEMM holds"), std::string::npos) << report.summary();
 }
 
+// A kernel on every SM whose tiles wait for a counter that a copy within one GPU raises from another
+// stream: the copy runs as a kernel and finds no SM free (the tilelink ag_attention plan of
+// 2026-11-27 hung so at world 2). A copy from a peer on the copy engine, or a kernel that leaves SMs,
+// is fine.
+TEST(Validation, AKernelHoldingEverySmMayNotWaitForALocalCopy) {
+  Problem p;
+  p.op = OpKind::ag_attention;
+  p.m = 16;
+  p.world_size = 2;
+  p.batch = 1;
+  p.heads = 2;
+  p.kv_heads = 1;
+  p.head_dim = 8;
+  PlanOptions o = kSmallTiles;
+  Plan plan = plan_tilelink(p, o);
+  EXPECT_FALSE(validate_plan(plan).has("sm_holding")) << validate_plan(plan).summary();
+  Step* pull = find_step(plan, 0, "pull K of rank 1 tile 0");
+  ASSERT_NE(pull, nullptr);
+  std::get<CopyStep>(pull->body).src.rank = 0;  // now a copy within rank 0's GPU
+  expect_error(validate_plan(plan), "sm_holding", {"rank 0", "holds every SM", "pull K of rank 1 tile 0", "a copy within one GPU"});
+  for (Step& s : plan.ranks[0].steps)
+    if (auto* attention = std::get_if<AttentionStep>(&s.body)) attention->sm_limit = 100;
+  EXPECT_FALSE(validate_plan(plan).has("sm_holding")) << "the kernel leaves SMs to the copy";
+
+  // fused ag_gemm: tiles wait for the copy engine's pulls from peers; a pull made local is refused.
+  Plan fused = plan_fused(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
+  ASSERT_TRUE(validate_plan(fused).ok()) << validate_plan(fused).summary();
+  for (Step& s : fused.ranks[1].steps)
+    if (auto* copy = std::get_if<CopyStep>(&s.body); copy && s.engine == Engine::copy_engine && !s.notifies.empty()) copy->src.rank = 1;
+  expect_error(validate_plan(fused), "sm_holding", {"rank 1", "holds every SM", "a copy within one GPU"});
+}
+
 TEST(Validation, MissingTileLeavesOutputUnwritten) {
   Plan plan = plan_sequential(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
   std::get<GemmStep>(find_step(plan, 1, "gemm")->body).tiles.pop_back();

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 
 #include "check_against_host.hpp"
@@ -473,6 +474,64 @@ TEST_P(AttentionOpOnCallerBuffers, MatchesTheReferenceAsTokensChange) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, AttentionOpOnCallerBuffers, testing::Values("sequential", "decomposed", "tilelink", "default"),
                          strategy_name);
+
+// At a size whose attention kernel fills every SM (512 CTAs of 128 queries here) with KV tiles that
+// wait inside it: what raises those waits must not need an SM (plan/checks/sm_holding.cpp). The
+// small shapes above leave SMs free and cannot show it; tilelink's copy of the own block on another
+// stream hung here (2026-11-27, world 2, one process per GPU). Each strategy, three calls on fresh
+// inputs, against sequential's result on the same inputs (its kernel is checked against the host
+// reference above; the host reference of this size would take minutes).
+TEST(AttentionOpAtFullSize, EveryStrategyMatchesSequentialWhenTheKernelFillsEverySm) {
+  const int world = static_cast<int>(group().size());
+  const int64_t tokens = 2048, q_cols = 32 * 128, kv_cols = 8 * 128;
+  std::vector<std::vector<std::string>> failures(static_cast<size_t>(world));
+  for_each_rank(group(), [&](Communicator& comm) {
+    cudaStream_t stream;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    {
+      bench::DeviceBuffer q(static_cast<size_t>(tokens * q_cols) * 2), k(static_cast<size_t>(tokens * kv_cols) * 2),
+          v(static_cast<size_t>(tokens * kv_cols) * 2), o(static_cast<size_t>(tokens * q_cols) * 2);
+      std::vector<std::unique_ptr<AttentionOp>> ops;
+      const std::vector<std::string> strategies = {"sequential", "decomposed", "tilelink"};
+      for (const std::string& strategy : strategies) {
+        AttentionSpec spec;
+        spec.shape = AttentionShape{1, 32, 8, 128, false, tokens};
+        spec.strategy = strategy;
+        spec.plan.keep_strategy_at_world_one = true;
+        ops.push_back(std::make_unique<AttentionOp>(comm, spec));
+      }
+      for (uint64_t call = 0; call < 3; ++call) {
+        const uint64_t seed = 100 * call + 7 * static_cast<uint64_t>(comm.rank());
+        fill_random_bf16(q.data, tokens * q_cols, seed + 1, stream);
+        fill_random_bf16(k.data, tokens * kv_cols, seed + 2, stream);
+        fill_random_bf16(v.data, tokens * kv_cols, seed + 3, stream);
+        HostMatrix want;
+        for (size_t i = 0; i < ops.size(); ++i) {
+          fill_u16(o.data, tokens * q_cols, kBf16Nan, stream);
+          try {
+            ops[i]->run({q.data, k.data, v.data, o.data, tokens}, stream);
+            ops[i]->finish(stream);
+          } catch (const std::exception& e) {
+            failures[static_cast<size_t>(comm.rank())].push_back(strategies[i] + " call " + std::to_string(call) + ": " + e.what());
+            continue;
+          }
+          HostMatrix got = bench::download(DeviceRegion{o.data, tokens, q_cols, q_cols}, stream);
+          if (i == 0) {
+            want = std::move(got);
+            continue;
+          }
+          float largest = 0;
+          for (float x : want.data) largest = std::max(largest, std::fabs(x));
+          const bench::ElementCheck check = bench::check_elements(got, want, HostMatrix(tokens, q_cols, largest), 2e-2);
+          if (!check.passed()) failures[static_cast<size_t>(comm.rank())].push_back(strategies[i] + " call " + std::to_string(call) + ": " + check.explain());
+        }
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
+  for (int r = 0; r < world; ++r)
+    for (const std::string& f : failures[static_cast<size_t>(r)]) ADD_FAILURE() << "rank " << r << ": " << f;
+}
 
 // Refused before anything is allocated or launched: a head dim the kernel has no build for, a
 // strategy without ag_attention, and per call a null buffer and a token count above max_tokens.

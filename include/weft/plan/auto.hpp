@@ -28,7 +28,8 @@ struct AutoChoice {
 
 // The strategies auto chooses among by default: sequential, decomposed, signal, fused, chunked and
 // ficco (FiCCO's heuristic picks its schedule); for ag_attention, sequential, decomposed and
-// tilelink, by the simulator alone (nothing measured yet: no attention kernel has run).
+// tilelink; for ag_moe and moe_rs, sequential and tilelink (the tuning table has no attention or MoE
+// rows yet: the simulator chooses there).
 const std::vector<std::string>& auto_candidates();
 const std::vector<std::string>& auto_candidates(OpKind op);
 

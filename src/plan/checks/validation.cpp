@@ -27,6 +27,7 @@ ValidationReport validate_plan(const Plan& plan) {
   if (!report.ok()) return report;  // the other analyses index buffers and signals blindly
   detail::check_liveness(plan, report);
   detail::check_signal_balance(plan, report);
+  detail::check_sm_holding_waits(plan, report);
   if (report.has("liveness")) return report;  // happens-before needs a plan that can finish
   detail::check_ordering_and_coverage(plan, report);
   return report;

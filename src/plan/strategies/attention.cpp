@@ -16,9 +16,10 @@
 //        moves the keys and values on the communication stream in communication tiles
 //        (TileLinkOptions::comm_tile_rows; 0: a rank's whole block, the paper's S / WORLD_SIZE), a
 //        counter per communication tile (one per tile, not cumulative, so that pulls may complete in
-//        any order); the own block is copied into the gathered buffer first (one local copy), so
-//        that the first KV tiles are in at once. No companion kernel: the copies leave every SM to
-//        the attention kernel, which is compute bound.
+//        any order); the own block is copied into the gathered buffer first, on the attention
+//        kernel's stream before it (a local copy is a kernel), so that the first KV tiles are in at
+//        once. No companion kernel: the copy engine's pulls leave every SM to the attention kernel,
+//        which is compute bound.
 #include "attention.hpp"
 
 #include <algorithm>
@@ -144,17 +145,20 @@ void build_attention_tile_waits(const Problem& p, const PlanOptions& o, RankPlan
   const auto [k, v] = declare_gathered(p, b);
   const int64_t comm_rows = o.tilelink.comm_tile_rows > 0 ? std::min(o.tilelink.comm_tile_rows, p.m) : p.m;
   const tile::StaticTileMap map{p.world_size, p.m, comm_rows};
-  std::vector<int> sources{r};  // the own block first: its copy is local
-  for (const int s : peers_in_ring_order(p, r)) sources.push_back(s);
   AttentionStep step = attention_over(p, o, b, x, b.whole(k), b.whole(v), 0);
-  for (const int s : sources)
+  // The own block first, copied into place on the attention kernel's stream before it: a copy within
+  // one GPU runs as a kernel, which would find no free SM once the attention kernel, holding them
+  // all, waits for it (checks/sm_holding.cpp). Its KV tiles then wait for nothing.
+  for (const auto& [name, from, into] : {std::tuple{"K", x.k, k}, std::tuple{"V", x.v, v}})
+    b.add(std::string("copy own ") + name, kCompute, Engine::sm, CopyStep{b.whole(from), b.rows(into, static_cast<int64_t>(r) * p.m, p.m)});
+  add_kv_tiles(step, static_cast<int64_t>(r) * p.m, p.m, o.tile_n);
+  for (const int s : peers_in_ring_order(p, r))
     for (int channel = 0; channel < map.channels(); ++channel) {
       const tile::TileCoord t = map(s * map.channels() + channel);
       const SignalId arrived = b.signal("rank" + std::to_string(s) + "_tile" + std::to_string(channel) + "_arrived");
       for (const auto& [name, from, into] : {std::tuple{"K", x.k, k}, std::tuple{"V", x.v, v}}) {
-        const std::string what = s == r ? std::string("copy own ") + name : std::string("pull ") + name + " of rank " + std::to_string(s);
-        Step& move = b.add(what + " tile " + std::to_string(channel), kComm, Engine::copy_engine,
-                           CopyStep{b.rows(from, t.row - static_cast<int64_t>(s) * p.m, t.rows, s), b.rows(into, t.row, t.rows)});
+        Step& move = b.add(std::string("pull ") + name + " of rank " + std::to_string(s) + " tile " + std::to_string(channel), kComm,
+                           Engine::copy_engine, CopyStep{b.rows(from, t.row - static_cast<int64_t>(s) * p.m, t.rows, s), b.rows(into, t.row, t.rows)});
         move.notifies.push_back({b.own(arrived), 1});
       }
       add_kv_tiles(step, t.row, t.rows, o.tile_n, Wait{b.own(arrived), 2});  // its K and its V

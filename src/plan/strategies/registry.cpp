@@ -56,7 +56,9 @@ const std::vector<Strategy>& strategies() {
       {"auto", "-",
        "the strategy and knobs measured fastest at the nearest tuned shape, else predicted fastest by the simulator; "
        "sequential wherever nothing is faster",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_attention}, plan_auto, false},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_moe, OpKind::moe_rs,
+        OpKind::ag_attention},
+       plan_auto, false},
       {"chunked", "AutoOverlap",
        "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
        "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
