@@ -51,3 +51,21 @@ def test_the_moe_layer_at_world_two_over_gloo_matches_plain_torch():
 
     stdout = gloo_world.run_script("moe_world_of_two.py")
     assert len(re.findall(r"rank \d experts", stdout)) == 2 * 2 * 2, stdout
+
+
+def test_fixed_routing_takes_the_given_experts_and_their_router_weights():
+    # The model-step benchmark compares weft's pass with plain torch's under the same routing: route()
+    # given ids keeps them (not the top-k) and weighs them as the router would (renormalised softmax).
+    from weft.torch.moe import route
+
+    g = torch.Generator().manual_seed(3)
+    x, gate = torch.randn(6, 16, generator=g), torch.randn(5, 16, generator=g)
+    ids, weights = route(x, gate, 2)
+    probabilities = torch.softmax(x @ gate.t(), dim=-1)
+    assert torch.equal(ids, torch.topk(probabilities, 2, dim=-1).indices)
+    other = (ids + 1) % 5  # never the top-k's
+    fixed_ids, fixed_weights = route(x, gate, 2, other)
+    assert torch.equal(fixed_ids, other)
+    chosen = probabilities.gather(-1, other)
+    torch.testing.assert_close(fixed_weights, chosen / chosen.sum(-1, keepdim=True))
+    assert not torch.allclose(fixed_weights, weights)

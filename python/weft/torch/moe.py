@@ -91,11 +91,15 @@ class _MoeRs(torch.autograd.Function):
         return dh, dw2, None, dweights.to(weights.dtype), None, None
 
 
-def route(x, gate, topk):
+def route(x, gate, topk, ids=None):
     """Each token's top-k experts and their weights (softmax over the experts, renormalised over the
-    chosen): (ids [t, topk], weights [t, topk] in x's dtype, differentiable through gate and x)."""
+    chosen): (ids [t, topk], weights [t, topk] in x's dtype, differentiable through gate and x).
+    Given `ids`, those experts instead of the top-k (their weights still from x and gate)."""
     probabilities = torch.softmax(torch.mm(x, gate.t()).to(torch.promote_types(x.dtype, torch.float32)), dim=-1)
-    values, ids = torch.topk(probabilities, topk, dim=-1)
+    if ids is None:
+        values, ids = torch.topk(probabilities, topk, dim=-1)
+    else:
+        values = probabilities.gather(-1, ids)
     return ids, (values / values.sum(-1, keepdim=True)).to(x.dtype)
 
 
@@ -127,9 +131,16 @@ class TensorParallelMoE(torch.nn.Module):
             torch.distributed.broadcast(self.gate.data, src=torch.distributed.get_global_rank(process_group(), 0), group=process_group())
         self.w1 = _init_weight(experts * (ffn // world) * (2 if activation == "swiglu" else 1), hidden, device, dtype)
         self.w2 = _init_weight(experts * hidden, ffn // world, device, dtype)
+        # Verification through two paths (weft's ops and plain torch): the top-k of a router is
+        # discontinuous, so two passes whose activations differ in the last bf16 bit pick other
+        # experts for near-tied tokens, and their results differ by far more than either's rounding.
+        # fixed_ids, where set ([t, topk]), replaces the router's choice; last_ids is the last pass's.
+        self.fixed_ids = None
+        self.last_ids = None
 
     def forward(self, x, plain_products=False):
-        ids, weights = route(x, self.gate, self.topk)
+        ids, weights = route(x, self.gate, self.topk, self.fixed_ids)
+        self.last_ids = ids
         choices = every_ranks_choices(ids)
         weights_all = plain._all_gather(weights)  # autograd: the weights' gradient reduce-scattered back
         if plain_products:
