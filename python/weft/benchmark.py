@@ -543,10 +543,11 @@ def main(argv=None):
         print(f"{torch.cuda.get_device_name()} x {world}, torch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl}; "
               "speedup over torch.mm + torch.distributed")
         print(f"queue ahead {args.queue_ahead_us:g} us (device time of each call; host us: its enqueue time on the host)")
-        print(f"{'row':24} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9} {'host us':>8} {'host x':>7} {'b2b us':>7} {'b2b x':>6}  note")
+        width = max([24] + [len(r["row"]) for r in table])  # whole names: attention rows end in " causal"
+        print(f"{'row':{width}} {'op':9} {'variant':26} {'ms':>8} {'speedup':>8} {'E':>6} {'rel.err':>9} {'host us':>8} {'host x':>7} {'b2b us':>7} {'b2b x':>6}  note")
         for r in table:
             fmt = lambda v, f: format(v, f) if isinstance(v, (int, float)) else "-"  # noqa: E731
-            print(f"{r['row'][:24]:24} {r['op']:9} {r['variant']:26} {fmt(r['ms'], '8.3f')} {fmt(r['speedup'], '8.3f')} "
+            print(f"{r['row']:{width}} {r['op']:9} {r['variant']:26} {fmt(r['ms'], '8.3f')} {fmt(r['speedup'], '8.3f')} "
                   f"{fmt(r['overlap_efficiency'], '6.2f')} {fmt(r['relative_error'], '9.2e')} {fmt(r['host_us'], '8.1f')} "
                   f"{fmt(r['host_ratio'], '7.2f')} {fmt(r['b2b_us'], '7.1f')} {fmt(r['b2b_ratio'], '6.2f')}  {r['note']}")
     if out:
