@@ -12,8 +12,8 @@ namespace weft::bench {
 
 namespace {
 
-using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t>;
-ShapeKey key_of(const Problem& p) { return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k}; }
+using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int>;
+ShapeKey key_of(const Problem& p) { return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k, p.experts, p.topk}; }
 
 }  // namespace
 
@@ -27,6 +27,10 @@ TuningTable tuning_table_from(const std::vector<RecordedRow>& rows, const std::s
     e.m = r.problem.m;
     e.n = r.problem.n;
     e.k = r.problem.k;
+    if (is_moe(r.problem.op)) {
+      e.experts = r.problem.experts;
+      e.topk = r.problem.topk;
+    }
     if (e.source.find(r.file) == std::string::npos) e.source += (e.source.empty() ? "weft bench, bench/results/" : ", ") + r.file;
     e.candidates.push_back({r.strategy, {}, r.t_ms});
   }

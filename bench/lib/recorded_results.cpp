@@ -34,11 +34,13 @@ std::vector<std::string> split_csv(const std::string& line) {
 }
 
 RecordedRow make_row(const std::string& file, const std::string& name, OpKind op, const std::string& strategy, int world, int64_t m, int64_t n,
-                     int64_t k, double t, double t_gemm, double t_comm, double t_seq) {
+                     int64_t k, int experts, int topk, double t, double t_gemm, double t_comm, double t_seq) {
   RecordedRow r;
   r.file = file;
   r.row = name;
   r.problem = Problem{op, m, n, k, world, DType::bf16, DType::bf16, {}};
+  r.problem.experts = experts;
+  r.problem.topk = topk;
   draw_routing(r.problem, 1);
   r.strategy = canonical_strategy(strategy);
   r.t_ms = t;
@@ -75,8 +77,8 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     // auto's rows are its picks, measured again: a candidate's own row stands for each of them.
     if (r.problem.world_size < min_world || r.t_ms <= 0 || r.strategy.starts_with("auto")) return;
     std::ostringstream key;
-    key << to_string(r.problem.op) << ' ' << r.problem.m << ' ' << r.problem.n << ' ' << r.problem.k << ' ' << r.problem.world_size << ' '
-        << r.strategy;
+    key << to_string(r.problem.op) << ' ' << r.problem.m << ' ' << r.problem.n << ' ' << r.problem.k << ' ' << r.problem.experts << ' '
+        << r.problem.topk << ' ' << r.problem.world_size << ' ' << r.strategy;
     latest[key.str()] = std::move(r);
   };
   for (const std::string& path : files) {
@@ -92,10 +94,16 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
           if (!r.has("t_ms") || !r.has("strategy") || !r.has("world")) continue;  // a row of another kind (no timing)
           // Attention rows (n and k 0: their shape is heads and head dim) are not judged by auto or
           // fitted by the simulator from recorded rows yet.
-          if (r["op"].text_as(parse_op) == OpKind::ag_attention) continue;
-          keep(make_row(name, r["row"].text(), r["op"].text_as(parse_op), r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
+          const OpKind op = r["op"].text_as(parse_op);
+          if (op == OpKind::ag_attention) continue;
+          // An MoE row that does not say its experts and topk (weft bench before 2026-11-27) stands
+          // for no known problem: rows of one m, n and k differ by them.
+          if (is_moe(op) && !(r.has("experts") && r.has("topk"))) continue;
+          const int experts = is_moe(op) ? r["experts"].to_int(1, kMaxFileExperts) : 0;
+          const int topk = is_moe(op) ? r["topk"].to_int(1, experts) : 0;
+          keep(make_row(name, r["row"].text(), op, r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
                         r["m"].integer(1, kMaxFileDimension), r["n"].integer(1, kMaxFileDimension), r["k"].integer(1, kMaxFileDimension),
-                        r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
+                        experts, topk, r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
                         r["t_seq_ms"].number(0, kMaxRecordedMs)));
         }
         return 0;
@@ -112,7 +120,7 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     };
     const int c_row = column("row"), c_op = column("op"), c_strategy = column("strategy"), c_world = column("world"), c_m = column("m"),
               c_n = column("n"), c_k = column("k"), c_t = column("t_ms"), c_gemm = column("t_gemm_ms"), c_comm = column("t_comm_ms"),
-              c_seq = column("t_seq_ms");
+              c_seq = column("t_seq_ms"), c_experts = column("experts"), c_topk = column("topk");
     if (std::min({c_row, c_op, c_strategy, c_world, c_m, c_n, c_k, c_t, c_gemm, c_comm, c_seq}) < 0) continue;  // another table
     for (int number = 2; std::getline(lines, line); ++number) {
       const auto f = split_csv(line);
@@ -120,9 +128,13 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
       auto at = [&](int c) { return f[static_cast<size_t>(c)]; };
       if (at(c_op) == to_string(OpKind::ag_attention)) continue;  // as the JSON's attention rows
       try {
-        keep(make_row(name, at(c_row), parse_op(at(c_op)), at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
+        const OpKind op = parse_op(at(c_op));
+        if (is_moe(op) && (c_experts < 0 || c_topk < 0)) continue;  // as the JSON's MoE rows without them
+        const int experts = is_moe(op) ? csv_number(at(c_experts), "experts", 1, kMaxFileExperts) : 0;
+        const int topk = is_moe(op) ? csv_number(at(c_topk), "topk", 1, experts) : 0;
+        keep(make_row(name, at(c_row), op, at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
                       csv_number(at(c_m), "m", int64_t{1}, kMaxFileDimension), csv_number(at(c_n), "n", int64_t{1}, kMaxFileDimension),
-                      csv_number(at(c_k), "k", int64_t{1}, kMaxFileDimension), csv_number(at(c_t), "t_ms", 0.0, kMaxRecordedMs),
+                      csv_number(at(c_k), "k", int64_t{1}, kMaxFileDimension), experts, topk, csv_number(at(c_t), "t_ms", 0.0, kMaxRecordedMs),
                       csv_number(at(c_gemm), "t_gemm_ms", 0.0, kMaxRecordedMs), csv_number(at(c_comm), "t_comm_ms", 0.0, kMaxRecordedMs),
                       csv_number(at(c_seq), "t_seq_ms", 0.0, kMaxRecordedMs)));
       } catch (const std::invalid_argument& e) {

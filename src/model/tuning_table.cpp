@@ -33,9 +33,15 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
   if (is_fp8(p.input_dtype)) return nullptr;
   for (const TuningEntry& e : entries) {
     if (e.op != p.op || e.world != p.world_size) continue;
+    const bool moe = is_moe(p.op);
+    // An MoE row's GEMMs are per expert (about m * topk / experts rows each): the same m, n and k
+    // with other experts or topk is another problem, and an entry that does not say is no guide.
+    if (moe && (e.experts < 1 || e.topk < 1 || p.experts < 1 || p.topk < 1)) continue;
     auto term = [](double a, double b) { return std::pow(std::log(a / b), 2); };
-    const double d = std::sqrt(term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
-                               term(static_cast<double>(e.k), static_cast<double>(p.k)));
+    double squared = term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
+                     term(static_cast<double>(e.k), static_cast<double>(p.k));
+    if (moe) squared += term(e.experts, p.experts) + term(e.topk, p.topk);
+    const double d = std::sqrt(squared);
     if (d < best_distance) {
       best_distance = d;
       best = &e;
@@ -66,6 +72,10 @@ std::string tuning_table_json(const TuningTable& t) {
     o["m"] = e.m;
     o["n"] = e.n;
     o["k"] = e.k;
+    if (e.experts > 0) {
+      o["experts"] = e.experts;
+      o["topk"] = e.topk;
+    }
     o["source"] = e.source;
     o["candidates"] = Json(std::move(candidates));
     entries.push_back(Json(std::move(o)));
@@ -82,13 +92,16 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& name) {
     TuningTable t;
     t.machine = doc.has("machine") ? doc["machine"].text() : "";
     for (const Json& e : doc["entries"].items()) {
-      e.only_members({"op", "world", "m", "n", "k", "source", "candidates"});
+      e.only_members({"op", "world", "m", "n", "k", "experts", "topk", "source", "candidates"});
       TuningEntry entry;
       entry.op = e["op"].text_as(parse_op);
       entry.world = e["world"].to_int(1, kMaxFileWorld);
       entry.m = e["m"].integer(1, kMaxFileDimension);
       entry.n = e["n"].integer(1, kMaxFileDimension);
       entry.k = e["k"].integer(1, kMaxFileDimension);
+      if (const Json* v = e.find("experts")) entry.experts = v->to_int(1, kMaxFileExperts);
+      if (const Json* v = e.find("topk")) entry.topk = v->to_int(1, entry.experts > 0 ? entry.experts : kMaxFileExperts);
+      if ((entry.experts > 0) != (entry.topk > 0)) e.reject("experts and topk come together");
       if (const Json* v = e.find("source")) entry.source = v->text();
       for (const Json& c : e["candidates"].items()) {
         c.only_members({"strategy", "ms", "options"});

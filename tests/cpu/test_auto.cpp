@@ -49,6 +49,41 @@ TEST(TuningTable, ReadsWhatItWritesAndFindsTheNearestShape) {
                std::invalid_argument);
 }
 
+// MoE rows of one m, n and k differ by experts and topk (TileLink's MoE-1/2/3): an entry stands for
+// its own experts and topk, nearest in log space among those, and one that does not say for none.
+TEST(TuningTable, MoeEntriesAreFoundByTheirExpertsAndTopk) {
+  auto moe_entry = [](int experts, int topk, const std::string& best) {
+    TuningEntry e;
+    e.op = OpKind::moe_rs;
+    e.world = 4;
+    e.m = 2048;
+    e.n = 2048;
+    e.k = 384;
+    e.experts = experts;
+    e.topk = topk;
+    e.candidates = {{"sequential", {}, 1.0}, {best, {}, best == "sequential" ? 0.0 : 0.5}};
+    return e;
+  };
+  TuningTable t;
+  t.entries = {moe_entry(8, 2, "sequential"), moe_entry(32, 2, "tilelink"), moe_entry(32, 5, "tilelink")};
+  EXPECT_EQ(parse_tuning_table(tuning_table_json(t)), t) << "experts and topk are written and read";
+  Problem p{OpKind::moe_rs, 2048, 2048, 384, 4, DType::bf16, DType::bf16, {}};
+  p.experts = 8;
+  p.topk = 2;
+  double distance = 1;
+  ASSERT_NE(t.nearest(p, &distance), nullptr);
+  EXPECT_EQ(t.nearest(p)->experts, 8);
+  EXPECT_EQ(distance, 0);
+  p.experts = 32;
+  p.topk = 4;  // nearer 5 than 2 in log space
+  EXPECT_EQ(t.nearest(p)->topk, 5);
+  TuningTable legacy;
+  legacy.entries = {moe_entry(0, 0, "tilelink")};
+  EXPECT_EQ(legacy.nearest(p), nullptr) << "an MoE entry without experts and topk is no guide";
+  EXPECT_THROW(parse_tuning_table(R"({"entries": [{"op": "moe_rs", "world": 2, "m": 1, "n": 1, "k": 1, "experts": 8, "candidates": []}]})"),
+               std::invalid_argument);
+}
+
 TEST(Auto, AWorldOfOneRunsSequential) {
   const AutoChoice c = choose_strategy(Problem{OpKind::ag_gemm, 8192, 4096, 4096, 1, DType::bf16, DType::bf16, {}}, PlanOptions{});
   EXPECT_EQ(c.candidate.strategy, "sequential");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <unistd.h>
 
@@ -239,6 +240,32 @@ TEST(TuningTableReader, RefusesNarrowingAndBadKnobs) {
                    R"({"entries": [{"op": "gemm_rs", "world": 2, "m": 1, "n": 1, "k": 1, "candidates": [{"strategy": "chunked", "ms": 1, "options": {"chunks": "4abc"}}]}]})");
              }),
              "entries[0].candidates[0].options: option chunks must be a non-negative int, got '4abc'");
+}
+
+// An MoE row carries its experts and topk (rows of one shape differ by them, and the routing drawn
+// for the simulator follows them); one without them (weft bench before 2026-11-27) is left out.
+TEST(RecordedResultsReader, MoeRowsCarryTheirExpertsAndTopk) {
+  const auto dir = scratch("results_moe");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string header = "row,op,strategy,world,m,n,k,experts,topk,t_ms,t_gemm_ms,t_comm_ms,t_seq_ms\n";
+  write(dir / "a.csv", header + "\"MoE-1 RS\",moe_rs,sequential,4,256,128,64,8,2,1,0.5,0.5,1\n\"MoE-2 RS\",moe_rs,sequential,4,256,128,64,32,2,2,0.5,0.5,2\n"
+                                "\"AR\",gemm_ar,sequential,4,256,128,64,0,0,1,0.5,0.5,1\n");
+  write(dir / "b.json", R"({"rows": [{"row": "MoE-3 RS", "op": "moe_rs", "strategy": "sequential", "world": 4, "m": 256, "n": 128, "k": 64,
+                              "experts": 32, "topk": 5, "t_ms": 3, "t_gemm_ms": 1, "t_comm_ms": 1, "t_seq_ms": 3},
+                             {"row": "old", "op": "moe_rs", "strategy": "sequential", "world": 4, "m": 256, "n": 128, "k": 64,
+                              "t_ms": 3, "t_gemm_ms": 1, "t_comm_ms": 1, "t_seq_ms": 3}]})");
+  const auto rows = bench::read_recorded_rows(dir.string());
+  ASSERT_EQ(rows.size(), 4u) << "three MoE rows of one shape kept apart, the AR row, and not the one without experts";
+  std::set<std::pair<int, int>> seen;
+  for (const auto& r : rows)
+    if (r.problem.op == OpKind::moe_rs) {
+      seen.insert({r.problem.experts, r.problem.topk});
+      EXPECT_EQ(r.problem.choices.size(), 4u) << "routing drawn for its experts";
+    }
+  EXPECT_EQ(seen, (std::set<std::pair<int, int>>{{8, 2}, {32, 2}, {32, 5}}));
+  write(dir / "a.csv", header + "\"MoE-1 RS\",moe_rs,sequential,4,256,128,64,8,9,1,0.5,0.5,1\n");
+  EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "a.csv: line 2: topk: '9' is not a number in 1..8");
 }
 
 TEST(RecordedResultsReader, RefusesNarrowingInJsonAndCsv) {

@@ -37,6 +37,7 @@ struct Measured {
   OpKind op{};
   int world = 0;
   int64_t m = 0, n = 0, k = 0;
+  int experts = 0, topk = 0;  // the MoE ops' (0 for the others)
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
   double t_in_place = 0;  // the producer's output already in the strategy's symmetric A (no copy-in); t where none
   double host_us = 0;             // host time to enqueue one call after a wait for the last (the slowest rank's median)
@@ -73,6 +74,10 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
       j["m"] = r.m;
       j["n"] = r.n;
       j["k"] = r.k;
+      if (r.experts > 0) {  // the MoE ops: rows of one m, n and k differ by these
+        j["experts"] = r.experts;
+        j["topk"] = r.topk;
+      }
       j["t_gemm_ms"] = r.t_gemm;
       j["t_comm_ms"] = r.t_comm;
       j["t_seq_ms"] = r.t_seq;
@@ -98,10 +103,10 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
   }
   if (!o.csv_path.empty()) {
     std::ostringstream csv;
-    csv << "row,op,strategy,world,m,n,k,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
+    csv << "row,op,strategy,world,m,n,k,experts,topk,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
     for (const auto& r : rows)
       csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
-          << r.k << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
+          << r.k << ',' << r.experts << ',' << r.topk << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
           << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
           << (r.verified ? "yes" : "no") << ',' << r.host_us << ',' << r.host_back_to_back_us << '\n';
     OutputFile file(o.csv_path, "CSV file");
@@ -309,6 +314,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.m = problem.m;
         m.n = problem.n;
         m.k = problem.k;
+        m.experts = problem.experts;
+        m.topk = problem.topk;
         m.t_gemm = worst(0);
         m.t_comm = worst(1);
         m.t_seq = worst(2);

@@ -31,6 +31,7 @@ struct TuningEntry {
   OpKind op = OpKind::gemm_ar;
   int world = 1;
   int64_t m = 0, n = 0, k = 0;  // per-rank shapes, as Problem holds them
+  int experts = 0, topk = 0;    // ag_moe and moe_rs: their experts and choices per token (0 for the others)
   std::string source;           // the command, device and date of the measurement
   std::vector<TunedCandidate> candidates;
   // The fastest candidate; `sequential`'s time (0 where it was not measured).
@@ -43,7 +44,8 @@ struct TuningTable {
   std::string machine;
   std::vector<TuningEntry> entries;
   // The entry of the same op and world size whose shape is nearest in log space
-  // (sqrt of the summed squared log ratios of m, n and k); null when there is none. `distance` gets it.
+  // (sqrt of the summed squared log ratios of m, n and k, and for the MoE ops of experts and topk:
+  // an MoE entry without them stands for no problem); null when there is none. `distance` gets it.
   const TuningEntry* nearest(const Problem& problem, double* distance = nullptr) const;
   bool operator==(const TuningTable&) const = default;
 };
