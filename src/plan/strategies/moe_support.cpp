@@ -26,6 +26,33 @@ std::vector<size_t> add_expert_gemms(RankPlanBuilder& b, const Problem& p, const
   return added;
 }
 
+ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows) {
+  const int world = p.world_size;
+  ExpertMajorRows order;
+  order.position.assign(static_cast<size_t>(rows.rows()), 0);
+  order.first.assign(static_cast<size_t>(p.experts) + 1, 0);
+  int64_t next = 0;
+  for (int e = 0; e < p.experts; ++e) {
+    order.first[static_cast<size_t>(e)] = next;
+    for (int s = 0; s < world; ++s)
+      for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + rows.block_rows(s, e); ++row)
+        order.position[static_cast<size_t>(row)] = next++;
+  }
+  order.first[static_cast<size_t>(p.experts)] = next;
+  return order;
+}
+
+void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
+                            const PlanOptions& options, int stream) {
+  for (int e = 0; e < p.experts; ++e) {
+    const int64_t count = order.expert_rows(e);
+    if (count == 0) continue;
+    const int64_t first = order.first[static_cast<size_t>(e)];
+    b.add("gemm expert " + std::to_string(e) + " (every rank's rows)", stream, Engine::sm,
+          gemm_into(b.rows(x, first, count), b.rows(w, static_cast<int64_t>(e) * p.n, p.n), b.rows(out, first, count), options));
+  }
+}
+
 CombineRowsStep combine_block(const Problem& p, const MoeRows& rows, int s, const Region& block, const Region& weights, const Region& tokens_out) {
   CombineRowsStep combine;
   combine.src = block;

@@ -74,33 +74,49 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         break;
       }
       case OpKind::ag_moe: {
-        // All tokens gathered, each source's rows laid out by expert, one GEMM per (source, expert).
+        // All tokens gathered, then rows laid out by expert over every source (expert-major), one
+        // GEMM per expert, and the results put in the op's layout (by source, then expert). At
+        // world 1 both layouts are one: the rows go straight to their place and C takes the GEMMs.
         const MoeRows rows = moe_rows(p);
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows);
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
         const BufferId x = b.buffer("X", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
+        const BufferId y = world == 1 ? c : b.buffer("Y_by_expert", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
         b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
-        for (int s = 0; s < world; ++s) {
-          b.add("gather rank " + std::to_string(s) + "'s rows by expert", 0, Engine::sm,
-                detail::gather_block(p, rows, s, b.rows(gathered, s * p.m, p.m), b.rows(x, rows.source_first(s), rows.source_rows(s))));
-          detail::add_expert_gemms(b, p, rows, s, x, w, c, options, 0);
+        PermuteRowsStep by_expert{b.whole(gathered), b.whole(x), std::vector<int64_t>(static_cast<size_t>(rows.rows()))};
+        for (int64_t row = 0; row < rows.rows(); ++row)
+          by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = rows.token[static_cast<size_t>(row)];
+        b.add("gather every rank's rows by expert", 0, Engine::sm, std::move(by_expert));
+        detail::add_expert_major_gemms(b, p, order, x, w, y, options, 0);
+        if (y != c) {
+          PermuteRowsStep to_layout{b.whole(y), b.whole(c), order.position};
+          b.add("rows back by source", 0, Engine::sm, std::move(to_layout));
         }
         b.set_output(b.whole(c));
         break;
       }
       case OpKind::moe_rs: {
-        // One GEMM per (source, expert), each source's rows reduced to its tokens, then ReduceScatter.
+        // A's rows by expert over every source, one GEMM per expert, the top-k reduction of every
+        // token (reading its rows where the expert-major GEMMs left them), then ReduceScatter. At
+        // world 1 A is in expert order already.
         const MoeRows rows = moe_rows(p);
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows);
         const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
+        const BufferId x = world == 1 ? a : b.buffer("A_by_expert", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
         const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
-        for (int s = 0; s < world; ++s) {
-          detail::add_expert_gemms(b, p, rows, s, a, w, partial, options, 0);
-          b.add("top-k reduce rank " + std::to_string(s) + "'s tokens", 0, Engine::sm,
-                detail::combine_block(p, rows, s, b.rows(partial, rows.source_first(s), rows.source_rows(s)), b.rows(weights, s * p.m, p.m),
-                                      b.rows(tokens, s * p.m, p.m)));
+        if (x != a) {
+          PermuteRowsStep by_expert{b.whole(a), b.whole(x), std::vector<int64_t>(static_cast<size_t>(rows.rows()))};
+          for (int64_t row = 0; row < rows.rows(); ++row) by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = row;
+          b.add("A's rows by expert", 0, Engine::sm, std::move(by_expert));
         }
+        detail::add_expert_major_gemms(b, p, order, x, w, partial, options, 0);
+        CombineRowsStep combine{b.whole(partial), b.whole(weights), b.whole(tokens), p.topk, {}};
+        combine.source_rows.reserve(rows.row_of.size());
+        for (const int64_t row : rows.row_of) combine.source_rows.push_back(order.position[static_cast<size_t>(row)]);
+        b.add("top-k reduce every rank's tokens", 0, Engine::sm, std::move(combine));
         b.add("reduce_scatter tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::reduce_scatter, 0, b.whole(tokens), b.whole(c), {}, {}});
         b.set_output(b.whole(c));
         break;
