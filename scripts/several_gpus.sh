@@ -14,7 +14,8 @@
 #   suites     weft bench over the paper suites (SUITES, default flux_gpt3, tilelink_mlp,
 #              tilelink_moe_tp, flashoverlap_ar, attention_sp) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
 #              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
-#   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP),
+#   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP; the
+#              tilelink_moe_tp rows against plain torch's MoE),
 #              the model step (llama3-8b prefill and train, llama3-70b and mixtral-8x7b train; 2 blocks) and the
 #              sequence-parallel attention rows (--attention)
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
@@ -138,6 +139,9 @@ stage_bench() {
 stage_torch() {
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
     torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
+  # TileLink's MoE rows through torch.ops.weft.ag_moe / moe_rs against plain torch's loop over experts.
+  CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark tilelink_moe_tp" "$d/torch_bench_moe.txt" 600 \
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite tilelink_moe_tp --no-mlp --csv "$d/torch_bench_moe.csv" || status=1
   # The model step: decoder blocks of weft.torch.blocks against the same blocks on plain torch.
   for model_mode in llama3-8b:prefill llama3-8b:train llama3-70b:train mixtral-8x7b:train; do
     CUDA_VISIBLE_DEVICES=$cvd timed "world $w model step ${model_mode/:/ }" "$d/model_${model_mode/:/_}.txt" 300 \

@@ -308,6 +308,29 @@ def test_the_benchmark_runs_and_writes_its_table(tmp_path):
     assert "speedup" in done.stdout
 
 
+def test_the_benchmark_times_the_moe_ops_against_plain_torch(tmp_path):
+    # MoE rows of a suite: weft's ag_moe / moe_rs (each strategy, default) against plain torch's
+    # loop over experts on the same routing, each verified before it is timed.
+    if wt.world_size() > 1:
+        pytest.skip("run by hand under torchrun at world > 1")
+    suite = {"name": "tiny_moe", "description": "a pipeline check", "rows": [
+        {"name": "MoE AG", "op": "ag_moe", "m": 256, "n": 256, "k": 512, "experts": 8, "topk": 2},
+        {"name": "MoE RS", "op": "moe_rs", "m": 256, "n": 512, "k": 256, "experts": 8, "topk": 2},
+    ]}
+    (tmp_path / "tiny_moe.json").write_text(json.dumps(suite))
+    csv_path = tmp_path / "out.csv"
+    done = subprocess.run([sys.executable, "-m", "weft.benchmark", "--suite", str(tmp_path / "tiny_moe.json"), "--iterations", "3",
+                           "--warmup", "1", "--csv", str(csv_path), "--no-mlp"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = list(__import__("csv").DictReader(csv_path.open()))
+    for op in ("ag_moe", "moe_rs"):
+        variants = {r["variant"] for r in rows if r["op"] == op}
+        assert {"torch", "weft:sequential", "weft:tilelink", "weft:default"} <= variants, rows
+    for r in rows:
+        assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2, r
+
+
 def test_the_model_step_benchmark_verifies_and_times_both_variants(tmp_path):
     if wt.world_size() > 1:
         pytest.skip("run by hand under torchrun at world > 1")

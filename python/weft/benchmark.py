@@ -49,7 +49,8 @@ def per_rank_shape(row, world):
     m, n, k = row["m"], row["n"], row["k"]
     if row.get("split", "tensor") == "none":
         return m, n, k
-    cut = {"ag_gemm": (True, True, False), "gemm_rs": (False, False, True), "gemm_ar": (False, False, True)}.get(row["op"], (True, False, False))
+    cut = {"ag_gemm": (True, True, False), "gemm_rs": (False, False, True), "gemm_ar": (False, False, True),
+           "ag_moe": (True, True, False), "moe_rs": (True, False, True)}.get(row["op"], (True, False, False))
     for value, split in zip((m, n, k), cut):
         if split and value % world:
             raise ValueError(f"{value} is not divisible by the world size {world}")
@@ -161,6 +162,20 @@ class Row:
         if self.op in ("gemm_a2a", "a2a_gemm"):
             gen = torch.Generator().manual_seed(seed)
             self.routing = torch.randint(0, world, (world, self.m), generator=gen, dtype=torch.int32)
+        self.experts = row.get("experts", 0)
+        if self.op in ("ag_moe", "moe_rs"):
+            # Every rank's top-k distinct experts per token (uniform, the same table on every rank),
+            # the op's weights stacked per expert [experts * n, k], and moe_rs's rows in the op's
+            # layout (each (token, choice) row of every rank) with every rank's top-k weights.
+            gen = torch.Generator().manual_seed(seed)
+            topk = row["topk"]
+            self.choices = torch.stack([torch.stack([torch.randperm(self.experts, generator=gen)[:topk] for _ in range(self.m)]).reshape(-1)
+                                        for _ in range(world)]).to(torch.int32)
+            self.b = (torch.rand((self.experts * self.n, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+            if self.op == "moe_rs":
+                self.a = (torch.rand((world * self.m * topk, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+                w = torch.rand((world * self.m, topk), generator=gen)
+                self.weights = (w / w.sum(-1, keepdim=True)).to(device="cuda", dtype=torch.bfloat16)
         self.world, self.rank = world, rank
         self.fp8 = fp8
         if fp8 is not None:
@@ -211,6 +226,10 @@ class Row:
                 return c
 
             return run
+        if self.op == "ag_moe":  # plain torch's MoE: all_gather, then a GEMM per expert (as HF's Mixtral block)
+            return lambda: plain.ag_moe(a, b, self.choices, self.experts)
+        if self.op == "moe_rs":
+            return lambda: plain.moe_rs(a, b, self.choices, self.weights, self.experts)
         return None  # routed ops: weft alone (torch's all_to_all needs per-rank split sizes; not done yet)
 
     def gemm_variant(self):
@@ -226,6 +245,11 @@ class Row:
         if self.op == "ag_gemm":
             gathered = a.new_empty((self.world * self.m, self.k))
             return lambda: torch.mm(gathered, b.t())
+        if self.op in ("ag_moe", "moe_rs"):
+            # Every (token, choice) row of every rank against one expert's rows of b: the FLOPs of the
+            # grouped GEMM in one torch.mm (a lower bound no grouping beats).
+            rows = a.new_empty((self.world * self.m * (self.choices.shape[1] // self.m), self.k)) if self.op == "ag_moe" else a
+            return lambda: torch.mm(rows, b[: self.n].t())
         return lambda: torch.mm(a, b.t())
 
     def weft_variant(self, strategy):
@@ -236,6 +260,10 @@ class Row:
             return lambda: fn(qa.data, qb.data, sid, qa.scale, qb.column_scale(), torch.bfloat16)
         if self.routing is not None:
             return lambda: fn(self.a, self.b, self.routing, sid)
+        if self.op == "ag_moe":
+            return lambda: fn(self.a, self.b, self.choices, self.experts, sid)
+        if self.op == "moe_rs":
+            return lambda: fn(self.a, self.b, self.choices, self.weights, self.experts, sid)
         return lambda: fn(self.a, self.b, sid)
 
     def async_tp_variant(self):
