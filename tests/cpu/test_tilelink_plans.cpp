@@ -309,6 +309,29 @@ TEST(TileLinkPlans, MoeBothHalvesAreProvedWithEmptyAndOverfullExperts) {
       }
 }
 
+// sequential's MoE runs one GEMM per expert over every rank's rows (expert-major), not one per
+// (source, expert): at world 4 with 6 experts, 6 GEMMs per rank, each over all its expert's rows.
+TEST(TileLinkPlans, SequentialMoeRunsOneGemmPerExpertOverEveryRanksRows) {
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs}) {
+    const Problem p = moe(op, 4, 13, 6, 2, 7, 0.0);
+    SCOPED_TRACE(describe(p));
+    const MoeRows rows = moe_rows(p);
+    const Plan plan = plan_sequential(p, small_machine(16, 16, 5));
+    for (const RankPlan& rp : plan.ranks) {
+      std::vector<int64_t> gemm_rows;
+      for (const Step& step : rp.steps)
+        if (const auto* gemm = std::get_if<GemmStep>(&step.body)) gemm_rows.push_back(gemm->a.box.rows);
+      std::vector<int64_t> per_expert;
+      for (int e = 0; e < p.experts; ++e) {
+        int64_t count = 0;
+        for (int s = 0; s < p.world_size; ++s) count += rows.block_rows(s, e);
+        if (count > 0) per_expert.push_back(count);
+      }
+      EXPECT_EQ(gemm_rows, per_expert) << "rank " << rp.rank;
+    }
+  }
+}
+
 TEST(TileLinkPlans, MoeGathersASourceOnlyOnceItsTokensAreInAndAMissingWaitIsCaught) {
   const Problem p = moe(OpKind::ag_moe, 3, 20, 4, 2, 3, 0.0);
   Plan plan = plan_tilelink(p, small_machine(16, 16, 8));
