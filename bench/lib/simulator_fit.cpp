@@ -51,7 +51,9 @@ std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(co
   std::map<std::string, int> count;
   for (const SimulatedRow& r : rows) {
     const Problem& q = r.recorded.problem;
-    if (skip && q.op == skip->op && q.world_size == skip->world_size && q.m == skip->m && q.n == skip->n && q.k == skip->k) continue;
+    if (skip && q.op == skip->op && q.world_size == skip->world_size && q.m == skip->m && q.n == skip->n && q.k == skip->k &&
+        q.experts == skip->experts && q.topk == skip->topk)
+      continue;
     const double error = simulate(r.plan, machine).seconds * 1e3 / r.recorded.t_ms - 1;
     auto& a = out[r.recorded.strategy];
     a.bias += error;

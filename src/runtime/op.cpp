@@ -79,6 +79,7 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // The plan of the largest call, before any memory: a strategy that declines (an FP8 plan the
   // executor cannot lower) fails here alike on every rank.
   std::optional<Plan> largest;
+  std::vector<Plan> alternatives;  // MoE under auto: the other candidates' plans of the largest call
   if (!planned_per_table(spec_.op)) {
     largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
   } else if (is_moe(spec_.op)) {
@@ -87,7 +88,17 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     std::vector<std::vector<int>> choices(static_cast<size_t>(comm_.world_size()));
     for (auto& rank_choices : choices)
       for (int64_t i = 0; i < spec_.max_rows * spec_.topk; ++i) rank_choices.push_back(static_cast<int>(i % spec_.experts));
-    largest = make_plan(strategy, problem_for(spec_.max_rows, choices), spec_.plan);
+    const Problem problem = problem_for(spec_.max_rows, choices);
+    largest = make_plan(strategy, problem, spec_.plan);
+    // auto chooses again for every call's choices, and its candidates' scratch differs (sequential's
+    // expert-major rows, tilelink's symmetric blocks): reserve for each candidate that runs here, so
+    // that no call grows the arena (nor allocates while a graph is captured).
+    if (strategy_ == "auto")
+      for (const std::string& name : auto_candidates(spec_.op)) try {
+          alternatives.push_back(make_plan(find_strategy(name), problem, spec_.plan));
+        } catch (const std::invalid_argument&) {
+          // declines here (another topology, a dtype it cannot lower): auto never picks it
+        }
   }
   const OnDevice on(comm_.device());
   workspace_ = std::make_unique<Workspace>(comm_);
@@ -96,7 +107,15 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
     ExecutorOptions options;
     options.caller_buffers = caller_inputs(spec_.op);
     options.caller_output = true;
-    workspace_->reserve(workspace_size(*largest, options));
+    WorkspaceSize size = workspace_size(*largest, options);
+    for (const Plan& plan : alternatives) {
+      const WorkspaceSize other = workspace_size(plan, options);
+      size.symmetric_bytes = std::max(size.symmetric_bytes, other.symmetric_bytes);
+      size.local_bytes = std::max(size.local_bytes, other.local_bytes);
+      size.signals = std::max(size.signals, other.signals);
+      size.peers = size.peers || other.peers;
+    }
+    workspace_->reserve(size);
   }
 }
 

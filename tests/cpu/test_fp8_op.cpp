@@ -202,6 +202,16 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   ASSERT_TRUE(gap);
   EXPECT_NE(gap->find("collective step"), std::string::npos) << *gap;
   EXPECT_NE(gap->find("touches e4m3 data"), std::string::npos) << *gap;
+  // sequential moe_rs: bf16 rows go to an expert-major layout (a row permutation, which FP8 rows do
+  // not have on the GPU); FP8 rows are read in place by a GEMM per (source, expert), which lowers.
+  for (const DType dtype : {DType::e4m3, DType::bf16}) {
+    Problem moe{OpKind::moe_rs, 64, 128, 128, 2, dtype, DType::bf16, {}};
+    moe.scaling = dtype == DType::e4m3 ? Scaling::row : Scaling::none;
+    moe.experts = 4;
+    moe.topk = 2;
+    draw_routing(moe, 5);
+    EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), moe), {false})) << to_string(dtype);
+  }
   // decomposed: the caller's FP8 A copied into symmetric memory with its scales, the peers' rows
   // pulled by the copy engine with theirs, per-shard library GEMMs: all lowered.
   EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("decomposed"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)), {false}));

@@ -141,6 +141,15 @@ TEST(Validation, AKernelHoldingEverySmMayNotWaitForALocalCopy) {
     if (auto* attention = std::get_if<AttentionStep>(&s.body)) attention->sm_limit = 100;
   EXPECT_FALSE(validate_plan(plan).has("sm_holding")) << "the kernel leaves SMs to the copy";
 
+  // Peer pulls on the copy engine raise their counter with a stream write where one stream alone
+  // raises it; from two streams the raise is a kernel (signal_add), which needs an SM.
+  Plan two_writers = plan_tilelink(p, o);
+  Step* v_pull = find_step(two_writers, 0, "pull V of rank 1 tile 0");
+  ASSERT_NE(v_pull, nullptr);
+  v_pull->stream = 2;
+  two_writers.ranks[0].stream_count = 3;
+  expect_error(validate_plan(two_writers), "sm_holding", {"rank 0", "pull K of rank 1 tile 0", "raised by a kernel"});
+
   // fused ag_gemm: tiles wait for the copy engine's pulls from peers; a pull made local is refused.
   Plan fused = plan_fused(problem(OpKind::ag_gemm, 16, 2), kSmallTiles);
   ASSERT_TRUE(validate_plan(fused).ok()) << validate_plan(fused).summary();

@@ -138,6 +138,10 @@ int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o)
       entry.m = problem.m;
       entry.n = problem.n;
       entry.k = problem.k;
+      if (is_moe(problem.op)) {  // MoE rows of one m, n and k differ by these (tuning_table.hpp)
+        entry.experts = problem.experts;
+        entry.topk = problem.topk;
+      }
       entry.source = "weft tune --strategy " + o.strategy + ", " + properties.name + " x " + std::to_string(world) + ", " + today();
       entry.candidates.push_back({"sequential", {}, worst(medians[0])});
       for (size_t p = 1; p < count; ++p) {
@@ -151,7 +155,10 @@ int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o)
       }
       std::fflush(stdout);
       // This shape's earlier entry keeps what this run did not measure.
-      auto same = [&](const TuningEntry& e) { return e.op == entry.op && e.world == entry.world && e.m == entry.m && e.n == entry.n && e.k == entry.k; };
+      auto same = [&](const TuningEntry& e) {
+        return e.op == entry.op && e.world == entry.world && e.m == entry.m && e.n == entry.n && e.k == entry.k && e.experts == entry.experts &&
+               e.topk == entry.topk;
+      };
       if (const auto it = std::find_if(table.entries.begin(), table.entries.end(), same); it != table.entries.end()) {
         for (const TunedCandidate& old : it->candidates) {
           const bool remeasured = std::any_of(entry.candidates.begin(), entry.candidates.end(),

@@ -103,10 +103,23 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         const MoeRows rows = moe_rows(p);
         const detail::ExpertMajorRows order = detail::expert_major(p, rows);
         const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
-        const BufferId x = world == 1 ? a : b.buffer("A_by_expert", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
         const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+        if (is_fp8(p.input_dtype)) {
+          // FP8 rows have no row permutation on the GPU (plan/gpu_lowering.cpp): A is read where it
+          // lies, a GEMM per (source, expert), each source's rows reduced to its tokens.
+          for (int s = 0; s < world; ++s) {
+            detail::add_expert_gemms(b, p, rows, s, a, w, partial, options, 0);
+            b.add("top-k reduce rank " + std::to_string(s) + "'s tokens", 0, Engine::sm,
+                  detail::combine_block(p, rows, s, b.rows(partial, rows.source_first(s), rows.source_rows(s)), b.rows(weights, s * p.m, p.m),
+                                        b.rows(tokens, s * p.m, p.m)));
+          }
+          b.add("reduce_scatter tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::reduce_scatter, 0, b.whole(tokens), b.whole(c), {}, {}});
+          b.set_output(b.whole(c));
+          break;
+        }
+        const BufferId x = world == 1 ? a : b.buffer("A_by_expert", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
         if (x != a) {
           PermuteRowsStep by_expert{b.whole(a), b.whole(x), std::vector<int64_t>(static_cast<size_t>(rows.rows()))};
           for (int64_t row = 0; row < rows.rows(); ++row) by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = row;
