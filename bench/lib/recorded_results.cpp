@@ -96,7 +96,7 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
           // fitted by the simulator from recorded rows yet.
           const OpKind op = r["op"].text_as(parse_op);
           if (op == OpKind::ag_attention) continue;
-          // An MoE row that does not say its experts and topk (weft bench before 2026-11-27) stands
+          // An MoE row that does not say its experts and topk (an older weft bench's) stands
           // for no known problem: rows of one m, n and k differ by them.
           if (is_moe(op) && !(r.has("experts") && r.has("topk"))) continue;
           const int experts = is_moe(op) ? r["experts"].to_int(1, kMaxFileExperts) : 0;

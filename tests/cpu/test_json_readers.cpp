@@ -243,7 +243,7 @@ TEST(TuningTableReader, RefusesNarrowingAndBadKnobs) {
 }
 
 // An MoE row carries its experts and topk (rows of one shape differ by them, and the routing drawn
-// for the simulator follows them); one without them (weft bench before 2026-11-27) is left out.
+// for the simulator follows them); one without them (an older weft bench's) is left out.
 TEST(RecordedResultsReader, MoeRowsCarryTheirExpertsAndTopk) {
   const auto dir = scratch("results_moe");
   std::filesystem::remove_all(dir);

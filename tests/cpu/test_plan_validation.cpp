@@ -118,9 +118,8 @@ TEST(Validation, AGemmStoringIntoMoreBuffersThanTheOverlapGemmHoldsIsRejected) {
 }
 
 // A kernel on every SM whose tiles wait for a counter that a copy within one GPU raises from another
-// stream: the copy runs as a kernel and finds no SM free (the tilelink ag_attention plan of
-// 2026-11-27 hung so at world 2). A copy from a peer on the copy engine, or a kernel that leaves SMs,
-// is fine.
+// stream: the copy runs as a kernel and finds no SM free. A copy from a peer on the copy engine,
+// or a kernel that leaves SMs, is fine.
 TEST(Validation, AKernelHoldingEverySmMayNotWaitForALocalCopy) {
   Problem p;
   p.op = OpKind::ag_attention;

@@ -477,8 +477,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, AttentionOpOnCallerBuffers, testing::Values
 
 // At a size whose attention kernel fills every SM (512 CTAs of 128 queries here) with KV tiles that
 // wait inside it: what raises those waits must not need an SM (plan/checks/sm_holding.cpp). The
-// small shapes above leave SMs free and cannot show it; tilelink's copy of the own block on another
-// stream hung here (2026-11-27, world 2, one process per GPU). Each strategy, three calls on fresh
+// small shapes above leave SMs free and cannot show it (a copy of the own block on another stream
+// would hang here). Each strategy, three calls on fresh
 // inputs, against sequential's result on the same inputs (its kernel is checked against the host
 // reference above; the host reference of this size would take minutes).
 TEST(AttentionOpAtFullSize, EveryStrategyMatchesSequentialWhenTheKernelFillsEverySm) {
