@@ -112,7 +112,7 @@ ElementCheck run_against_host_reference(Communicator& comm, const Plan& plan, ui
   RankTensors mine = fill_inputs(exec, comm.rank(), seed, stream);
   const std::vector<RankTensors> all = gather_inputs(comm, mine);
   const size_t rank = static_cast<size_t>(comm.rank());
-  const HostMatrix want = expected_outputs(plan.problem, all)[rank], scale = expected_magnitudes(plan.problem, all)[rank];
+  const HostMatrix want = expected_output(plan.problem, all, static_cast<int>(rank)), scale = expected_magnitude(plan.problem, all, static_cast<int>(rank));
   ElementCheck check;
   for (int call = 0; call < calls; ++call) {
     const DeviceRegion out = exec.output();
@@ -151,7 +151,7 @@ BackToBackCalls back_to_back_calls_against_reference(Communicator& comm, const P
       // Every rank's calls of the last set are done before any rank overwrites inputs a peer reads.
       comm.host_barrier();
       const std::vector<RankTensors> all = gather_inputs(comm, fill_inputs(exec, comm.rank(), 3 + static_cast<uint64_t>(set), stream));
-      const HostMatrix want = expected_outputs(plan.problem, all)[rank], scale = expected_magnitudes(plan.problem, all)[rank];
+      const HostMatrix want = expected_output(plan.problem, all, static_cast<int>(rank)), scale = expected_magnitude(plan.problem, all, static_cast<int>(rank));
       DeviceBuffer samples(std::max<size_t>(sample_bytes * sampled.size(), 16));
       if (mode == CallMode::graph_launches && !graph) {
         // One capture of the whole call on every rank (collective: NCCL operations are captured

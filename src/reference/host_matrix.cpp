@@ -6,6 +6,8 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "weft/ir/plan.hpp"
 #include "weft/reference/fp8.hpp"
@@ -190,22 +192,23 @@ std::vector<HostMatrix> attention_outputs(const Problem& p, const std::vector<Ra
   return out;
 }
 
-}  // namespace
-
-std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<RankTensors>& inputs) {
+// Every rank's result (only < 0) or rank `only`'s alone (the others left 0 x 0).
+std::vector<HostMatrix> outputs_of(const Problem& p, const std::vector<RankTensors>& inputs, int only) {
   check_problem(p);
+  if (only >= p.world_size) throw std::invalid_argument("expected_output: rank " + std::to_string(only) + " of a world of " + std::to_string(p.world_size));
   if (is_fp8(p.input_dtype)) {
     Problem plain = p;  // the same op on the dequantized operands, in double
     plain.input_dtype = DType::f32;
     plain.b_dtype.reset();
     plain.output_dtype = DType::f32;
     plain.scaling = Scaling::none;
-    return expected_outputs(plain, dequantized(p, inputs));
+    return outputs_of(plain, dequantized(p, inputs), only);
   }
   if (is_attention(p.op)) return attention_outputs(p, inputs);
   const int world = p.world_size;
+  auto wanted = [&](int r) { return only < 0 || r == only; };
   std::vector<HostMatrix> out;
-  for (int r = 0; r < world; ++r) out.emplace_back(output_rows(p, r), p.n);
+  for (int r = 0; r < world; ++r) out.emplace_back(wanted(r) ? output_rows(p, r) : 0, wanted(r) ? p.n : 0);
   auto a_of = [&](int r) -> const HostMatrix& { return inputs.at(static_cast<size_t>(r)).at("A"); };
   // B as the [N, K] matrix of the definition, whichever way its memory holds it.
   std::vector<HostMatrix> b_matrices;
@@ -217,7 +220,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
   switch (p.op) {
     case OpKind::ag_gemm:
       for (int r = 0; r < world; ++r)
-        for (int s = 0; s < world; ++s) {
+        for (int s = 0; s < world && wanted(r); ++s) {
           auto block = product(a_of(s), b_of(r));
           for (int64_t i = 0; i < p.m; ++i)
             for (int64_t j = 0; j < p.n; ++j)
@@ -232,6 +235,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
         for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
       }
       for (int r = 0; r < world; ++r) {
+        if (!wanted(r)) continue;
         const int64_t first = p.op == OpKind::gemm_rs ? r * output_rows(p, r) : 0;
         for (int64_t i = 0; i < out[static_cast<size_t>(r)].rows; ++i)
           for (int64_t j = 0; j < p.n; ++j)
@@ -246,6 +250,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
         for (int64_t i = 0; i < p.m; ++i) {
           const int d = p.routing[static_cast<size_t>(s)][static_cast<size_t>(i)];
           const int64_t row = filled[static_cast<size_t>(d)]++;
+          if (!wanted(d)) continue;
           for (int64_t j = 0; j < p.n; ++j)
             out[static_cast<size_t>(d)].at(row, j) = static_cast<float>(part[static_cast<size_t>(i * p.n + j)]);
         }
@@ -254,6 +259,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
     }
     case OpKind::a2a_gemm:
       for (int d = 0; d < world; ++d) {
+        if (!wanted(d)) continue;
         HostMatrix gathered(output_rows(p, d), p.k);
         int64_t row = 0;
         for (int s = 0; s < world; ++s)
@@ -272,7 +278,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
       // Row of (token t, choice j) = A_s[i] * B_e^T with rank r's own B (its shard of every expert).
       const std::vector<int64_t> row_of = moe_row_of(p);
       for (int r = 0; r < world; ++r)
-        for (int64_t t = 0; t < p.m * world; ++t)
+        for (int64_t t = 0; t < p.m * world && wanted(r); ++t)
           for (int j = 0; j < p.topk; ++j) {
             const int s = static_cast<int>(t / p.m);
             const int e = p.choices[static_cast<size_t>(s)][static_cast<size_t>((t % p.m) * p.topk + j)];
@@ -290,9 +296,11 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
       const std::vector<int64_t> row_of = moe_row_of(p);
       const int64_t tokens = p.m * world;
       std::vector<double> z(static_cast<size_t>(tokens * p.n), 0.0);
+      // Rank `only` needs its own tokens' sums alone.
+      const int64_t first_token = only < 0 ? 0 : only * p.m, end_token = only < 0 ? tokens : first_token + p.m;
       for (int q = 0; q < world; ++q) {
         const HostMatrix& w = inputs.at(static_cast<size_t>(q)).at("topk_weights");
-        for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t t = first_token; t < end_token; ++t)
           for (int j = 0; j < p.topk; ++j) {
             const int e = p.choices[static_cast<size_t>(t / p.m)][static_cast<size_t>((t % p.m) * p.topk + j)];
             const int64_t row = row_of[static_cast<size_t>(t * p.topk + j)];
@@ -304,7 +312,7 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
           }
       }
       for (int r = 0; r < world; ++r)
-        for (int64_t i = 0; i < p.m; ++i)
+        for (int64_t i = 0; i < p.m && wanted(r); ++i)
           for (int64_t c = 0; c < p.n; ++c)
             out[static_cast<size_t>(r)].at(i, c) = static_cast<float>(z[static_cast<size_t>((r * p.m + i) * p.n + c)]);
       break;
@@ -314,14 +322,32 @@ std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<Ran
   return out;
 }
 
-std::vector<HostMatrix> expected_magnitudes(const Problem& p, std::vector<RankTensors> inputs) {
+std::vector<RankTensors> absolute(const Problem& p, std::vector<RankTensors> inputs) {
   // Attention's terms are the values weighted by the softmax of the real scores: their sizes are the
   // op with |V| (the absolute scores would weigh other keys).
   for (RankTensors& rank : inputs)
     for (auto& [name, matrix] : rank)
       if (!is_attention(p.op) || name == "V")
         for (float& v : matrix.data) v = std::fabs(v);
-  return expected_outputs(p, inputs);
+  return inputs;
+}
+
+}  // namespace
+
+std::vector<HostMatrix> expected_outputs(const Problem& p, const std::vector<RankTensors>& inputs) { return outputs_of(p, inputs, -1); }
+
+std::vector<HostMatrix> expected_magnitudes(const Problem& p, std::vector<RankTensors> inputs) {
+  return outputs_of(p, absolute(p, std::move(inputs)), -1);
+}
+
+HostMatrix expected_output(const Problem& p, const std::vector<RankTensors>& inputs, int rank) {
+  if (rank < 0) throw std::invalid_argument("expected_output: rank " + std::to_string(rank) + " is negative");
+  return std::move(outputs_of(p, inputs, rank).at(static_cast<size_t>(rank)));
+}
+
+HostMatrix expected_magnitude(const Problem& p, std::vector<RankTensors> inputs, int rank) {
+  if (rank < 0) throw std::invalid_argument("expected_magnitude: rank " + std::to_string(rank) + " is negative");
+  return std::move(outputs_of(p, absolute(p, std::move(inputs)), rank).at(static_cast<size_t>(rank)));
 }
 
 double relative_error(const HostMatrix& got, const HostMatrix& want, const HostMatrix& scale) {

@@ -91,5 +91,39 @@ TEST(HostMatrix, ExpectedAllReduceIsTheSumOfProducts) {
   EXPECT_FLOAT_EQ(out[1].at(0, 0), out[0].at(0, 0));
 }
 
+TEST(HostMatrix, OneRanksExpectedOutputIsThatRanksPartOfEveryRanks) {
+  // The per-rank functions skip the other ranks' work (a test's rank checks its own result); they
+  // must give that rank exactly what the every-rank functions give it, for every op, both B layouts,
+  // skewed MoE routing (empty and overfull experts) and FP8 operands.
+  const int world = 3;
+  std::vector<Problem> problems;
+  for (OpKind op : all_ops())
+    for (BLayout layout : {BLayout::nk, BLayout::kn}) {
+      Problem p{op, op == OpKind::gemm_rs ? 18 : 7, 10, 12, world, DType::bf16, DType::bf16, {}};
+      p.b_layout = layout;
+      draw_routing(p, 5);
+      problems.push_back(p);
+    }
+  Problem skewed{OpKind::moe_rs, 9, 8, 6, world, DType::bf16, DType::bf16, {}};
+  draw_routing(skewed, 3);
+  skewed.choices = random_choices(world, skewed.m, skewed.experts, skewed.topk, 3, /*skew=*/0.9);
+  problems.push_back(skewed);
+  Problem fp8{OpKind::ag_gemm, 4, 8, 256, world, DType::e4m3, DType::bf16, {}};
+  fp8.scaling = Scaling::block;
+  problems.push_back(fp8);
+  for (const Problem& p : problems) {
+    const std::vector<RankTensors> in = random_inputs(p, 9);
+    const std::vector<HostMatrix> every = expected_outputs(p, in), sizes = expected_magnitudes(p, in);
+    for (int r = 0; r < world; ++r) {
+      const HostMatrix mine = expected_output(p, in, r), size = expected_magnitude(p, in, r);
+      EXPECT_EQ(mine.rows, every[static_cast<size_t>(r)].rows) << describe(p) << " rank " << r;
+      EXPECT_EQ(mine.data, every[static_cast<size_t>(r)].data) << describe(p) << " rank " << r;
+      EXPECT_EQ(size.data, sizes[static_cast<size_t>(r)].data) << describe(p) << " rank " << r;
+      EXPECT_GT(mine.data.size(), 0u) << describe(p) << " rank " << r;
+    }
+  }
+  EXPECT_THROW(expected_output(problems[0], random_inputs(problems[0], 1), world), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

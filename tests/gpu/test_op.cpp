@@ -462,9 +462,8 @@ bench::ElementCheck routed_call(Op& op, Communicator& comm, CallerBuffers& buffe
   mine["A"] = bench::download(DeviceRegion{buffers.a.data, rows, spec.k, spec.k}, stream);
   mine["B"] = bench::download(DeviceRegion{buffers.b.data, spec.n, spec.k, spec.k}, stream);
   const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
-  const size_t rank = static_cast<size_t>(comm.rank());
-  return bench::check_elements(bench::download(DeviceRegion{buffers.c.data, out_rows, spec.n, spec.n}, stream), expected_outputs(problem, all)[rank],
-                               expected_magnitudes(problem, all)[rank], bench::bf16_error_factor(problem));
+  return bench::check_elements(bench::download(DeviceRegion{buffers.c.data, out_rows, spec.n, spec.n}, stream), expected_output(problem, all, comm.rank()),
+                               expected_magnitude(problem, all, comm.rank()), bench::bf16_error_factor(problem));
 }
 
 TEST_P(RoutedOp, MatchesTheReferenceAsRoutingsChange) {
@@ -549,7 +548,7 @@ TEST_P(MoeOp, MatchesTheReferenceAsChoicesChange) {
         const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
         const size_t rank = static_cast<size_t>(comm.rank());
         checks[rank].push_back(bench::check_elements(bench::download(DeviceRegion{out.data, result_rows, spec.n, spec.n}, stream),
-                                                     expected_outputs(problem, all)[rank], expected_magnitudes(problem, all)[rank],
+                                                     expected_output(problem, all, comm.rank()), expected_magnitude(problem, all, comm.rank()),
                                                      bench::bf16_error_factor(problem)));
       }
     }

@@ -46,6 +46,12 @@ std::vector<HostMatrix> expected_outputs(const Problem& problem, const std::vect
 // cancel, while a race or a missing step is off by the size of the terms.
 std::vector<HostMatrix> expected_magnitudes(const Problem& problem, std::vector<RankTensors> inputs);
 
+// One rank's result and term sizes alone: what a rank checking its own output needs, at a world-th of
+// the work of the functions above for the ops whose outputs differ per rank (each rank of a test
+// computing every rank's result is world-squared work: 15 s per MoE case at world 4).
+HostMatrix expected_output(const Problem& problem, const std::vector<RankTensors>& inputs, int rank);
+HostMatrix expected_magnitude(const Problem& problem, std::vector<RankTensors> inputs, int rank);
+
 // ||got - want|| / ||want|| in the Frobenius norm; infinity when shapes differ, got holds NaN, or
 // want is all zero but not empty (random inputs never give that: the inputs or the reference are
 // broken, and any result would match).
