@@ -120,28 +120,51 @@ GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
   return most;
 }
 
+// Memory-bound GEMMs above 64 rows (m ~ 100-250 at the suites' widths): time follows the bytes of
+// A and B that SMs stream, and one SM streams only a share of HBM's rate, so a GEMM needs most SMs
+// pulling at once. Estimated in bytes per SM: the larger of (all bytes streamed) / (SMs) and (the
+// busiest SM's bytes) / kSmStreamShare, plus kSplitFixupTiles fp32 partial tiles per split entry.
+// Candidates: the 128-row tiles, unsplit or split along K into at most one wave (a split that adds a
+// wave never pays). Fitted to `weft bench gemm --suite gemm_sweep` (bench/results/2026-11-25_h{1,2}00x1_
+// gemm_sweep: every tile and split timed at m = 200, 29 shapes per GPU): the pick is 2.1% (H200) and
+// 2.7% (H100) slower than the best on average, at most 15%; the bytes-per-SM rule it replaces, which
+// took the narrowest tiles, 10.8% and 11.9%, at most 31%.
+constexpr double kSmStreamShare = 1.25;   // an SM streams 1.25x its even share of HBM's rate
+constexpr double kSplitFixupTiles = 8.0;  // a split entry's partial-sum round trip, in fp32 tiles streamed
+constexpr int kMaxMemoryBoundSplits = 4;
+
+GemmTiling choose_memory_bound_tiling(int64_t m, int64_t n, int64_t k, int sm_count) {
+  const int sms = std::max(sm_count, 1);
+  GemmTiling best{overlap_gemm_tiles().front(), 1};
+  double best_bytes = INFINITY;
+  for (const TileShape& s : overlap_gemm_tiles()) {  // widest first: on equal estimates the wider tile wins
+    if (s.tile_m == kSmallTileRows) continue;
+    const int64_t tiles = ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n);
+    const int64_t k_tiles = ceil_div(k, s.tile_k);
+    const double row_bytes = static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n) * 2.0;  // A and B rows of a tile
+    const double all_bytes = static_cast<double>(tiles) * row_bytes * static_cast<double>(k_tiles * s.tile_k);
+    for (int splits = 1; splits <= kMaxMemoryBoundSplits; ++splits) {
+      if (splits > 1 && (k_tiles / splits < kMinKTilesPerSplit || tiles * splits > sms)) continue;
+      const double waves = static_cast<double>(ceil_div(tiles * splits, sms));
+      const double entry_bytes = row_bytes * static_cast<double>(k_tiles * s.tile_k) / splits;
+      double bytes = std::max(all_bytes / sms, waves * entry_bytes / kSmStreamShare);
+      if (splits > 1) bytes += kSplitFixupTiles * s.tile_m * s.tile_n * 4.0 / kSmStreamShare;
+      if (bytes < best_bytes) {
+        best = {s, splits};
+        best_bytes = bytes;
+      }
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
   if (m <= kSmallTileRows) return choose_small_m_tiling(n, k, sm_count);
   // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins. 64-row tiles
   // are only for m <= 64: above, each would stream all of B once more per 64 rows.
-  if (memory_bound_gemm(m, n, k)) {
-    // Time follows the bytes the busiest SM streams: (waves) x (A rows + B rows of a tile). More,
-    // narrower tiles put more SMs to pulling from HBM.
-    GemmTiling best{overlap_gemm_tiles().front(), 1};
-    double best_bytes = INFINITY;
-    for (const TileShape& s : overlap_gemm_tiles()) {
-      if (s.tile_m == kSmallTileRows) continue;
-      const int64_t waves = ceil_div(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), std::max(sm_count, 1));
-      const double bytes = static_cast<double>(waves) * static_cast<double>(std::min<int64_t>(m, s.tile_m) + s.tile_n);
-      if (bytes < best_bytes * 0.97) {  // a narrower tile only for a clear gain
-        best = {s, 1};
-        best_bytes = bytes;
-      }
-    }
-    return best;
-  }
+  if (memory_bound_gemm(m, n, k)) return choose_memory_bound_tiling(m, n, k, sm_count);
   GemmTiling best{overlap_gemm_tiles().front(), 1};
   double best_time = INFINITY;
   for (const TileShape& s : overlap_gemm_tiles()) {

@@ -17,7 +17,7 @@ TEST(Tiling, SplitsKOnlyWhereTilesCannotFillTheGpu) {
   EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).tile, (TileShape{128, 192, 64}));
   EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, TileShape{128, 256, 64}, 132), 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).k_splits, 1) << "memory-bound above 64 rows: no split";
+  EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).k_splits, 1) << "memory-bound, 96 tiles: a split would add a wave";
   EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).tile.tile_m, 128);
   EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, TileShape{128, 256, 64}, 132), 1) << "one K-tile cannot be split";
 }
@@ -35,6 +35,29 @@ TEST(Tiling, AtMost64RowsTake64RowTilesWithEnoughBytesInFlight) {
   EXPECT_LE((4096 + narrow.tile.tile_n - 1) / narrow.tile.tile_n * narrow.k_splits, 132);
   // Few K-tiles: never below 4 K-tiles per split.
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 4096, 192, 132).k_splits, 1);
+}
+
+TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
+  // m = 200 rows of the GEMM sweep (bench/results/2026-11-25_h{1,2}00x1_gemm_sweep), the best tile
+  // and split measured on both GPUs: 128x256 split in two (112 entries) at n = 7168, k = 8192
+  // (H200 0.063 ms; the old rule's 128x128 0.071); 128x256 unsplit where its 112 tiles fill the GPU
+  // (n = 14336); 128x192 split in three (132 entries) at n = 3584, k = 8192 (old rule: 128x96).
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 8192, 132), (GemmTiling{TileShape{128, 256, 64}, 2}));
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 14336, 8192, 132), (GemmTiling{TileShape{128, 256, 64}, 1}));
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 3584, 8192, 132), (GemmTiling{TileShape{128, 192, 64}, 3}));
+  // Whatever the shape, a split never adds a wave and leaves at least 4 K-tiles per split.
+  for (int64_t m : {65, 128, 200, 256})
+    for (int64_t n : {1792, 4608, 7392, 18432})
+      for (int64_t k : {512, 2304, 8192, 14336}) {
+        if (!memory_bound_gemm(m, n, k)) continue;
+        const GemmTiling t = choose_overlap_gemm_tiling(m, n, k, 132);
+        const int64_t tiles = (m + t.tile.tile_m - 1) / t.tile.tile_m * ((n + t.tile.tile_n - 1) / t.tile.tile_n);
+        EXPECT_EQ(t.tile.tile_m, 128) << m << "x" << n << "x" << k;
+        if (t.k_splits > 1) {
+          EXPECT_LE(tiles * t.k_splits, 132) << m << "x" << n << "x" << k;
+          EXPECT_GE((k + t.tile.tile_k - 1) / t.tile.tile_k / t.k_splits, 4) << m << "x" << n << "x" << k;
+        }
+      }
 }
 
 TEST(Tiling, APartialLastWaveIsSplitAlongKWhereItLeavesHalfTheSmsIdle) {

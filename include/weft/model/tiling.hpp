@@ -41,6 +41,7 @@ struct GemmTiling {
   TileShape tile;
   int k_splits = 1;
   int tail_splits = 1;  // GemmStep::tail_splits
+  bool operator==(const GemmTiling&) const = default;
 };
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
