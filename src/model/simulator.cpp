@@ -252,7 +252,17 @@ class Simulator {
     if (library) {
       GemmRun::Entry e;
       e.seconds = seconds;
-      run->entries.assign(static_cast<size_t>(entries), e);
+      if (entries < sms) {
+        // Too few tiles for the SMs: the library splits K (or streams K) across them, so the GEMM
+        // runs near the machine's rate rather than a tile per CTA: its FLOPs at the GEMM rate or its
+        // bytes from HBM, whichever takes longer, in one round of the CTAs.
+        const double whole = std::max(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / (peak * m_.gemm_efficiency),
+                                      streamed / m_.memory_bytes_per_s);
+        e.seconds = std::min(seconds, whole);
+        run->entries.assign(static_cast<size_t>(run->grid), e);
+      } else {
+        run->entries.assign(static_cast<size_t>(entries), e);
+      }
     } else {
       // A tile stored into a peer's memory waits for its bytes to cross NVLink, which every CTA
       // storing to peers shares.
