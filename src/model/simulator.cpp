@@ -246,8 +246,14 @@ class Simulator {
     const double out_bytes = g.tiles.empty() ? 2.0 : dtype_bytes(decl(g.tiles.front().store).dtype);
     const int64_t entries = tiles * splits;
     run->grid = static_cast<int>(std::min<int64_t>(entries, sms));
-    // No faster than streaming A, B and C through HBM with every CTA busy.
-    const double streamed = bytes(g.a, m, k) + bytes(g.b, n, k) + out_bytes * static_cast<double>(m * n);
+    // No faster than streaming A, B and C through HBM with every CTA busy: C as the tiles store it
+    // (a sparse table, as the grouped MoE GEMM's, stores a fraction of the m x n space).
+    double stored = static_cast<double>(m * n);
+    if (!library) {
+      stored = 0;
+      for (const GemmTile& t : g.tiles) stored += static_cast<double>(t.tile.rows * t.tile.cols);
+    }
+    const double streamed = bytes(g.a, m, k) + bytes(g.b, n, k) + out_bytes * stored;
     seconds = std::max(seconds, streamed / m_.memory_bytes_per_s * run->grid / static_cast<double>(entries));
     if (library) {
       GemmRun::Entry e;

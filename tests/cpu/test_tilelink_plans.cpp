@@ -332,6 +332,53 @@ TEST(TileLinkPlans, SequentialMoeRunsOneGemmPerExpertOverEveryRanksRows) {
   }
 }
 
+TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndProves) {
+  // PlanOptions::moe_grouped_gemm: each expert's rows start on the 128-row tile grid of the padded
+  // expert-major buffer, one GEMM's tiles are each expert's rows against its own N rows of B, and the
+  // plan computes the op (worlds 1-3, uniform and skewed routing with empty and overfull experts).
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
+    for (int world : {1, 2, 3})
+      for (double skew : {0.0, 0.9}) {
+        Problem p = moe(op, world, 70, 5, 2, 3 + static_cast<uint64_t>(world), skew);
+        p.n = 192;
+        SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
+        PlanOptions o = small_machine(16, 16, 5);
+        o.moe_grouped_gemm = true;
+        const Plan plan = plan_sequential(p, o);
+        ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+        const MoeRows rows = moe_rows(p);
+        for (const RankPlan& rp : plan.ranks) {
+          std::vector<const GemmStep*> gemms;
+          for (const Step& step : rp.steps)
+            if (const auto* g = std::get_if<GemmStep>(&step.body)) gemms.push_back(g);
+          ASSERT_EQ(gemms.size(), 1u) << "rank " << rp.rank;
+          const GemmStep& g = *gemms[0];
+          EXPECT_EQ(g.tile_m, 128);
+          EXPECT_EQ(g.tile_n, 192);
+          EXPECT_EQ(g.b.box.rows, p.experts * p.n) << "every expert's rows of B";
+          int64_t stored = 0;
+          for (const GemmTile& t : g.tiles) {
+            EXPECT_EQ(t.tile.row % 128, 0);
+            EXPECT_EQ(t.tile.col % 192, 0);
+            EXPECT_EQ(t.store.box.row, t.tile.row);
+            EXPECT_EQ(t.store.box.col, t.tile.col % p.n);
+            stored += t.tile.rows * t.tile.cols;
+          }
+          EXPECT_EQ(stored, rows.rows() * p.n) << "every row of every expert stored once";
+        }
+        const CpuProof proof = prove_on_cpu(plan, 5);
+        EXPECT_TRUE(proof.passed()) << proof.explain();
+      }
+  // No tile width divides N = 100 (nor FP8): one GEMM per expert, as without the option.
+  Problem ragged = moe(OpKind::ag_moe, 2, 20, 4, 2, 7, 0.0);
+  ragged.n = 100;
+  PlanOptions o = small_machine(16, 16, 5);
+  o.moe_grouped_gemm = true;
+  int gemms = 0;
+  for (const Step& step : plan_sequential(ragged, o).ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
+  EXPECT_GT(gemms, 1);
+}
+
 TEST(TileLinkPlans, MoeGathersASourceOnlyOnceItsTokensAreInAndAMissingWaitIsCaught) {
   const Problem p = moe(OpKind::ag_moe, 3, 20, 4, 2, 3, 0.0);
   Plan plan = plan_tilelink(p, small_machine(16, 16, 8));

@@ -280,6 +280,7 @@ PlanOptions plan_options_from(const Arguments& args) {
   tilelink_options_from(args, o.tilelink);
   const std::string source = args.text("ag-source", "");
   if (!source.empty()) o.all_gather_source = parse_all_gather_source(source);
+  o.moe_grouped_gemm = args.flag("moe-grouped-gemm");
   return o;
 }
 
@@ -317,9 +318,10 @@ void require_knobs_apply(const Arguments& args, const std::vector<std::string>& 
   static const Knob knobs[] = {{"schedule", {"chunked", "auto"}},    {"template", {"chunked", "auto"}}, {"chunks", {"chunked", "auto"}},
                                {"backend", {"chunked", "auto"}},     {"group-size", {"chunked", "auto"}},
                                {"comm-sms", {"chunked", "tilelink", "auto"}}, {"comm-tile-rows", {"tilelink", "auto"}},
-                               {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "fused", "auto"}}};
+                               {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "fused", "auto"}},
+                               {"moe-grouped-gemm", {"sequential", "auto"}}};
   for (const Knob& knob : knobs) {
-    if (args.text(knob.option, "").empty()) continue;
+    if (args.text(knob.option, "\x01") == "\x01") continue;  // not given (a flag given reads as "")
     bool read = false;
     for (const std::string& name : names) read = read || std::find(knob.readers.begin(), knob.readers.end(), name) != knob.readers.end();
     if (read) continue;

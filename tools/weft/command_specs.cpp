@@ -78,7 +78,9 @@ Options plan_knobs() {
           integer("comm-tile-rows", "N", "tilelink: rows per communication tile (0: the model's pick)", 0, kMaxDimension),
           text("order", "O", "tilelink ag_gemm: ring or all_to_all"),
           // decomposed, fused
-          text("ag-source", "S", "decomposed and fused ag_gemm: pull (peers pull A from symmetric memory) or push (A pushed from the caller's memory)")};
+          text("ag-source", "S", "decomposed and fused ag_gemm: pull (peers pull A from symmetric memory) or push (A pushed from the caller's memory)"),
+          // sequential MoE
+          flag("moe-grouped-gemm", "sequential ag_moe/moe_rs: every expert in one overlap GEMM (tiles on each expert's rows) instead of a GEMM per expert")};
 }
 
 // Where the ranks are: plan and check lay plans out for it (strategies that would load/store across

@@ -124,6 +124,10 @@ struct PlanOptions {
   // its dtypes with the inputs A and B given by the caller (gpu_lowering_gap, plan/gpu_lowering.hpp):
   // weft::Op sets it, so that an FP8 op declines at construction and auto passes over the strategy.
   bool gpu_lowerable_only = false;
+  // sequential's MoE (ag_moe, moe_rs, bf16): every expert's GEMM as one overlap GEMM over a sparse
+  // tile table (each expert's rows, starting on the tile grid, against its own rows of B) instead of
+  // a library GEMM per expert. Off until measured on a GPU (built 2026-11-27, CPU-proved only).
+  bool moe_grouped_gemm = false;
 };
 
 struct Strategy {

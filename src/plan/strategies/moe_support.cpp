@@ -1,5 +1,7 @@
 #include "moe_support.hpp"
 
+#include <algorithm>
+
 namespace weft::detail {
 
 PermuteRowsStep gather_block(const Problem& p, const MoeRows& rows, int s, const Region& tokens, const Region& block) {
@@ -26,24 +28,65 @@ std::vector<size_t> add_expert_gemms(RankPlanBuilder& b, const Problem& p, const
   return added;
 }
 
-ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows) {
+ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t align) {
   const int world = p.world_size;
   ExpertMajorRows order;
   order.position.assign(static_cast<size_t>(rows.rows()), 0);
   order.first.assign(static_cast<size_t>(p.experts) + 1, 0);
+  order.count.assign(static_cast<size_t>(p.experts), 0);
   int64_t next = 0;
   for (int e = 0; e < p.experts; ++e) {
+    next = (next + align - 1) / align * align;
     order.first[static_cast<size_t>(e)] = next;
     for (int s = 0; s < world; ++s)
       for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + rows.block_rows(s, e); ++row)
         order.position[static_cast<size_t>(row)] = next++;
+    order.count[static_cast<size_t>(e)] = next - order.first[static_cast<size_t>(e)];
   }
   order.first[static_cast<size_t>(p.experts)] = next;
   return order;
 }
 
+bool ExpertMajorRows::identity() const {
+  if (total() != static_cast<int64_t>(position.size())) return false;
+  for (size_t row = 0; row < position.size(); ++row)
+    if (position[row] != static_cast<int64_t>(row)) return false;
+  return true;
+}
+
+int grouped_gemm_tile_n(const Problem& p, const PlanOptions& options) {
+  if (!options.moe_grouped_gemm || is_fp8(p.input_dtype) || (p.op != OpKind::ag_moe && p.op != OpKind::moe_rs)) return 0;
+  for (int tile_n : {256, 192, 128, 96})
+    if (p.n % tile_n == 0) return tile_n;
+  return 0;
+}
+
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
-                            const PlanOptions& options, int stream) {
+                            const PlanOptions& options, int stream, int tile_n) {
+  if (tile_n > 0) {
+    // One overlap GEMM: the output space is (x's rows) x (every expert's N columns of B); a tile of
+    // expert e covers its rows (from first[e], on the tile grid) and columns e * N + j * tile_n, and
+    // stores into its rows and columns j * tile_n of `out`. Rows past an expert's count are padding:
+    // its last tile row stores only the expert's rows.
+    GemmStep gemm;
+    gemm.a = b.whole(x);
+    gemm.b = b.whole(w);
+    gemm.tile_m = kGroupedGemmTileM;
+    gemm.tile_n = tile_n;
+    for (int e = 0; e < p.experts; ++e) {
+      const int64_t first = order.first[static_cast<size_t>(e)], count = order.expert_rows(e);
+      for (int64_t row = 0; row < count; row += kGroupedGemmTileM)
+        for (int64_t col = 0; col < p.n; col += tile_n) {
+          const int64_t rows = std::min<int64_t>(kGroupedGemmTileM, count - row), cols = std::min<int64_t>(tile_n, p.n - col);
+          GemmTile t;
+          t.tile = Rect{first + row, static_cast<int64_t>(e) * p.n + col, rows, cols};
+          t.store = Region{b.rank(), out, Rect{first + row, col, rows, cols}};
+          gemm.tiles.push_back(std::move(t));
+        }
+    }
+    if (!gemm.tiles.empty()) b.add("grouped gemm of every expert (every rank's rows)", stream, Engine::sm, std::move(gemm));
+    return;
+  }
   for (int e = 0; e < p.experts; ++e) {
     const int64_t count = order.expert_rows(e);
     if (count == 0) continue;

@@ -24,17 +24,32 @@ std::vector<size_t> add_expert_gemms(RankPlanBuilder& b, const Problem& p, const
 // first position of expert e (first[experts]: every row). A GEMM per expert over all sources' rows
 // instead of one per (source, expert): W times fewer and W times taller GEMMs, where each is a few
 // tiles (TileLink's MoE shapes: 128 GEMMs of 3-32 tiles at world 4, the GPU a quarter full).
+// With `align` > 1 each expert's rows start on a multiple of it (the grouped GEMM's tile grid): the
+// rows between experts are padding nobody writes or reads, and total() exceeds the op's rows.
 struct ExpertMajorRows {
   std::vector<int64_t> position;
   std::vector<int64_t> first;
-  int64_t expert_rows(int e) const { return first[static_cast<size_t>(e) + 1] - first[static_cast<size_t>(e)]; }
+  std::vector<int64_t> count;  // rows of expert e
+  int64_t expert_rows(int e) const { return count[static_cast<size_t>(e)]; }
+  int64_t total() const { return first.back(); }
+  // Whether position[row] == row for every row: the op's layout is expert-major already.
+  bool identity() const;
 };
-ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows);
+ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t align = 1);
 
-// One GEMM per expert with rows: rows [first[e], first[e + 1]) of `x` against rows [e * N, (e + 1) *
-// N) of `w` into the same rows of `out`, in expert order, on `stream`.
+// The tile width of sequential's grouped MoE GEMM (PlanOptions::moe_grouped_gemm): the widest
+// overlap GEMM tile of 128 rows whose width divides N (each expert's rows of B then start on the
+// tile grid); 0 where the grouped GEMM does not apply (off, FP8 operands, no such width).
+int grouped_gemm_tile_n(const Problem& p, const PlanOptions& options);
+constexpr int kGroupedGemmTileM = 128;
+
+// The experts' GEMMs: with tile_n = grouped_gemm_tile_n(...) > 0 (`order` aligned to
+// kGroupedGemmTileM), one GEMM of `x`'s rows against all of `w` whose tiles are each expert's rows
+// against its own rows of B, stored into the same rows of `out`; otherwise one GEMM per expert with
+// rows: rows [first[e], first[e] + count[e]) of `x` against rows [e * N, (e + 1) * N) of `w` into
+// the same rows of `out`, in expert order. On `stream`.
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
-                            const PlanOptions& options, int stream);
+                            const PlanOptions& options, int stream, int tile_n = 0);
 
 // Token i of source s (row i of `tokens_out`) = sum_j weights[i, j] * row (s, i, j) of `block`,
 // source s's rows in the expert-grouped layout.

@@ -77,18 +77,21 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         // All tokens gathered, then rows laid out by expert over every source (expert-major), one
         // GEMM per expert, and the results put in the op's layout (by source, then expert). At
         // world 1 both layouts are one: the rows go straight to their place and C takes the GEMMs.
+        // With the grouped GEMM (PlanOptions::moe_grouped_gemm) each expert's rows start on its tile
+        // grid: the padding rows between experts are gathered from any token (never stored).
         const MoeRows rows = moe_rows(p);
-        const detail::ExpertMajorRows order = detail::expert_major(p, rows);
+        const int grouped_tile_n = detail::grouped_gemm_tile_n(p, options);
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows, grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1);
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
-        const BufferId x = b.buffer("X", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
+        const BufferId x = b.buffer("X", BufferRole::scratch, order.total(), p.k, p.input_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
-        const BufferId y = world == 1 ? c : b.buffer("Y_by_expert", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
+        const BufferId y = order.identity() ? c : b.buffer("Y_by_expert", BufferRole::scratch, order.total(), p.n, p.output_dtype);
         b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
-        PermuteRowsStep by_expert{b.whole(gathered), b.whole(x), std::vector<int64_t>(static_cast<size_t>(rows.rows()))};
+        PermuteRowsStep by_expert{b.whole(gathered), b.whole(x), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
         for (int64_t row = 0; row < rows.rows(); ++row)
           by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = rows.token[static_cast<size_t>(row)];
         b.add("gather every rank's rows by expert", 0, Engine::sm, std::move(by_expert));
-        detail::add_expert_major_gemms(b, p, order, x, w, y, options, 0);
+        detail::add_expert_major_gemms(b, p, order, x, w, y, options, 0, grouped_tile_n);
         if (y != c) {
           PermuteRowsStep to_layout{b.whole(y), b.whole(c), order.position};
           b.add("rows back by source", 0, Engine::sm, std::move(to_layout));
@@ -101,9 +104,10 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         // token (reading its rows where the expert-major GEMMs left them), then ReduceScatter. At
         // world 1 A is in expert order already.
         const MoeRows rows = moe_rows(p);
-        const detail::ExpertMajorRows order = detail::expert_major(p, rows);
+        const int grouped_tile_n = detail::grouped_gemm_tile_n(p, options);
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows, grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1);
         const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
-        const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
+        const BufferId partial = b.buffer("P", BufferRole::scratch, is_fp8(p.input_dtype) ? rows.rows() : order.total(), p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
         if (is_fp8(p.input_dtype)) {
@@ -119,13 +123,13 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
           b.set_output(b.whole(c));
           break;
         }
-        const BufferId x = world == 1 ? a : b.buffer("A_by_expert", BufferRole::scratch, rows.rows(), p.k, p.input_dtype);
+        const BufferId x = order.identity() ? a : b.buffer("A_by_expert", BufferRole::scratch, order.total(), p.k, p.input_dtype);
         if (x != a) {
-          PermuteRowsStep by_expert{b.whole(a), b.whole(x), std::vector<int64_t>(static_cast<size_t>(rows.rows()))};
+          PermuteRowsStep by_expert{b.whole(a), b.whole(x), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
           for (int64_t row = 0; row < rows.rows(); ++row) by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = row;
           b.add("A's rows by expert", 0, Engine::sm, std::move(by_expert));
         }
-        detail::add_expert_major_gemms(b, p, order, x, w, partial, options, 0);
+        detail::add_expert_major_gemms(b, p, order, x, w, partial, options, 0, grouped_tile_n);
         CombineRowsStep combine{b.whole(partial), b.whole(weights), b.whole(tokens), p.topk, {}};
         combine.source_rows.reserve(rows.row_of.size());
         for (const int64_t row : rows.row_of) combine.source_rows.push_back(order.position[static_cast<size_t>(row)]);
