@@ -44,6 +44,29 @@ def test_the_fake_kernels_give_the_results_shapes_and_refuse_bad_inputs(monkeypa
             torch.ops.weft.ag_moe(a, b, torch.empty(1, 32, dtype=torch.int32), 4, 0)
 
 
+@pytest.mark.parametrize("op", ["ag_moe", "moe_rs"])
+def test_the_grouped_mm_equivalents_match_the_loop_over_experts(monkeypatch, op):
+    # weft.benchmark's "torch:grouped_mm" baseline (one torch._grouped_mm over every expert, groups
+    # padded to 16 rows) must compute what the loop over experts does, empty experts included.
+    if not plain.has_grouped_mm():
+        pytest.skip("this torch has no _grouped_mm")
+    monkeypatch.setitem(comm._state, "comm", types.SimpleNamespace(world_size=1, rank=0))
+    g = torch.Generator().manual_seed(7)
+    rows, experts, topk, n, k = 37, 6, 2, 48, 32
+    # Experts 4 and 5 picked by nobody, expert 0 by most tokens.
+    choices = torch.stack([torch.tensor([0, 1 + i % 3] if i % 4 else [2, 3]) for i in range(rows)]).reshape(1, -1)
+    b = torch.randn(experts * n, k, generator=g).to(torch.bfloat16)
+    if op == "ag_moe":
+        a = torch.randn(rows, k, generator=g).to(torch.bfloat16)
+        want, got = plain.ag_moe(a, b, choices, experts), plain.ag_moe_grouped(a, b, choices, experts)
+    else:
+        a = torch.randn(rows * topk, k, generator=g).to(torch.bfloat16)
+        weights = torch.rand(rows, topk, generator=g).to(torch.bfloat16)
+        want, got = plain.moe_rs(a, b, choices, weights, experts), plain.moe_rs_grouped(a, b, choices, weights, experts)
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=0)
+
+
 def test_the_moe_layer_at_world_two_over_gloo_matches_plain_torch():
     """moe_world_of_two.py in processes of its own: the output and the gradients of the input, the
     router, w1 and w2 against the same layer through plain torch's autograd, two shapes, two strategies."""

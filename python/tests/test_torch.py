@@ -310,7 +310,7 @@ def test_the_benchmark_runs_and_writes_its_table(tmp_path):
 
 def test_the_benchmark_times_the_moe_ops_against_plain_torch(tmp_path):
     # MoE rows of a suite: weft's ag_moe / moe_rs (each strategy, default) against plain torch's
-    # loop over experts on the same routing, each verified before it is timed.
+    # loop over experts and torch._grouped_mm on the same routing, each verified before it is timed.
     if wt.world_size() > 1:
         pytest.skip("run by hand under torchrun at world > 1")
     suite = {"name": "tiny_moe", "description": "a pipeline check", "rows": [
@@ -326,7 +326,7 @@ def test_the_benchmark_times_the_moe_ops_against_plain_torch(tmp_path):
     rows = list(__import__("csv").DictReader(csv_path.open()))
     for op in ("ag_moe", "moe_rs"):
         variants = {r["variant"] for r in rows if r["op"] == op}
-        assert {"torch", "weft:sequential", "weft:tilelink", "weft:default"} <= variants, rows
+        assert {"torch", "torch:grouped_mm", "weft:sequential", "weft:tilelink", "weft:default"} <= variants, rows
     for r in rows:
         assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2, r
 

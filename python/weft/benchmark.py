@@ -18,6 +18,8 @@ each call's median host time and `host x` its ratio to torch's on the same row; 
 the same with calls back to back; --queue-ahead-us 0 times both together). weft's variants are the calls a user makes: torch.ops.weft.<op> on ordinary
 tensors, the output allocated per call, every copy the op makes included. Every variant's result is first compared with torch's.
 Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
+The MoE rows' `torch` is a loop over experts (HF's Mixtral block); `torch:grouped_mm` is the same
+op with one torch._grouped_mm over every expert (a tuned torch MoE), the stronger baseline.
 """
 
 import argparse
@@ -232,6 +234,16 @@ class Row:
             return lambda: plain.moe_rs(a, b, self.choices, self.weights, self.experts)
         return None  # routed ops: weft alone (torch's all_to_all needs per-rank split sizes; not done yet)
 
+    def torch_grouped_variant(self):
+        """The MoE ops as a tuned torch MoE runs them: one torch._grouped_mm over every expert instead
+        of the loop (plain.ag_moe_grouped / moe_rs_grouped); None for other ops or an older torch."""
+        if self.fp8 is not None or self.op not in ("ag_moe", "moe_rs") or not plain.has_grouped_mm():
+            return None
+        a, b = self.a, self.b
+        if self.op == "ag_moe":
+            return lambda: plain.ag_moe_grouped(a, b, self.choices, self.experts)
+        return lambda: plain.moe_rs_grouped(a, b, self.choices, self.weights, self.experts)
+
     def gemm_variant(self):
         """The rank's GEMM alone (T_gemm)."""
         a, b = self.a, self.b
@@ -300,6 +312,9 @@ def bench_suite(args, world, rank, writer, table):
         baseline = row.torch_variant()
         if baseline is not None:
             variants["torch"] = baseline
+        grouped = row.torch_grouped_variant()
+        if grouped is not None:
+            variants["torch:grouped_mm"] = grouped
         names = [s for s, _, _, ops in weft.strategies() if row.op in ops]
         for name in (strategies or names) + ["default"]:
             if name in names or name == "default":

@@ -283,3 +283,51 @@ def moe_rs(a, b, choices, topk_weights, experts):
     wide = torch.promote_types(a.dtype, torch.float32)  # the top-k sum in at least float32
     combined = (partial[row_of].to(wide).view(-1, topk, n) * topk_weights.to(wide).unsqueeze(2)).sum(1).to(a.dtype)
     return _reduce_scatter(combined)
+
+
+def _rows_by_expert(x, expert_of, b, experts):
+    """y[r] = x[r] @ (expert expert_of[r]'s rows of b)^T through one torch._grouped_mm (torch >= 2.8):
+    rows sorted by expert, each expert's group padded to 16 rows (Hopper's grouped kernel aligns
+    groups so), all on the device (no host synchronisation). b: [experts * n, k]."""
+    n, k = b.shape[0] // experts, b.shape[1]
+    order = torch.argsort(expert_of, stable=True)
+    counts = torch.bincount(expert_of, minlength=experts)
+    padded = (counts + 15) // 16 * 16
+    ends = torch.cumsum(padded, 0)
+    e_sorted = expert_of[order]
+    within = torch.arange(order.numel(), device=x.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
+    at = (ends - padded)[e_sorted] + within  # each sorted row's place in the padded groups
+    grouped = x.new_zeros((order.numel() + 16 * experts, k))
+    grouped[at] = x[order]
+    products = torch._grouped_mm(grouped, b.view(experts, n, k).transpose(1, 2), offs=ends.to(torch.int32))
+    y = x.new_empty((order.numel(), n))
+    y[order] = products[at]
+    return y
+
+
+def has_grouped_mm():
+    return hasattr(torch, "_grouped_mm")
+
+
+def ag_moe_grouped(a, b, choices, experts):
+    """plain.ag_moe as a tuned torch MoE runs it: all_gather, then one grouped GEMM over every expert
+    (torch._grouped_mm) instead of a torch.mm per expert; the same result."""
+    topk = choices.shape[1] // a.shape[0]
+    gathered = _all_gather(a)
+    order = moe_row_order(choices, topk).to(a.device)
+    expert_of = choices.reshape(-1).long().to(a.device)[order]
+    return _rows_by_expert(gathered[order // topk], expert_of, b, experts)
+
+
+def moe_rs_grouped(a, b, choices, topk_weights, experts):
+    """plain.moe_rs with one grouped GEMM over every expert (torch._grouped_mm); the same result."""
+    topk = topk_weights.shape[1]
+    order = moe_row_order(choices, topk).to(a.device)
+    expert_of = choices.reshape(-1).long().to(a.device)[order]
+    n = b.shape[0] // experts
+    partial = _rows_by_expert(a, expert_of, b, experts)
+    row_of = torch.empty_like(order)
+    row_of[order] = torch.arange(order.numel(), device=a.device)
+    wide = torch.promote_types(a.dtype, torch.float32)
+    combined = (partial[row_of].to(wide).view(-1, topk, n) * topk_weights.to(wide).unsqueeze(2)).sum(1).to(a.dtype)
+    return _reduce_scatter(combined)
