@@ -161,6 +161,15 @@ stage_suites() {
     timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
       --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
   done
+  # sequential MoE with every expert in one overlap GEMM (PlanOptions::moe_grouped_gemm), off by
+  # default until these rows beat bench_tilelink_moe_tp's sequential rows of this run (the baseline
+  # here is grouped too). In a folder of its own: its rows are named sequential but are another
+  # plan, which bench/results' readers must not mix in.
+  if [[ " ${SUITES:-tilelink_moe_tp} " == *" tilelink_moe_tp "* ]]; then
+    mkdir -p "$d/grouped_moe"
+    timed "world $w weft bench tilelink_moe_tp, sequential with the grouped MoE GEMM" "$d/grouped_moe/bench_tilelink_moe_tp.txt" 300 $wbench \
+      --suite tilelink_moe_tp --strategy sequential --moe-grouped-gemm --csv "$d/grouped_moe/bench_tilelink_moe_tp.csv" --machine "$machine_file" || status=1
+  fi
   [ "${SUITE_EXTRAS:-1}" = 1 ] || return 0  # SUITE_EXTRAS=0: the suites alone
   timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \
     --op ag_gemm --strategy decomposed,fused --ag-source push --csv "$d/bench_ag_push.csv" --machine "$machine_file" || status=1
