@@ -60,7 +60,7 @@ def rel(got, want):
     return ((got - want).norm() / want.norm()).item()
 
 
-def check(rank, wt, experts, topk, strategy):
+def check(rank, wt, experts, topk, strategy, path):
     torch.manual_seed(5 + rank)
     layer = wt.TensorParallelMoE(32, 64, experts, topk, strategy, device="cpu")
     g = torch.Generator().manual_seed(17 + 100 * rank)
@@ -74,7 +74,7 @@ def check(rank, wt, experts, topk, strategy):
         grads.append([z.detach(), xi.grad] + [p.grad.clone() for p in (layer.gate, layer.w1, layer.w2)])
     errors = {name: rel(ours, theirs) for name, ours, theirs in zip(("z", "dx", "dgate", "dw1", "dw2"), *grads)}
     ok = max(errors.values()) < TOLERANCE
-    line = f"rank {rank} experts {experts} topk {topk} {strategy}: " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + ("" if ok else "  FAILED")
+    line = f"rank {rank} experts {experts} topk {topk} {strategy} ({path}): " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + ("" if ok else "  FAILED")
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
     return ok
@@ -84,12 +84,27 @@ def run(rank, wt):
     lib = torch.library.Library("weft", "IMPL")
     lib.impl("ag_moe", lambda a, b, choices, experts, strategy=0: ag_moe_definition(a, b, choices, experts), "CPU")
     lib.impl("moe_rs", lambda a, b, choices, weights, experts, strategy=0: moe_rs_definition(a, b, choices, weights, experts, rank), "CPU")
+    from weft.torch import moe
+
     ok = True
-    for experts, topk in ((4, 2), (3, 1)):
-        for strategy in ("default", "tilelink"):
-            ok &= check(rank, wt, experts, topk, strategy)
+    # The backward through torch._grouped_mm (where this torch has it; it must not fail here), then
+    # the loop over experts it falls back to.
+    for path in ("grouped", "loop") if torch_has_grouped_mm() else ("loop",):
+        if path == "loop":
+            moe._grouped_failed.append("the loop, asked for by the test")
+        for experts, topk in ((4, 2), (3, 1)):
+            for strategy in ("default", "tilelink"):
+                ok &= check(rank, wt, experts, topk, strategy, path)
+        if path == "grouped" and moe._grouped_failed:
+            sys.stdout.write(f"rank {rank}: torch._grouped_mm failed: {moe._grouped_failed[0]}  FAILED\n")
+            ok = False
+    moe._grouped_failed.clear()
     lib._destroy()
     return ok
+
+
+def torch_has_grouped_mm():
+    return hasattr(torch, "_grouped_mm")
 
 
 if __name__ == "__main__":

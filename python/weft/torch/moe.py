@@ -12,9 +12,10 @@ synchronisation: weft's MoE ops take the choices as a host table), then torch.op
 (AllGather of the tokens + each (token, choice) row times its expert's w1 shard), the activation
 (SwiGLU: silu(gate) * up, Mixtral's; or GELU), and
 torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
-ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same GEMMs per expert with
-torch (weft/torch/plain.py's MoE row layout), the tokens gathered again, the input gradient
-reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
+ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same products per expert
+with torch, as one torch._grouped_mm over every expert where the installed torch has it (no host
+synchronisation per expert; else a torch.mm per expert), in weft/torch/plain.py's MoE row layout, the
+tokens gathered again, the input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
 bfloat16."""
 
 import torch
@@ -32,6 +33,68 @@ def _rows_by_expert(choices, topk, experts, device):
     return order // topk, order % topk, [(expert_of == e).nonzero().squeeze(1) for e in range(experts)]
 
 
+class _ByExpert:
+    """The rows of the MoE layout sorted by expert, each expert's group padded to 16 rows (Hopper's
+    grouped kernel aligns groups so), for torch._grouped_mm: `place(x)` puts rows there (zeros in the
+    padding), `take(y)` reads them back in the layout's order."""
+
+    def __init__(self, expert_of, experts):
+        self.experts = experts
+        self.order = torch.argsort(expert_of, stable=True)
+        self.counts = torch.bincount(expert_of, minlength=experts)
+        padded = (self.counts + 15) // 16 * 16
+        self.ends = torch.cumsum(padded, 0).to(torch.int32)
+        e_sorted = expert_of[self.order]
+        within = torch.arange(self.order.numel(), device=expert_of.device) - (torch.cumsum(self.counts, 0) - self.counts)[e_sorted]
+        self.at = (self.ends.long() - padded)[e_sorted] + within
+        self.rows = self.order.numel() + 16 * experts
+
+    def place(self, x):
+        out = x.new_zeros((self.rows, x.shape[1]))
+        out[self.at] = x[self.order]
+        return out
+
+    def take(self, y):
+        out = y.new_empty((self.order.numel(), y.shape[1]))
+        out[self.order] = y[self.at]
+        return out
+
+    def products(self, x, w):
+        """Row r of the layout times its expert's [n, k] slab of w ([experts * n, k]): x[r] @ w_e^T."""
+        n = w.shape[0] // self.experts
+        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1).transpose(1, 2), offs=self.ends))
+
+    def products_t(self, x, w):
+        """x[r] @ w_e (w_e [n, k] the expert's slab): the input gradient's product."""
+        n = w.shape[0] // self.experts
+        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1), offs=self.ends))
+
+    def weight_gradients(self, dy, x):
+        """Per expert, sum over its rows r of dy[r]^T x[r]: [experts * n, k] with n = dy's columns;
+        an expert nobody picked gets zeros (not whatever a group of no rows leaves)."""
+        g = torch._grouped_mm(self.place(dy).t(), self.place(x), offs=self.ends)
+        g = torch.where((self.counts > 0).view(-1, 1, 1), g, torch.zeros((), dtype=g.dtype, device=g.device))
+        return g.reshape(-1, x.shape[1])
+
+
+_grouped_failed = []  # the first error of torch._grouped_mm here, after which the loop runs
+
+
+def _grouped(expert_of, experts):
+    """A _ByExpert where torch._grouped_mm is there and has not failed in this process, else None."""
+    if _grouped_failed or not plain.has_grouped_mm():
+        return None
+    return _ByExpert(expert_of, experts)
+
+
+def _grouped_failure(e):
+    import warnings
+
+    _grouped_failed.append(e)
+    warnings.warn(f"weft.torch.moe: torch._grouped_mm failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                  "the MoE backward runs a torch.mm per expert from now on", RuntimeWarning, stacklevel=3)
+
+
 class _AgMoe(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w1, choices, experts, strategy):
@@ -44,8 +107,19 @@ class _AgMoe(torch.autograd.Function):
     def backward(ctx, dh):
         x, w1 = ctx.saved_tensors
         experts, topk = ctx.experts, ctx.choices.shape[1] // x.shape[0]
-        tokens, _, rows_of = _rows_by_expert(ctx.choices, topk, experts, x.device)
         gathered = all_gather_rows(x)
+        dh = dh.contiguous()
+        order = plain.moe_row_order(ctx.choices, topk).to(x.device)
+        by_expert = _grouped(ctx.choices.reshape(-1).long().to(x.device)[order], experts)
+        if by_expert is not None:
+            try:
+                tokens = order // topk
+                dx_all = torch.zeros_like(gathered, dtype=torch.float32).index_add_(0, tokens, by_expert.products_t(dh, w1).float())
+                dw1 = by_expert.weight_gradients(dh, gathered[tokens])
+                return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
+            except RuntimeError as e:
+                _grouped_failure(e)
+        tokens, _, rows_of = _rows_by_expert(ctx.choices, topk, experts, x.device)
         n = w1.shape[0] // experts
         dx_all, dw1 = torch.zeros_like(gathered, dtype=torch.float32), torch.empty_like(w1)
         for e, rows in enumerate(rows_of):
@@ -70,8 +144,23 @@ class _MoeRs(torch.autograd.Function):
     def backward(ctx, dz):
         h, w2, weights = ctx.saved_tensors
         experts, topk = ctx.experts, weights.shape[1]
-        tokens, choice, rows_of = _rows_by_expert(ctx.choices, topk, experts, h.device)
         dz_all = all_gather_rows(dz.contiguous())
+        order = plain.moe_row_order(ctx.choices, topk).to(h.device)
+        by_expert = _grouped(ctx.choices.reshape(-1).long().to(h.device)[order], experts)
+        if by_expert is not None:
+            try:
+                t, j = order // topk, order % topk
+                g = dz_all[t]  # each row's token's output gradient
+                scaled = (g.float() * weights[t, j].float().unsqueeze(1)).to(h.dtype)
+                dh = by_expert.products_t(scaled, w2)
+                dw2 = by_expert.weight_gradients(scaled, h)
+                # This rank's share of each weight's gradient (see the loop below).
+                dweights = torch.zeros(weights.shape, dtype=torch.float32, device=h.device)
+                dweights[t, j] = (g.float() * by_expert.products(h, w2).float()).sum(1)
+                return dh, dw2, None, dweights.to(weights.dtype), None, None
+            except RuntimeError as e:
+                _grouped_failure(e)
+        tokens, choice, rows_of = _rows_by_expert(ctx.choices, topk, experts, h.device)
         n = w2.shape[0] // experts
         dh, dw2 = torch.empty_like(h), torch.empty_like(w2)
         # This rank's share of each weight's gradient: its rows' partial products (over its shard of
