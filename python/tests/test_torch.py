@@ -326,7 +326,8 @@ def test_the_benchmark_times_the_moe_ops_against_plain_torch(tmp_path):
     rows = list(__import__("csv").DictReader(csv_path.open()))
     for op in ("ag_moe", "moe_rs"):
         variants = {r["variant"] for r in rows if r["op"] == op}
-        assert {"torch", "torch:grouped_mm", "weft:sequential", "weft:tilelink", "weft:default"} <= variants, rows
+        want = {"torch", "weft:sequential", "weft:tilelink", "weft:default"} | ({"torch:grouped_mm"} if hasattr(torch, "_grouped_mm") else set())
+        assert want <= variants, rows
     for r in rows:
         assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2, r
 

@@ -45,11 +45,17 @@ bool is_plain_tile_table(const GemmStep& gemm) {
   if (gemm.tiles.empty()) return true;
   const GemmTile& first = gemm.tiles.front();
   const int64_t row0 = first.store.box.row - first.tile.row, col0 = first.store.box.col - first.tile.col;
-  for (const GemmTile& t : gemm.tiles)
+  // A library GEMM writes the whole a x b product at (row0, col0): only a table that covers it (tiles
+  // do not overlap: the structure check) and starts inside the target is one.
+  if (row0 < 0 || col0 < 0) return false;
+  int64_t covered = 0;
+  for (const GemmTile& t : gemm.tiles) {
     if (t.wait || t.notify || !t.addends.empty() || t.a_rows || t.store.rank != first.store.rank || t.store.buffer != first.store.buffer ||
         t.store.box.row != row0 + t.tile.row || t.store.box.col != col0 + t.tile.col)
       return false;
-  return true;
+    covered += t.tile.rows * t.tile.cols;
+  }
+  return covered == gemm.a.box.rows * gemm.b.box.rows;
 }
 
 }  // namespace weft

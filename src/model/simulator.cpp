@@ -262,8 +262,9 @@ class Simulator {
         // Too few tiles for the SMs: the library splits K (or streams K) across them, so the GEMM
         // runs near the machine's rate rather than a tile per CTA: its FLOPs at the GEMM rate or its
         // bytes from HBM, whichever takes longer, in one round of the CTAs.
-        const double whole = std::max(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / (peak * m_.gemm_efficiency),
-                                      streamed / m_.memory_bytes_per_s);
+        const double share = static_cast<double>(sms) / m_.sm_count;  // of the machine's rate, on the SMs it may use
+        const double whole = std::max(2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) / (peak * m_.gemm_efficiency * share),
+                                      streamed / (m_.memory_bytes_per_s * share));
         e.seconds = std::min(seconds, whole);
         run->entries.assign(static_cast<size_t>(run->grid), e);
       } else {

@@ -46,6 +46,15 @@ TEST(TileTablePlans, PlainTablesAreThoseOneLibraryGemmComputes) {
   ASSERT_GT(one_notify.tiles.size(), 1u);
   one_notify.tiles.back().notify = Notify{SignalRef{0, 0}, 1};
   EXPECT_FALSE(is_plain_tile_table(one_notify));
+  // A library GEMM writes the whole product: a table missing a tile, or one whose box would start
+  // before its buffer (every tile shifted left by a column block, as a grouped MoE table of one
+  // expert's tiles is), is not plain.
+  GemmStep missing = gemms_of(plan_sequential(Problem{OpKind::gemm_ar, 512, 384, 256, 1, DType::bf16, DType::bf16, {}}, {})).at(0);
+  missing.tiles.pop_back();
+  EXPECT_FALSE(is_plain_tile_table(missing));
+  GemmStep shifted = gemms_of(plan_sequential(Problem{OpKind::gemm_ar, 512, 384, 256, 1, DType::bf16, DType::bf16, {}}, {})).at(0);
+  for (GemmTile& t : shifted.tiles) t.store.box.col -= 128;
+  EXPECT_FALSE(is_plain_tile_table(shifted));
 }
 
 }  // namespace

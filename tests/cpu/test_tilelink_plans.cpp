@@ -369,6 +369,21 @@ TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndPr
         const CpuProof proof = prove_on_cpu(plan, 5);
         EXPECT_TRUE(proof.passed()) << proof.explain();
       }
+  // Every token to one expert (top-1): the grouped table would be a shifted plain table that the
+  // executors run as a library GEMM over the wrong box; the one expert's GEMM is that GEMM already,
+  // and the plan still proves. Its buffers keep the routing-independent padded size.
+  Problem one = moe(OpKind::ag_moe, 2, 40, 4, 1, 3, 0.0);
+  one.n = 192;
+  one.choices.assign(2, std::vector<int>(40, 2));
+  PlanOptions grouped = small_machine(16, 16, 5);
+  grouped.moe_grouped_gemm = true;
+  const Plan single = plan_sequential(one, grouped);
+  for (const Step& step : single.ranks[0].steps)
+    if (const auto* g = std::get_if<GemmStep>(&step.body)) {
+      EXPECT_EQ(g->b.box.rows, one.n) << "the expert's own rows of B";
+      EXPECT_TRUE(is_plain_tile_table(*g));
+    }
+  EXPECT_TRUE(prove_on_cpu(single, 3).passed()) << prove_on_cpu(single, 3).explain();
   // No tile width divides N = 100 (nor FP8): one GEMM per expert, as without the option.
   Problem ragged = moe(OpKind::ag_moe, 2, 20, 4, 2, 7, 0.0);
   ragged.n = 100;

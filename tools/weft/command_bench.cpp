@@ -240,6 +240,7 @@ int command_bench(const Arguments& args) {
     o.all_gather_source = knobs.all_gather_source;
     o.chunked = knobs.chunked;
     o.tilelink = knobs.tilelink;
+    o.moe_grouped_gemm = knobs.moe_grouped_gemm;
     if (prints)
       std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
                   o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);

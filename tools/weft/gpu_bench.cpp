@@ -132,6 +132,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   plan_options.all_gather_source = o.all_gather_source;
   plan_options.chunked = o.chunked;
   plan_options.tilelink = o.tilelink;
+  plan_options.moe_grouped_gemm = o.moe_grouped_gemm;
   // What a call's time includes: what a caller pays, as weft::Op runs it (every input, A and B or Q,
   // K and V, in ordinary device memory, the result into the caller's buffer, any copy into symmetric
   // memory included); the

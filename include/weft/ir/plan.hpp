@@ -345,9 +345,10 @@ std::string describe_signal(const Plan& plan, const SignalRef& ref);
 // the whole plan, so every rank agrees on it.
 bool reaches_across_ranks(const Plan& plan);
 
-// Whether a GEMM's tile table is what one library GEMM computes: every tile at its own place in one
-// output box, no waits, no notifies, no addends, A rows where the step's `a` has them. Executors run such tables on a library GEMM, others on the
-// overlap GEMM.
+// Whether a GEMM's tile table is what one library GEMM computes: tiles covering the whole a x b
+// product, every tile at its own place in one output box that starts inside its buffer, no waits,
+// no notifies, no addends, A rows where the step's `a` has them. Executors run such tables on a
+// library GEMM, others on the overlap GEMM.
 bool is_plain_tile_table(const GemmStep& gemm);
 
 // The scales of an FP8 buffer (ir/scaling.hpp), from the problem: the input "B" holds B's rows, every

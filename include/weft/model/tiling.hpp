@@ -8,7 +8,8 @@
 // quantisation (5.3 waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs
 // (m = 512: 192 tiles of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
 // when it is estimated 5% faster. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) of more
-// than 64 rows are never split and take the tile that puts the most SMs to streaming A and B. GEMMs
+// than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
+// SMs stream (an SM streams only a share of HBM's rate, so most must pull at once). GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the
 // fewest K splits, that keeps enough bytes in flight to stream HBM at full rate.
 #pragma once

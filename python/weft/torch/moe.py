@@ -41,7 +41,7 @@ class _ByExpert:
     def __init__(self, expert_of, experts):
         self.experts = experts
         self.order = torch.argsort(expert_of, stable=True)
-        self.counts = torch.bincount(expert_of, minlength=experts)
+        self.counts = plain.expert_counts(expert_of, experts)
         padded = (self.counts + 15) // 16 * 16
         self.ends = torch.cumsum(padded, 0).to(torch.int32)
         e_sorted = expert_of[self.order]

@@ -285,13 +285,19 @@ def moe_rs(a, b, choices, topk_weights, experts):
     return _reduce_scatter(combined)
 
 
+def expert_counts(expert_of, experts):
+    """Rows per expert, on the device without a host synchronisation (torch.bincount on CUDA reads
+    its input's maximum back to the host)."""
+    return torch.zeros(experts, dtype=torch.long, device=expert_of.device).scatter_add_(0, expert_of, torch.ones_like(expert_of))
+
+
 def _rows_by_expert(x, expert_of, b, experts):
     """y[r] = x[r] @ (expert expert_of[r]'s rows of b)^T through one torch._grouped_mm (torch >= 2.8):
     rows sorted by expert, each expert's group padded to 16 rows (Hopper's grouped kernel aligns
     groups so), all on the device (no host synchronisation). b: [experts * n, k]."""
     n, k = b.shape[0] // experts, b.shape[1]
     order = torch.argsort(expert_of, stable=True)
-    counts = torch.bincount(expert_of, minlength=experts)
+    counts = expert_counts(expert_of, experts)
     padded = (counts + 15) // 16 * 16
     ends = torch.cumsum(padded, 0)
     e_sorted = expert_of[order]

@@ -36,7 +36,9 @@ ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t alig
   order.count.assign(static_cast<size_t>(p.experts), 0);
   int64_t next = 0;
   for (int e = 0; e < p.experts; ++e) {
-    next = (next + align - 1) / align * align;
+    int64_t rows_of_e = 0;
+    for (int s = 0; s < world; ++s) rows_of_e += rows.block_rows(s, e);
+    if (rows_of_e > 0) next = (next + align - 1) / align * align;  // no padding for an expert nobody picked
     order.first[static_cast<size_t>(e)] = next;
     for (int s = 0; s < world; ++s)
       for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + rows.block_rows(s, e); ++row)
@@ -55,7 +57,10 @@ bool ExpertMajorRows::identity() const {
 }
 
 int grouped_gemm_tile_n(const Problem& p, const PlanOptions& options) {
-  if (!options.moe_grouped_gemm || is_fp8(p.input_dtype) || (p.op != OpKind::ag_moe && p.op != OpKind::moe_rs)) return 0;
+  // What the overlap GEMM runs: bf16 in and out, K a multiple of 8 (TMA's 16-byte rows).
+  if (!options.moe_grouped_gemm || p.input_dtype != DType::bf16 || p.output_dtype != DType::bf16 || p.k % 8 != 0 ||
+      (p.op != OpKind::ag_moe && p.op != OpKind::moe_rs))
+    return 0;
   for (int tile_n : {256, 192, 128, 96})
     if (p.n % tile_n == 0) return tile_n;
   return 0;
@@ -63,7 +68,11 @@ int grouped_gemm_tile_n(const Problem& p, const PlanOptions& options) {
 
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
                             const PlanOptions& options, int stream, int tile_n) {
-  if (tile_n > 0) {
+  int experts_with_rows = 0;
+  for (int e = 0; e < p.experts; ++e) experts_with_rows += order.expert_rows(e) > 0;
+  // With one expert picked the grouped table would be a shifted plain table (a library GEMM's): the
+  // per-expert GEMM is that one GEMM already.
+  if (tile_n > 0 && experts_with_rows > 1) {
     // One overlap GEMM: the output space is (x's rows) x (every expert's N columns of B); a tile of
     // expert e covers its rows (from first[e], on the tile grid) and columns e * N + j * tile_n, and
     // stores into its rows and columns j * tile_n of `out`. Rows past an expert's count are padding:

@@ -24,8 +24,10 @@ std::vector<size_t> add_expert_gemms(RankPlanBuilder& b, const Problem& p, const
 // first position of expert e (first[experts]: every row). A GEMM per expert over all sources' rows
 // instead of one per (source, expert): W times fewer and W times taller GEMMs, where each is a few
 // tiles (TileLink's MoE shapes: 128 GEMMs of 3-32 tiles at world 4, the GPU a quarter full).
-// With `align` > 1 each expert's rows start on a multiple of it (the grouped GEMM's tile grid): the
-// rows between experts are padding nobody writes or reads, and total() exceeds the op's rows.
+// With `align` > 1 each picked expert's rows start on a multiple of it (the grouped GEMM's tile grid):
+// the rows between experts are padding nobody stores or reads back, and total() exceeds the op's rows
+// by at most (experts) x (align - 1): padded_capacity(), what buffers of these rows are sized to, so
+// that their size does not depend on the routing (weft::Op reserves its workspace once).
 struct ExpertMajorRows {
   std::vector<int64_t> position;
   std::vector<int64_t> first;
@@ -36,6 +38,9 @@ struct ExpertMajorRows {
   bool identity() const;
 };
 ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t align = 1);
+inline int64_t padded_capacity(const Problem& p, const MoeRows& rows, int64_t align) {
+  return rows.rows() + (align > 1 ? static_cast<int64_t>(p.experts) * (align - 1) : 0);
+}
 
 // The tile width of sequential's grouped MoE GEMM (PlanOptions::moe_grouped_gemm): the widest
 // overlap GEMM tile of 128 rows whose width divides N (each expert's rows of B then start on the

@@ -81,13 +81,15 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         // grid: the padding rows between experts are gathered from any token (never stored).
         const MoeRows rows = moe_rows(p);
         const int grouped_tile_n = detail::grouped_gemm_tile_n(p, options);
-        const detail::ExpertMajorRows order = detail::expert_major(p, rows, grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1);
+        const int64_t align = grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1;
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows, align);
+        const int64_t capacity = detail::padded_capacity(p, rows, align);
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
-        const BufferId x = b.buffer("X", BufferRole::scratch, order.total(), p.k, p.input_dtype);
+        const BufferId x = b.buffer("X", BufferRole::scratch, capacity, p.k, p.input_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
-        const BufferId y = order.identity() ? c : b.buffer("Y_by_expert", BufferRole::scratch, order.total(), p.n, p.output_dtype);
+        const BufferId y = order.identity() && capacity == rows.rows() ? c : b.buffer("Y_by_expert", BufferRole::scratch, capacity, p.n, p.output_dtype);
         b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
-        PermuteRowsStep by_expert{b.whole(gathered), b.whole(x), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
+        PermuteRowsStep by_expert{b.whole(gathered), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
         for (int64_t row = 0; row < rows.rows(); ++row)
           by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = rows.token[static_cast<size_t>(row)];
         b.add("gather every rank's rows by expert", 0, Engine::sm, std::move(by_expert));
@@ -105,9 +107,11 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         // world 1 A is in expert order already.
         const MoeRows rows = moe_rows(p);
         const int grouped_tile_n = detail::grouped_gemm_tile_n(p, options);
-        const detail::ExpertMajorRows order = detail::expert_major(p, rows, grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1);
+        const int64_t align = grouped_tile_n > 0 ? detail::kGroupedGemmTileM : 1;
+        const detail::ExpertMajorRows order = detail::expert_major(p, rows, align);
+        const int64_t capacity = detail::padded_capacity(p, rows, align);
         const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
-        const BufferId partial = b.buffer("P", BufferRole::scratch, is_fp8(p.input_dtype) ? rows.rows() : order.total(), p.n, p.output_dtype);
+        const BufferId partial = b.buffer("P", BufferRole::scratch, capacity, p.n, p.output_dtype);
         const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
         const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
         if (is_fp8(p.input_dtype)) {
@@ -123,9 +127,9 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
           b.set_output(b.whole(c));
           break;
         }
-        const BufferId x = order.identity() ? a : b.buffer("A_by_expert", BufferRole::scratch, order.total(), p.k, p.input_dtype);
+        const BufferId x = order.identity() && capacity == rows.rows() ? a : b.buffer("A_by_expert", BufferRole::scratch, capacity, p.k, p.input_dtype);
         if (x != a) {
-          PermuteRowsStep by_expert{b.whole(a), b.whole(x), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
+          PermuteRowsStep by_expert{b.whole(a), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
           for (int64_t row = 0; row < rows.rows(); ++row) by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = row;
           b.add("A's rows by expert", 0, Engine::sm, std::move(by_expert));
         }
