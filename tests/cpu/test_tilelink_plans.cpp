@@ -390,7 +390,8 @@ TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndPr
   PlanOptions o = small_machine(16, 16, 5);
   o.moe_grouped_gemm = true;
   int gemms = 0;
-  for (const Step& step : plan_sequential(ragged, o).ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
+  const Plan per_expert = plan_sequential(ragged, o);  // kept: a range-for over a temporary's member would read freed memory
+  for (const Step& step : per_expert.ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
   EXPECT_GT(gemms, 1);
 }
 
