@@ -126,7 +126,7 @@ struct PlanOptions {
   bool gpu_lowerable_only = false;
   // sequential's MoE (ag_moe, moe_rs, bf16): every expert's GEMM as one overlap GEMM over a sparse
   // tile table (each expert's rows, starting on the tile grid, against its own rows of B) instead of
-  // a library GEMM per expert. Off until measured on a GPU (built 2026-11-27, CPU-proved only).
+  // a library GEMM per expert. Off until measured on a GPU.
   bool moe_grouped_gemm = false;
 };
 

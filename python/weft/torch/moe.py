@@ -33,58 +33,14 @@ def _rows_by_expert(choices, topk, experts, device):
     return order // topk, order % topk, [(expert_of == e).nonzero().squeeze(1) for e in range(experts)]
 
 
-class _ByExpert:
-    """The rows of the MoE layout sorted by expert, each expert's group padded to 16 rows (Hopper's
-    grouped kernel aligns groups so), for torch._grouped_mm: `place(x)` puts rows there (zeros in the
-    padding), `take(y)` reads them back in the layout's order."""
-
-    def __init__(self, expert_of, experts):
-        self.experts = experts
-        self.order = torch.argsort(expert_of, stable=True)
-        self.counts = plain.expert_counts(expert_of, experts)
-        padded = (self.counts + 15) // 16 * 16
-        self.ends = torch.cumsum(padded, 0).to(torch.int32)
-        e_sorted = expert_of[self.order]
-        within = torch.arange(self.order.numel(), device=expert_of.device) - (torch.cumsum(self.counts, 0) - self.counts)[e_sorted]
-        self.at = (self.ends.long() - padded)[e_sorted] + within
-        self.rows = self.order.numel() + 16 * experts
-
-    def place(self, x):
-        out = x.new_zeros((self.rows, x.shape[1]))
-        out[self.at] = x[self.order]
-        return out
-
-    def take(self, y):
-        out = y.new_empty((self.order.numel(), y.shape[1]))
-        out[self.order] = y[self.at]
-        return out
-
-    def products(self, x, w):
-        """Row r of the layout times its expert's [n, k] slab of w ([experts * n, k]): x[r] @ w_e^T."""
-        n = w.shape[0] // self.experts
-        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1).transpose(1, 2), offs=self.ends))
-
-    def products_t(self, x, w):
-        """x[r] @ w_e (w_e [n, k] the expert's slab): the input gradient's product."""
-        n = w.shape[0] // self.experts
-        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1), offs=self.ends))
-
-    def weight_gradients(self, dy, x):
-        """Per expert, sum over its rows r of dy[r]^T x[r]: [experts * n, k] with n = dy's columns;
-        an expert nobody picked gets zeros (not whatever a group of no rows leaves)."""
-        g = torch._grouped_mm(self.place(dy).t(), self.place(x), offs=self.ends)
-        g = torch.where((self.counts > 0).view(-1, 1, 1), g, torch.zeros((), dtype=g.dtype, device=g.device))
-        return g.reshape(-1, x.shape[1])
-
-
 _grouped_failed = []  # the first error of torch._grouped_mm here, after which the loop runs
 
 
 def _grouped(expert_of, experts):
-    """A _ByExpert where torch._grouped_mm is there and has not failed in this process, else None."""
+    """A plain.ByExpert where torch._grouped_mm is there and has not failed in this process, else None."""
     if _grouped_failed or not plain.has_grouped_mm():
         return None
-    return _ByExpert(expert_of, experts)
+    return plain.ByExpert(expert_of, experts)
 
 
 def _grouped_failure(e):

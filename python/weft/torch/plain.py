@@ -291,24 +291,53 @@ def expert_counts(expert_of, experts):
     return torch.zeros(experts, dtype=torch.long, device=expert_of.device).scatter_add_(0, expert_of, torch.ones_like(expert_of))
 
 
+class ByExpert:
+    """The rows of the MoE layout sorted by expert, each expert's group padded to 16 rows (Hopper's
+    grouped kernel aligns groups so), for torch._grouped_mm: `place(x)` puts rows there (zeros in the
+    padding), `take(y)` reads them back in the layout's order."""
+
+    def __init__(self, expert_of, experts):
+        self.experts = experts
+        self.order = torch.argsort(expert_of, stable=True)
+        self.counts = expert_counts(expert_of, experts)
+        padded = (self.counts + 15) // 16 * 16
+        self.ends = torch.cumsum(padded, 0).to(torch.int32)
+        e_sorted = expert_of[self.order]
+        within = torch.arange(self.order.numel(), device=expert_of.device) - (torch.cumsum(self.counts, 0) - self.counts)[e_sorted]
+        self.at = (self.ends.long() - padded)[e_sorted] + within
+        self.rows = self.order.numel() + 16 * experts
+
+    def place(self, x):
+        out = x.new_zeros((self.rows, x.shape[1]))
+        out[self.at] = x[self.order]
+        return out
+
+    def take(self, y):
+        out = y.new_empty((self.order.numel(), y.shape[1]))
+        out[self.order] = y[self.at]
+        return out
+
+    def products(self, x, w):
+        """Row r of the layout times its expert's [n, k] slab of w ([experts * n, k]): x[r] @ w_e^T."""
+        n = w.shape[0] // self.experts
+        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1).transpose(1, 2), offs=self.ends))
+
+    def products_t(self, x, w):
+        """x[r] @ w_e (w_e [n, k] the expert's slab): the input gradient's product."""
+        n = w.shape[0] // self.experts
+        return self.take(torch._grouped_mm(self.place(x), w.view(self.experts, n, -1), offs=self.ends))
+
+    def weight_gradients(self, dy, x):
+        """Per expert, sum over its rows r of dy[r]^T x[r]: [experts * n, k] with n = dy's columns;
+        an expert nobody picked gets zeros (not whatever a group of no rows leaves)."""
+        g = torch._grouped_mm(self.place(dy).t(), self.place(x), offs=self.ends)
+        g = torch.where((self.counts > 0).view(-1, 1, 1), g, torch.zeros((), dtype=g.dtype, device=g.device))
+        return g.reshape(-1, x.shape[1])
+
+
 def _rows_by_expert(x, expert_of, b, experts):
-    """y[r] = x[r] @ (expert expert_of[r]'s rows of b)^T through one torch._grouped_mm (torch >= 2.8):
-    rows sorted by expert, each expert's group padded to 16 rows (Hopper's grouped kernel aligns
-    groups so), all on the device (no host synchronisation). b: [experts * n, k]."""
-    n, k = b.shape[0] // experts, b.shape[1]
-    order = torch.argsort(expert_of, stable=True)
-    counts = expert_counts(expert_of, experts)
-    padded = (counts + 15) // 16 * 16
-    ends = torch.cumsum(padded, 0)
-    e_sorted = expert_of[order]
-    within = torch.arange(order.numel(), device=x.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
-    at = (ends - padded)[e_sorted] + within  # each sorted row's place in the padded groups
-    grouped = x.new_zeros((order.numel() + 16 * experts, k))
-    grouped[at] = x[order]
-    products = torch._grouped_mm(grouped, b.view(experts, n, k).transpose(1, 2), offs=ends.to(torch.int32))
-    y = x.new_empty((order.numel(), n))
-    y[order] = products[at]
-    return y
+    """y[r] = x[r] @ (expert expert_of[r]'s rows of b)^T through one torch._grouped_mm (torch >= 2.8)."""
+    return ByExpert(expert_of, experts).products(x, b)
 
 
 def has_grouped_mm():
