@@ -5,7 +5,15 @@
 #   bash scripts/hang_probe.sh --command LIMIT_S LOG -- CMD...      any command, once
 set -u
 stacks() {  # stacks PID: the filtered stacks; the debugger's whole output goes to ${OUT:-/tmp}/stacks_PID.txt
-  local debugger raw="${OUT:-/tmp}/stacks_$1.txt"
+  local debugger raw="${OUT:-/tmp}/stacks_$1.txt" own="${WEFT_HOST_STACKS_DIR:-/tmp}/host_stacks_$1.txt"
+  # The GPU tests print their own threads' stacks on SIGUSR1 (tests/gpu/host_stacks_on_signal.cpp),
+  # in a second; the debugger is the fallback for a binary without it.
+  kill -USR1 "$1" 2>/dev/null; sleep 3
+  if [ -s "$own" ]; then
+    [ "$own" -ef "${OUT:-/tmp}/host_stacks_$1.txt" ] || cp "$own" "${OUT:-/tmp}/"
+    (command -v c++filt > /dev/null && c++filt < "$own" || cat "$own") | cut -c1-220 | head -600
+    return
+  fi
   debugger=$(command -v gdb || command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
   timeout -s KILL ${STACKS_LIMIT_S:-30} "$debugger" -p "$1" -batch -ex "info threads" -ex "thread apply all bt 25" > "$raw" 2>&1
   if grep -qE "^#[0-9]" "$raw"; then

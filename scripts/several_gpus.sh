@@ -7,8 +7,11 @@
 # world W (default STAGES), run in the order named. STAGES (default: all):
 #   probe      weft bench (threads in one process, decomposed ag_gemm) under scripts/hang_probe.sh:
 #              the host stacks if it stalls
-#   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD), the multi-process check
-#              under torchrun with W ranks, the GPU command-line tests once
+#   hangs      the one-process cases that stall at world 4 (the 1,000-call tests, FiCCO's op cases) under
+#              the hang probe with device waits longer than it, so that each thread's host stack is taken
+#              while the peers still wait; with this stage, `tests` leaves both out
+#   tests      the GPU test binary in one process at world W (WEFT_TEST_WORLD; ONE_PROCESS_FILTER narrows
+#              it), the multi-process check under torchrun with W ranks, the GPU command-line tests once
 #   python     pytest -m gpu under torchrun with W ranks
 #   bench      weft bench --suite default, every strategy and auto
 #   suites     weft bench over the paper suites (SUITES, default flux_gpt3, tilelink_mlp,
@@ -17,7 +20,8 @@
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP; the
 #              tilelink_moe_tp rows against plain torch's MoE),
 #              the model step (llama3-8b prefill and train, llama3-70b and mixtral-8x7b train; 2 blocks) and the
-#              sequence-parallel attention rows (--attention)
+#              sequence-parallel attention rows (--attention); TORCH_RUNS (default "ops moe models attention")
+#              and MODEL_STEPS (default every model:mode above) choose among them
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
 #              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
 #              network rounds run for real)
@@ -92,8 +96,10 @@ stage_tests() {
   say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
   # FiCCO's op cases apart, under the hang probe: where they hang in one process (a thread per GPU),
   # the rest of the binary still runs and the probe prints the host stacks.
-  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary --gtest_filter='-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*' || status=1
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary \
+    --gtest_filter="${ONE_PROCESS_FILTER:-*}-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*" || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
+  if ! wants hangs; then
   # Short call and device-wait timeouts: where a call hangs, the executor reports its unmet waits
   # (cuda-gdb, the only debugger there, takes longer than the probe to attach).
   WEFT_COLLECTIVE_TIMEOUT_S=20 WEFT_DEVICE_WAIT_TIMEOUT_MS=10000 WEFT_TEST_WORLD=$w OUT=$d timed "world $w FiCCO op tests, one process (hang probe)" \
@@ -103,9 +109,21 @@ stage_tests() {
   # this run alone, to tell a late rank from one that cannot proceed.
   WEFT_TEST_WORLD=$w timed "world $w GPU tests, 1,000-call ${THOUSAND_ENV:-}" "$d/gpu_tests_thousand.log" 180 env ${THOUSAND_ENV:-} $binary --gtest_filter='*Thousand*' || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$d/gpu_tests_thousand.log" | tr '\n' ' ')"
+  fi
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w multi-process check (torchrun)" "$d/multiprocess.log" 300 \
     torchrun --standalone --nproc_per_node=$w --no-python build-device/tests/gpu/weft_multiprocess_check || status=1
   say "  $(grep -c ' ok' "$d/multiprocess.log") ok lines, $(grep -c MISMATCH "$d/multiprocess.log") mismatches"
+}
+
+stage_hangs() {
+  # Device and call waits longer than the probe: the stacks are taken while every rank still waits.
+  local filter
+  for filter in '*Thousand*' '*Op*.*ficco*'; do
+    WEFT_DEVICE_WAIT_TIMEOUT_MS=300000 WEFT_COLLECTIVE_TIMEOUT_S=300 WEFT_TEST_WORLD=$w OUT=$d WEFT_HOST_STACKS_DIR=$d \
+      timed "world $w one process, $filter (hang probe, ${HANG_PROBE_S:-60} s)" "$d/hang_probe_${filter//[^a-z]/}.log" $(( ${HANG_PROBE_S:-60} + 60 )) \
+      bash scripts/hang_probe.sh $binary "$filter" 1 ${HANG_PROBE_S:-60} || status=1
+    say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/hang_probe_${filter//[^a-z]/}.log" | head -3 | tr '\n' ' ')"
+  done
 }
 
 stage_python() {
@@ -137,19 +155,22 @@ stage_bench() {
 }
 
 stage_torch() {
-  CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
-    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1
-  # TileLink's MoE rows through torch.ops.weft.ag_moe / moe_rs against plain torch's loop over experts.
-  CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark tilelink_moe_tp" "$d/torch_bench_moe.txt" 600 \
-    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite tilelink_moe_tp --no-mlp --csv "$d/torch_bench_moe.csv" || status=1
+  local runs=" ${TORCH_RUNS:-ops moe models attention} "
+  [[ $runs == *" ops "* ]] && { CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1; }
+  # TileLink's MoE rows through torch.ops.weft.ag_moe / moe_rs against plain torch's loop over experts
+  # and torch._grouped_mm.
+  [[ $runs == *" moe "* ]] && { CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark tilelink_moe_tp" "$d/torch_bench_moe.txt" 600 \
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite tilelink_moe_tp --no-mlp --csv "$d/torch_bench_moe.csv" || status=1; }
   # The model step: decoder blocks of weft.torch.blocks against the same blocks on plain torch.
-  for model_mode in llama3-8b:prefill llama3-8b:train llama3-70b:train mixtral-8x7b:train; do
+  [[ $runs == *" models "* ]] && for model_mode in ${MODEL_STEPS:-llama3-8b:prefill llama3-8b:train llama3-70b:train mixtral-8x7b:train}; do
     CUDA_VISIBLE_DEVICES=$cvd timed "world $w model step ${model_mode/:/ }" "$d/model_${model_mode/:/_}.txt" 300 \
       torchrun --standalone --nproc_per_node=$w -m weft.benchmark --model ${model_mode%%:*} --mode ${model_mode##*:} --layers 2 \
       --csv "$d/model_${model_mode/:/_}.csv" || status=1
     tail -4 "$d/model_${model_mode/:/_}.txt" >> "$progress"
   done
-  python3 scripts/plot_model_step.py "$d/model_steps.png" "$d"/model_*.csv > /dev/null 2>&1 || say "  (no model-step chart: matplotlib missing or no step ran)"
+  [[ $runs == *" models "* ]] && { python3 scripts/plot_model_step.py "$d/model_steps.png" "$d"/model_*.csv > /dev/null 2>&1 || say "  (no model-step chart: matplotlib missing or no step ran)"; }
+  [[ $runs == *" attention "* ]] || return 0
   # Sequence-parallel attention: weft's ag_attention (each strategy, default) against all_gather + SDPA.
   CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark --attention" "$d/torch_attention.txt" 300 \
     torchrun --standalone --nproc_per_node=$w -m weft.benchmark --attention --csv "$d/torch_attention.csv" || status=1

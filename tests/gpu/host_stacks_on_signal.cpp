@@ -1,0 +1,80 @@
+// Every thread's host stack on SIGUSR1, without a debugger: scripts/hang_probe.sh sends it to a GPU
+// test that outlived its limit. cuda-gdb, the only debugger on the GPU machines, takes longer to
+// attach than the probe waits and printed no stack in the world-4 one-process hangs; this prints
+// them in a second. The process-directed SIGUSR1 lands on some thread, which forwards SIGUSR2 to
+// every thread of the process (itself included); each writes its own backtrace to
+// $WEFT_HOST_STACKS_DIR/host_stacks_<pid>.txt (default /tmp). Symbols need the executable's
+// exports (ENABLE_EXPORTS); `c++filt` demangles. backtrace() is not formally async-signal-safe; it
+// is called once at start-up so that its library is loaded before any signal, the usual practice.
+#include <dirent.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+char g_path[512];
+std::atomic_flag g_writing = ATOMIC_FLAG_INIT;
+
+void write_text(int fd, const char* text) { (void)!write(fd, text, std::strlen(text)); }
+
+void write_number(int fd, long value) {
+  char digits[24];
+  int n = 0;
+  do digits[n++] = static_cast<char>('0' + value % 10); while ((value /= 10) > 0);
+  char text[24];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  (void)!write(fd, text, static_cast<size_t>(n));
+}
+
+void dump_this_thread(int) {
+  void* frames[48];
+  const int depth = backtrace(frames, 48);
+  while (g_writing.test_and_set(std::memory_order_acquire)) {}
+  const int fd = open(g_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    write_text(fd, "thread ");
+    write_number(fd, static_cast<long>(syscall(SYS_gettid)));
+    write_text(fd, ":\n");
+    backtrace_symbols_fd(frames, depth, fd);
+    close(fd);
+  }
+  g_writing.clear(std::memory_order_release);
+}
+
+void forward_to_every_thread(int) {
+  const pid_t pid = getpid();
+  DIR* tasks = opendir("/proc/self/task");  // not async-signal-safe either; a hung process is the use
+  if (tasks == nullptr) return;
+  while (const dirent* entry = readdir(tasks)) {
+    const long tid = std::strtol(entry->d_name, nullptr, 10);
+    if (tid > 0) syscall(SYS_tgkill, pid, tid, SIGUSR2);
+  }
+  closedir(tasks);
+}
+
+[[maybe_unused]] const bool g_installed = [] {
+  const char* dir = std::getenv("WEFT_HOST_STACKS_DIR");
+  std::snprintf(g_path, sizeof g_path, "%s/host_stacks_%d.txt", dir != nullptr ? dir : "/tmp", static_cast<int>(getpid()));
+  void* warm[2];
+  (void)backtrace(warm, 2);
+  struct sigaction forward {}, dump {};
+  forward.sa_handler = forward_to_every_thread;
+  dump.sa_handler = dump_this_thread;
+  sigemptyset(&forward.sa_mask);
+  sigemptyset(&dump.sa_mask);
+  dump.sa_flags = SA_RESTART;
+  forward.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &forward, nullptr);
+  sigaction(SIGUSR2, &dump, nullptr);
+  return true;
+}();
+
+}  // namespace
