@@ -149,6 +149,7 @@ struct CudaExecutor::Impl {
   // Some rank of the plan reads or writes another rank's memory or signals. Decided from the whole
   // plan, so that every rank agrees and the barriers it guards are collective.
   bool plan_touches_peers = false;
+  bool peers_in_process = false;  // other GPUs' ranks share this process (Communicator::local_group)
   uint64_t calls = 0;
   std::vector<cudaEvent_t> call_done;  // completion of the last max_calls_in_flight calls (ring)
   std::vector<bool> call_recorded;
@@ -244,9 +245,8 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   // wait for the peer devices to go idle, while those spin in the call's first barrier waiting for
   // this rank (the communicator's caveat for one thread per GPU). Ranks capture on their own
   // conditions, so a host barrier around the capture would not be collective.
-  bool peers_in_process = false;
-  for (int r = 0; r < comm_.world_size(); ++r) peers_in_process = peers_in_process || (r != comm_.rank() && comm_.peer_in_this_process(r));
-  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan())) && !peers_in_process;
+  im.peers_in_process = comm_.other_gpus_in_this_process();
+  im.replay = replay_wanted && (comm_.world_size() == 1 || !call_has_nccl(rank_plan())) && !im.peers_in_process;
   int in_flight = options_.max_calls_in_flight;
   if (in_flight == 0) in_flight = static_cast<int>(env_ms("WEFT_MAX_CALLS_IN_FLIGHT", 8));
   if (in_flight < 1)
@@ -406,6 +406,8 @@ void CudaExecutor::lower_steps() {
   im.device_wait_timeout_ns = context.device_wait_timeout_ns;
   context.plain_gemm_on_overlap = options_.plain_gemm == ExecutorOptions::PlainGemm::overlap;
   context.fp8_fast_accumulation = options_.fp8_fast_accumulation;
+  const char* peer_copies = std::getenv("WEFT_PEER_COPIES_IN_PROCESS");
+  context.peer_copies_on_sms = im.peers_in_process && !(peer_copies && std::string(peer_copies) == "copy_engine");
 
   const std::vector<std::vector<uint64_t>> written = single_writer_values(plan_, comm_.rank());
   const RankPlan& mine = rank_plan();
@@ -505,7 +507,7 @@ CudaExecutor::~CudaExecutor() {
   // barrier puts no work on a device (host_barrier): a peer that is already freeing waits in
   // cudaFree for every device of the process to go idle, and a collective kernel here that waited
   // for that peer would never finish.
-  if (im.plan_touches_peers && !comm_.aborted()) {
+  if ((im.plan_touches_peers || im.peers_in_process) && !comm_.aborted()) {
     try {
       comm_.host_barrier();
     } catch (const std::exception& e) {
@@ -525,6 +527,20 @@ CudaExecutor::~CudaExecutor() {
   for (cudaEvent_t e : im.call_done) cudaEventDestroy(e);
   if (im.gemm_workspace) cudaFree(im.gemm_workspace);
   if (im.lt) cublasLtDestroy(im.lt);
+  // Where peers share the process, nobody leaves before every rank has freed (the buffers and
+  // signals impl_ owns included): a rank that went on to its next call would spin in that call's
+  // barrier, and a peer still in cudaFree (which waits for every GPU that maps the memory to go
+  // idle) would never return (world 4, one process: three ranks in the next call's copies, one in
+  // this destructor's cudaFree, until the device waits gave up).
+  const bool meet_after_freeing = im.peers_in_process;
+  impl_.reset();
+  if (meet_after_freeing && !comm_.aborted()) {
+    try {
+      comm_.host_barrier();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "weft: rank %d: peers did not reach the executor's barrier after freeing (%s)\n", comm_.rank(), e.what());
+    }
+  }
 }
 
 void* CudaExecutor::buffer(std::string_view name) const {

@@ -58,6 +58,13 @@ class Communicator {
   ncclComm_t nccl() const { return comm_; }
   const PeerInfo& peer(int rank) const { return peers_.at(static_cast<size_t>(rank)); }
   bool peer_in_this_process(int rank) const { return peers_.at(static_cast<size_t>(rank)).process == peers_[rank_].process; }
+  // Other GPUs' ranks share this process (local_group): freeing memory they map, or a copy engine's
+  // copy to or from their memory, can wait for their work (CudaExecutor's caveats).
+  bool other_gpus_in_this_process() const {
+    for (int r = 0; r < world_; ++r)
+      if (r != rank_ && peer_in_this_process(r) && peer(r).device != device_) return true;
+    return false;
+  }
   // Which ranks share a node and which pairs load/store each other's memory: same node and P2P
   // between the GPUs (cudaDeviceCanAccessPeer where both are this process's; GPUs of processes on
   // one node are taken to reach each other through CUDA IPC). WEFT_P2P=0 makes every peer

@@ -48,8 +48,9 @@ Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label
   const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
   if (src.rows * src.cols == 0) return {};
   if (is_fp8(src.dtype)) return lower_fp8_copy(copy, label, context);
-  if (engine == Engine::sm && (copy.src.rank != context.rank || copy.dst.rank != context.rank)) {
-    const int ctas = copy.sms;
+  const bool crosses_ranks = copy.src.rank != context.rank || copy.dst.rank != context.rank;
+  if (crosses_ranks && (engine == Engine::sm || context.peer_copies_on_sms)) {
+    const int ctas = engine == Engine::sm ? copy.sms : kPeerCopySms;
     return {[src, dst, ctas](cudaStream_t stream) { copy_bf16(dst.resolve(), src.resolve(), ctas, stream); }, {}};
   }
   return {[src, dst](cudaStream_t stream) {

@@ -71,7 +71,16 @@ struct Context {
   uint64_t device_wait_timeout_ns = 0;
   bool plain_gemm_on_overlap = false;                        // ExecutorOptions::PlainGemm::overlap
   bool fp8_fast_accumulation = false;                        // ExecutorOptions::fp8_fast_accumulation
+  // Peers in this process (local_group, a thread per GPU): a copy engine's copy between this GPU's
+  // memory and a peer GPU's can queue behind that GPU's own work, so that a pull never ran while
+  // the peer spun in its next call's barrier waiting for this rank (world 4, one process: fused
+  // ag_gemm, FiCCO, decomposed ag_gemm back to back). Such copies run on SMs instead, and a GEMM
+  // whose tiles wait leaves kPeerCopySms SMs to them. Off with WEFT_PEER_COPIES_IN_PROCESS=copy_engine.
+  bool peer_copies_on_sms = false;
 };
+
+// The CTAs of a peer copy moved onto SMs, and the SMs a waiting GEMM leaves free for them.
+inline constexpr int kPeerCopySms = 8;
 
 // One lowered step. `enqueue` is empty where a step has nothing to do (an empty copy); `warm_up`
 // runs the step's library kernel once at construction (see CudaExecutor::load_gemm_kernels).
