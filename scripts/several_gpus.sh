@@ -119,7 +119,8 @@ stage_hangs() {
   # Device and call waits longer than the probe: the stacks are taken while every rank still waits.
   local filter
   for filter in '*Thousand*' '*Op*.*ficco*'; do
-    WEFT_DEVICE_WAIT_TIMEOUT_MS=300000 WEFT_COLLECTIVE_TIMEOUT_S=300 WEFT_TEST_WORLD=$w OUT=$d WEFT_HOST_STACKS_DIR=$d \
+    mkdir -p "$d/hang_${filter//[^a-z]/}"  # the probe's test log and stacks, one folder per filter
+    WEFT_DEVICE_WAIT_TIMEOUT_MS=300000 WEFT_COLLECTIVE_TIMEOUT_S=300 WEFT_TEST_WORLD=$w OUT=$d/hang_${filter//[^a-z]/} WEFT_HOST_STACKS_DIR=$d/hang_${filter//[^a-z]/} \
       timed "world $w one process, $filter (hang probe, ${HANG_PROBE_S:-60} s)" "$d/hang_probe_${filter//[^a-z]/}.log" $(( ${HANG_PROBE_S:-60} + 60 )) \
       bash scripts/hang_probe.sh $binary "$filter" 1 ${HANG_PROBE_S:-60} || status=1
     say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/hang_probe_${filter//[^a-z]/}.log" | head -3 | tr '\n' ' ')"
