@@ -42,9 +42,13 @@ say() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$progress"; }
 # Processes a stage may leave behind: torchrun's workers run in sessions of their own, so a timeout
 # that kills torchrun can leave them spinning on the GPUs, slowing every stage after it.
 leftovers='weft_gpu_tests|weft_multiprocess_check|weft_endurance|weft_fault_drill|build-device/weft |pytest|weft\.benchmark'
+# This script and the commands that started it (a wrapper's command line can name a test binary)
+# are never reaped.
+ancestors=" $$ "; parent=$$
+while parent=$(ps -o ppid= -p "$parent" 2>/dev/null | tr -d ' ') && [ -n "$parent" ] && [ "$parent" -gt 1 ]; do ancestors+="$parent "; done
 reap() {  # kills what a stage left running on the GPUs and says so
-  local pids
-  pids=$(pgrep -f "$leftovers" | grep -vx "$$" || true)
+  local pids pid
+  pids=$(for pid in $(pgrep -f "$leftovers"); do [[ $ancestors == *" $pid "* ]] || echo "$pid"; done)
   [ -z "$pids" ] && return 0
   say "  killing $(echo $pids | wc -w) process(es) the stage left running: $(ps -o args= -p $(echo $pids | tr ' ' ',') 2>/dev/null | cut -c1-80 | sort | uniq -c | tr '\n' ';')"
   kill -9 $pids 2>/dev/null; sleep 2
@@ -183,14 +187,14 @@ stage_suites() {
     timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
       --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
   done
-  # sequential MoE with every expert in one overlap GEMM (PlanOptions::moe_grouped_gemm), off by
-  # default until these rows beat bench_tilelink_moe_tp's sequential rows of this run (the baseline
-  # here is grouped too). In a folder of its own: its rows are named sequential but are another
-  # plan, which bench/results' readers must not mix in.
+  # sequential MoE with a library GEMM per expert (--per-expert-moe-gemm), against the default
+  # grouped GEMM of bench_tilelink_moe_tp's sequential rows of this run (the baseline here is per
+  # expert too). In a folder of its own: its rows are named sequential but are another plan, which
+  # bench/results' readers must not mix in.
   if [[ " ${SUITES:-tilelink_moe_tp} " == *" tilelink_moe_tp "* ]]; then
-    mkdir -p "$d/grouped_moe"
-    timed "world $w weft bench tilelink_moe_tp, sequential with the grouped MoE GEMM" "$d/grouped_moe/bench_tilelink_moe_tp.txt" 300 $wbench \
-      --suite tilelink_moe_tp --strategy sequential --moe-grouped-gemm --csv "$d/grouped_moe/bench_tilelink_moe_tp.csv" --machine "$machine_file" || status=1
+    mkdir -p "$d/per_expert_moe"
+    timed "world $w weft bench tilelink_moe_tp, sequential with a GEMM per expert" "$d/per_expert_moe/bench_tilelink_moe_tp.txt" 300 $wbench \
+      --suite tilelink_moe_tp --strategy sequential --per-expert-moe-gemm --csv "$d/per_expert_moe/bench_tilelink_moe_tp.csv" --machine "$machine_file" || status=1
   fi
   [ "${SUITE_EXTRAS:-1}" = 1 ] || return 0  # SUITE_EXTRAS=0: the suites alone
   timed "world $w decomposed and fused ag_gemm pushing from the caller's memory" "$d/bench_ag_push.txt" 600 $wbench --suite tilelink_mlp \

@@ -19,7 +19,10 @@ the same with calls back to back; --queue-ahead-us 0 times both together). weft'
 tensors, the output allocated per call, every copy the op makes included. Every variant's result is first compared with torch's.
 Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
 The MoE rows' `torch` is a loop over experts (HF's Mixtral block); `torch:grouped_mm` is the same
-op with one torch._grouped_mm over every expert (a tuned torch MoE), the stronger baseline.
+op with one torch._grouped_mm over every expert (a tuned torch MoE), the stronger baseline. Both take
+the routing on the GPU, where a torch model's router leaves it; weft's ops take it as the host table
+they need (a router on the GPU pays a copy to the host and a synchronisation for that, which the model
+step's rows count and these rows do not).
 """
 
 import argparse
@@ -173,6 +176,7 @@ class Row:
             topk = row["topk"]
             self.choices = torch.stack([torch.stack([torch.randperm(self.experts, generator=gen)[:topk] for _ in range(self.m)]).reshape(-1)
                                         for _ in range(world)]).to(torch.int32)
+            self.choices_on_device = self.choices.to("cuda")  # torch's variants: no host copy per call
             self.b = (torch.rand((self.experts * self.n, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
             if self.op == "moe_rs":
                 self.a = (torch.rand((world * self.m * topk, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
@@ -229,9 +233,9 @@ class Row:
 
             return run
         if self.op == "ag_moe":  # plain torch's MoE: all_gather, then a GEMM per expert (as HF's Mixtral block)
-            return lambda: plain.ag_moe(a, b, self.choices, self.experts)
+            return lambda: plain.ag_moe(a, b, self.choices_on_device, self.experts)
         if self.op == "moe_rs":
-            return lambda: plain.moe_rs(a, b, self.choices, self.weights, self.experts)
+            return lambda: plain.moe_rs(a, b, self.choices_on_device, self.weights, self.experts)
         return None  # routed ops: weft alone (torch's all_to_all needs per-rank split sizes; not done yet)
 
     def torch_grouped_variant(self):
@@ -241,8 +245,8 @@ class Row:
             return None
         a, b = self.a, self.b
         if self.op == "ag_moe":
-            return lambda: plain.ag_moe_grouped(a, b, self.choices, self.experts)
-        return lambda: plain.moe_rs_grouped(a, b, self.choices, self.weights, self.experts)
+            return lambda: plain.ag_moe_grouped(a, b, self.choices_on_device, self.experts)
+        return lambda: plain.moe_rs_grouped(a, b, self.choices_on_device, self.weights, self.experts)
 
     def gemm_variant(self):
         """The rank's GEMM alone (T_gemm)."""

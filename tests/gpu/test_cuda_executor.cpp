@@ -140,11 +140,13 @@ TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {
       }
 }
 
-TEST(Executor, SequentialMoeWithTheGroupedGemmMatchesTheReference) {
-  // PlanOptions::moe_grouped_gemm: every expert's rows in one overlap GEMM over a sparse table (each
-  // expert's rows on the 128-row grid against its own N rows of B); uniform and skewed routing
-  // (empty and overfull experts), N of 384 (tiles 192 wide) and 256, three calls each.
+TEST(Executor, SequentialMoeGroupedAndPerExpertMatchTheReference) {
+  // PlanOptions::moe_grouped_gemm (the default): every expert's rows in one overlap GEMM over a
+  // sparse table (each expert's rows on the 128-row grid against its own N rows of B), and without
+  // it a library GEMM per expert; uniform and skewed routing (empty and overfull experts), N of 384
+  // (tiles 192 wide) and 256, three calls each.
   const int world = static_cast<int>(group().size());
+  for (bool grouped : {true, false})
   for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
     for (double skew : {0.0, 0.9})
       for (int64_t n : {384, 256}) {
@@ -157,17 +159,18 @@ TEST(Executor, SequentialMoeWithTheGroupedGemmMatchesTheReference) {
           p.choices.assign(static_cast<size_t>(world), std::vector<int>(static_cast<size_t>(p.m), 4));
         }
         PlanOptions options;
-        options.moe_grouped_gemm = true;
+        options.moe_grouped_gemm = grouped;
         const Plan plan = plan_sequential(p, options);
         int gemms = 0;
         for (const Step& step : plan.ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
-        ASSERT_EQ(gemms, 1) << describe(p);  // the grouped GEMM, or the single expert's
+        if (grouped) ASSERT_EQ(gemms, 1) << describe(p);  // the grouped GEMM, or the single expert's
+        else ASSERT_GT(gemms, skew > 0 && n == 256 ? 0 : 1) << describe(p);
         std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
         for_each_rank(group(), [&](Communicator& comm) {
           checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, static_cast<uint64_t>(n), 3);
         });
         for (int r = 0; r < world; ++r)
-          EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " skew " << skew << " rank " << r << ": "
+          EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << (grouped ? " grouped" : " per expert") << " skew " << skew << " rank " << r << ": "
                                                                << checks[static_cast<size_t>(r)].explain();
       }
 }

@@ -280,7 +280,7 @@ PlanOptions plan_options_from(const Arguments& args) {
   tilelink_options_from(args, o.tilelink);
   const std::string source = args.text("ag-source", "");
   if (!source.empty()) o.all_gather_source = parse_all_gather_source(source);
-  o.moe_grouped_gemm = args.flag("moe-grouped-gemm");
+  o.moe_grouped_gemm = !args.flag("per-expert-moe-gemm");
   return o;
 }
 
@@ -319,7 +319,7 @@ void require_knobs_apply(const Arguments& args, const std::vector<std::string>& 
                                {"backend", {"chunked", "auto"}},     {"group-size", {"chunked", "auto"}},
                                {"comm-sms", {"chunked", "tilelink", "auto"}}, {"comm-tile-rows", {"tilelink", "auto"}},
                                {"order", {"tilelink", "auto"}},      {"ag-source", {"decomposed", "fused", "auto"}},
-                               {"moe-grouped-gemm", {"sequential", "auto"}}};
+                               {"per-expert-moe-gemm", {"sequential", "auto"}}};
   for (const Knob& knob : knobs) {
     if (args.text(knob.option, "\x01") == "\x01") continue;  // not given (a flag given reads as "")
     bool read = false;

@@ -80,7 +80,7 @@ Options plan_knobs() {
           // decomposed, fused
           text("ag-source", "S", "decomposed and fused ag_gemm: pull (peers pull A from symmetric memory) or push (A pushed from the caller's memory)"),
           // sequential MoE
-          flag("moe-grouped-gemm", "sequential ag_moe/moe_rs: every expert in one overlap GEMM (tiles on each expert's rows) instead of a GEMM per expert")};
+          flag("per-expert-moe-gemm", "sequential ag_moe/moe_rs: a library GEMM per expert instead of every expert in one overlap GEMM (the default)")};
 }
 
 // Where the ranks are: plan and check lay plans out for it (strategies that would load/store across

@@ -29,7 +29,7 @@ struct GpuBenchOptions {
   AllGatherSource all_gather_source = AllGatherSource::pull;  // decomposed: --ag-source
   ChunkedOptions chunked;           // chunked: --template, --chunks, --backend, --comm-sms, --group-size
   TileLinkOptions tilelink;         // tilelink: --comm-sms, --comm-tile-rows, --order
-  bool moe_grouped_gemm = false;    // sequential MoE: --moe-grouped-gemm
+  bool moe_grouped_gemm = true;     // sequential MoE: off with --per-expert-moe-gemm
 };
 
 // Returns the number of rows whose verification failed.

@@ -13,9 +13,10 @@ synchronisation: weft's MoE ops take the choices as a host table), then torch.op
 (SwiGLU: silu(gate) * up, Mixtral's; or GELU), and
 torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
 ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same products per expert
-with torch, as one torch._grouped_mm over every expert where the installed torch has it (no host
-synchronisation per expert; else a torch.mm per expert), in weft/torch/plain.py's MoE row layout, the
-tokens gathered again, the input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
+with torch (a torch.mm per expert; with grouped_backward=True one torch._grouped_mm over every expert,
+which measured slower in the Mixtral train step: 1.313x against 1.489x over plain torch at world 4,
+bench/results 2026-11-27j), in weft/torch/plain.py's MoE row layout, the tokens gathered again, the
+input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
 bfloat16."""
 
 import torch
@@ -36,9 +37,10 @@ def _rows_by_expert(choices, topk, experts, device):
 _grouped_failed = []  # the first error of torch._grouped_mm here, after which the loop runs
 
 
-def _grouped(expert_of, experts):
-    """A plain.ByExpert where torch._grouped_mm is there and has not failed in this process, else None."""
-    if _grouped_failed or not plain.has_grouped_mm():
+def _grouped(expert_of, experts, wanted):
+    """A plain.ByExpert where it is wanted, torch._grouped_mm is there and has not failed in this
+    process, else None."""
+    if not wanted or _grouped_failed or not plain.has_grouped_mm():
         return None
     return plain.ByExpert(expert_of, experts)
 
@@ -53,10 +55,10 @@ def _grouped_failure(e):
 
 class _AgMoe(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w1, choices, experts, strategy):
+    def forward(ctx, x, w1, choices, experts, strategy, grouped_backward):
         x = x.contiguous()
         ctx.save_for_backward(x, w1)
-        ctx.choices, ctx.experts = choices, experts
+        ctx.choices, ctx.experts, ctx.grouped_backward = choices, experts, grouped_backward
         return ag_moe(x, w1, choices, experts, strategy)
 
     @staticmethod
@@ -66,13 +68,13 @@ class _AgMoe(torch.autograd.Function):
         gathered = all_gather_rows(x)
         dh = dh.contiguous()
         order = plain.moe_row_order(ctx.choices, topk).to(x.device)
-        by_expert = _grouped(ctx.choices.reshape(-1).long().to(x.device)[order], experts)
+        by_expert = _grouped(ctx.choices.reshape(-1).long().to(x.device)[order], experts, ctx.grouped_backward)
         if by_expert is not None:
             try:
                 tokens = order // topk
                 dx_all = torch.zeros_like(gathered, dtype=torch.float32).index_add_(0, tokens, by_expert.products_t(dh, w1).float())
                 dw1 = by_expert.weight_gradients(dh, gathered[tokens])
-                return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
+                return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None
             except RuntimeError as e:
                 _grouped_failure(e)
         tokens, _, rows_of = _rows_by_expert(ctx.choices, topk, experts, x.device)
@@ -85,15 +87,15 @@ class _AgMoe(torch.autograd.Function):
                 dw1[e * n:(e + 1) * n] = torch.mm(dh[rows].t(), gathered[tokens[rows]])
             else:
                 dw1[e * n:(e + 1) * n] = 0
-        return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None
+        return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None
 
 
 class _MoeRs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w2, choices, topk_weights, experts, strategy):
+    def forward(ctx, h, w2, choices, topk_weights, experts, strategy, grouped_backward):
         h = h.contiguous()
         ctx.save_for_backward(h, w2, topk_weights)
-        ctx.choices, ctx.experts = choices, experts
+        ctx.choices, ctx.experts, ctx.grouped_backward = choices, experts, grouped_backward
         return moe_rs(h, w2, choices, topk_weights, experts, strategy)
 
     @staticmethod
@@ -102,7 +104,7 @@ class _MoeRs(torch.autograd.Function):
         experts, topk = ctx.experts, weights.shape[1]
         dz_all = all_gather_rows(dz.contiguous())
         order = plain.moe_row_order(ctx.choices, topk).to(h.device)
-        by_expert = _grouped(ctx.choices.reshape(-1).long().to(h.device)[order], experts)
+        by_expert = _grouped(ctx.choices.reshape(-1).long().to(h.device)[order], experts, ctx.grouped_backward)
         if by_expert is not None:
             try:
                 t, j = order // topk, order % topk
@@ -113,7 +115,7 @@ class _MoeRs(torch.autograd.Function):
                 # This rank's share of each weight's gradient (see the loop below).
                 dweights = torch.zeros(weights.shape, dtype=torch.float32, device=h.device)
                 dweights[t, j] = (g.float() * by_expert.products(h, w2).float()).sum(1)
-                return dh, dw2, None, dweights.to(weights.dtype), None, None
+                return dh, dw2, None, dweights.to(weights.dtype), None, None, None
             except RuntimeError as e:
                 _grouped_failure(e)
         tokens, choice, rows_of = _rows_by_expert(ctx.choices, topk, experts, h.device)
@@ -133,7 +135,7 @@ class _MoeRs(torch.autograd.Function):
             dh[rows] = torch.mm(scaled, w)
             dw2[e * n:(e + 1) * n] = torch.mm(scaled.t(), h[rows])
             dweights[t, j] = (g.float() * torch.mm(h[rows], w.t()).float()).sum(1)
-        return dh, dw2, None, dweights.to(weights.dtype), None, None
+        return dh, dw2, None, dweights.to(weights.dtype), None, None, None
 
 
 def route(x, gate, topk, ids=None):
@@ -159,7 +161,8 @@ class TensorParallelMoE(torch.nn.Module):
     and up projections: silu(gate) * up) or "gelu". plain_products=True runs the same layer through
     torch (plain.ag_moe / plain.moe_rs): the reference."""
 
-    def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16, activation="swiglu"):
+    def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16, activation="swiglu",
+                 grouped_backward=False):
         super().__init__()
         world = world_size()
         if ffn % world:
@@ -170,6 +173,7 @@ class TensorParallelMoE(torch.nn.Module):
             raise ValueError(f"TensorParallelMoE: activation must be 'swiglu' or 'gelu', got {activation!r}")
         device = device or torch.cuda.current_device()
         self.experts, self.topk, self.strategy, self.activation = experts, topk, strategy, activation
+        self.grouped_backward = grouped_backward  # the backward through torch._grouped_mm (see the module)
         self.ffn_here = ffn // world
         self.gate = _init_weight(experts, hidden, device, dtype)
         if world > 1:  # the router is replicated: every rank starts from rank 0's
@@ -191,8 +195,8 @@ class TensorParallelMoE(torch.nn.Module):
         if plain_products:
             h = plain.ag_moe(x, self.w1, choices, self.experts)
             return plain.moe_rs(self._act(h), self.w2, choices, weights_all, self.experts)
-        h = _AgMoe.apply(x, self.w1, choices, self.experts, self.strategy)
-        return _MoeRs.apply(self._act(h), self.w2, choices, weights_all, self.experts, self.strategy)
+        h = _AgMoe.apply(x, self.w1, choices, self.experts, self.strategy, self.grouped_backward)
+        return _MoeRs.apply(self._act(h), self.w2, choices, weights_all, self.experts, self.strategy, self.grouped_backward)
 
     def _act(self, h):
         if self.activation == "gelu":
