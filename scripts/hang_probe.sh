@@ -7,8 +7,14 @@ set -u
 stacks() {  # stacks PID: the filtered stacks; the debugger's whole output goes to ${OUT:-/tmp}/stacks_PID.txt
   local debugger raw="${OUT:-/tmp}/stacks_$1.txt" own="${WEFT_HOST_STACKS_DIR:-/tmp}/host_stacks_$1.txt"
   # The GPU tests print their own threads' stacks on SIGUSR1 (tests/gpu/host_stacks_on_signal.cpp),
-  # in a second; the debugger is the fallback for a binary without it.
-  kill -USR1 "$1" 2>/dev/null; sleep 3
+  # in a second; the debugger is the fallback for a binary without it. Only a process that catches
+  # SIGUSR1 (bit 9 of SigCgt) is sent it: for any other it is fatal.
+  local caught
+  caught=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+  if [ -n "$caught" ] && (( 0x$caught & 0x200 )); then
+    rm -f "$own"
+    kill -USR1 "$1" 2>/dev/null; sleep 3
+  fi
   if [ -s "$own" ]; then
     [ "$own" -ef "${OUT:-/tmp}/host_stacks_$1.txt" ] || cp "$own" "${OUT:-/tmp}/"
     (command -v c++filt > /dev/null && c++filt < "$own" || cat "$own") | cut -c1-220 | head -600

@@ -123,11 +123,13 @@ stage_hangs() {
   # Device and call waits longer than the probe: the stacks are taken while every rank still waits.
   local filter
   for filter in '*Thousand*' '*Op*.*ficco*'; do
-    mkdir -p "$d/hang_${filter//[^a-z]/}"  # the probe's test log and stacks, one folder per filter
-    WEFT_DEVICE_WAIT_TIMEOUT_MS=300000 WEFT_COLLECTIVE_TIMEOUT_S=300 WEFT_TEST_WORLD=$w OUT=$d/hang_${filter//[^a-z]/} WEFT_HOST_STACKS_DIR=$d/hang_${filter//[^a-z]/} \
-      timed "world $w one process, $filter (hang probe, ${HANG_PROBE_S:-60} s)" "$d/hang_probe_${filter//[^a-z]/}.log" $(( ${HANG_PROBE_S:-60} + 60 )) \
+    mkdir -p "$d/hang_${filter//[^a-zA-Z]/}"  # the probe's test log and stacks, one folder per filter
+    WEFT_DEVICE_WAIT_TIMEOUT_MS=300000 WEFT_COLLECTIVE_TIMEOUT_S=300 WEFT_TEST_WORLD=$w OUT=$d/hang_${filter//[^a-zA-Z]/} WEFT_HOST_STACKS_DIR=$d/hang_${filter//[^a-zA-Z]/} \
+      timed "world $w one process, $filter (hang probe, ${HANG_PROBE_S:-60} s)" "$d/hang_probe_${filter//[^a-zA-Z]/}.log" $(( ${HANG_PROBE_S:-60} + 60 )) \
       bash scripts/hang_probe.sh $binary "$filter" 1 ${HANG_PROBE_S:-60} || status=1
-    say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/hang_probe_${filter//[^a-z]/}.log" | head -3 | tr '\n' ' ')"
+    say "  $(grep -E '^run|still running|^\[  (PASSED|FAILED)' "$d/hang_probe_${filter//[^a-zA-Z]/}.log" | head -3 | tr '\n' ' ')"
+    # The probe itself exits 0: a hang or a failing run is in its log.
+    grep -qE '^still running|^run [0-9]+: exit [1-9]' "$d/hang_probe_${filter//[^a-zA-Z]/}.log" && status=1
   done
 }
 

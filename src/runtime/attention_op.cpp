@@ -62,6 +62,8 @@ AttentionOp::AttentionOp(Communicator& comm, AttentionSpec spec) : comm_(comm), 
 
 AttentionOp::~AttentionOp() {
   cache_.clear();  // executors first: they may wait for their streams and meet their peers
+  workspace_.reset();  // then the symmetric memory, met after as weft::Op's (op.cpp)
+  if (comm_.other_gpus_in_this_process()) comm_.meet_after_freeing("the attention op");
 }
 
 CudaExecutor& AttentionOp::executor(int64_t tokens, const char* caller, bool touch) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -74,6 +75,11 @@ struct Communicator::ProcessBarrier {
                                "(see its error above; WEFT_COLLECTIVE_TIMEOUT_S sets the limit)");
     }
     if (broken) throw Error("Communicator: another rank of this process gave up at a host barrier");
+  }
+  void give_up() {
+    std::lock_guard lock(mutex);
+    broken = true;
+    changed.notify_all();
   }
   // All-gather on the host: every rank's bytes in rank order. Two barrier phases, so that no rank
   // overwrites its slot for the next exchange while another is still reading this one.
@@ -326,6 +332,19 @@ std::vector<uint8_t> Communicator::all_gather_bytes(const void* data, size_t byt
 void Communicator::host_barrier() {
   if (process_barrier_) process_barrier_->arrive_and_wait(rank_, timeout_ms());
   else all_gather_bytes(&rank_, sizeof rank_);  // one rank per process: no device of ours is shared
+}
+
+void Communicator::meet_after_freeing(const char* what) noexcept {
+  if (!process_barrier_ || aborted()) return;
+  try {
+    process_barrier_->arrive_and_wait(rank_, timeout_ms());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: rank %d: peers did not reach %s's barrier after freeing (%s)\n", rank_, what, e.what());
+  }
+}
+
+void Communicator::give_up_host_barriers() noexcept {
+  if (process_barrier_) process_barrier_->give_up();
 }
 
 void Communicator::barrier(cudaStream_t stream) {

@@ -497,8 +497,13 @@ CudaExecutor::~CudaExecutor() {
     }
     drained = drain();
   }
+  // Ranks of one local_group meet on the host before and after freeing (below); one that leaves
+  // early breaks their barriers, so that they fail at once rather than count its next barrier as
+  // this one.
+  const bool meets_on_host = im.peers_in_process && comm_.meets_on_host();
   if (!drained) {
     std::fprintf(stderr, "weft: rank %d's streams are still blocked; leaving its buffers allocated\n%s", comm_.rank(), diagnose().c_str());
+    if (meets_on_host) comm_.give_up_host_barriers();
     (void)impl_.release();
     return;
   }
@@ -507,7 +512,8 @@ CudaExecutor::~CudaExecutor() {
   // barrier puts no work on a device (host_barrier): a peer that is already freeing waits in
   // cudaFree for every device of the process to go idle, and a collective kernel here that waited
   // for that peer would never finish.
-  if ((im.plan_touches_peers || im.peers_in_process) && !comm_.aborted()) {
+  if (meets_on_host && comm_.aborted()) comm_.give_up_host_barriers();
+  if ((im.plan_touches_peers || meets_on_host) && !comm_.aborted()) {
     try {
       comm_.host_barrier();
     } catch (const std::exception& e) {
@@ -532,15 +538,8 @@ CudaExecutor::~CudaExecutor() {
   // barrier, and a peer still in cudaFree (which waits for every GPU that maps the memory to go
   // idle) would never return (world 4, one process: three ranks in the next call's copies, one in
   // this destructor's cudaFree, until the device waits gave up).
-  const bool meet_after_freeing = im.peers_in_process;
   impl_.reset();
-  if (meet_after_freeing && !comm_.aborted()) {
-    try {
-      comm_.host_barrier();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "weft: rank %d: peers did not reach the executor's barrier after freeing (%s)\n", comm_.rank(), e.what());
-    }
-  }
+  if (meets_on_host) comm_.meet_after_freeing("the executor");
 }
 
 void* CudaExecutor::buffer(std::string_view name) const {

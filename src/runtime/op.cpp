@@ -1,7 +1,6 @@
 #include "weft/runtime/op.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <optional>
@@ -125,13 +124,8 @@ Op::~Op() {
   cache_.clear();
   // Then the symmetric memory, and where peers share the process nobody leaves before all have
   // freed it (a freeing rank waits for the GPUs that map it to go idle: ~CudaExecutor says why).
-  const bool meet = comm_.other_gpus_in_this_process() && !comm_.aborted();
   workspace_.reset();
-  if (meet) try {
-      comm_.host_barrier();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "weft: rank %d: peers did not reach the op's barrier after freeing (%s)\n", comm_.rank(), e.what());
-    }
+  if (comm_.other_gpus_in_this_process()) comm_.meet_after_freeing("the op");
 }
 
 Problem Op::problem_for(int64_t rows, const std::vector<std::vector<int>>& routing) const {

@@ -6,7 +6,6 @@
 // $WEFT_HOST_STACKS_DIR/host_stacks_<pid>.txt (default /tmp). Symbols need the executable's
 // exports (ENABLE_EXPORTS); `c++filt` demangles. backtrace() is not formally async-signal-safe; it
 // is called once at start-up so that its library is loaded before any signal, the usual practice.
-#include <dirent.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -49,20 +48,33 @@ void dump_this_thread(int) {
   g_writing.clear(std::memory_order_release);
 }
 
+// The thread list through open and getdents64 into a stack buffer: no allocation (opendir's would
+// deadlock where the signal lands on a thread inside malloc).
 void forward_to_every_thread(int) {
   const pid_t pid = getpid();
-  DIR* tasks = opendir("/proc/self/task");  // not async-signal-safe either; a hung process is the use
-  if (tasks == nullptr) return;
-  while (const dirent* entry = readdir(tasks)) {
-    const long tid = std::strtol(entry->d_name, nullptr, 10);
-    if (tid > 0) syscall(SYS_tgkill, pid, tid, SIGUSR2);
+  const int tasks = open("/proc/self/task", O_RDONLY | O_DIRECTORY);
+  if (tasks < 0) return;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long got = syscall(SYS_getdents64, tasks, buffer, sizeof buffer);
+    if (got <= 0) break;
+    for (long at = 0; at < got;) {
+      // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+      unsigned short length = 0;
+      std::memcpy(&length, buffer + at + 16, sizeof length);
+      long tid = 0;
+      for (const char* c = buffer + at + 19; *c >= '0' && *c <= '9'; ++c) tid = tid * 10 + (*c - '0');
+      if (tid > 0) syscall(SYS_tgkill, pid, tid, SIGUSR2);
+      at += length;
+    }
   }
-  closedir(tasks);
+  close(tasks);
 }
 
 [[maybe_unused]] const bool g_installed = [] {
   const char* dir = std::getenv("WEFT_HOST_STACKS_DIR");
   std::snprintf(g_path, sizeof g_path, "%s/host_stacks_%d.txt", dir != nullptr ? dir : "/tmp", static_cast<int>(getpid()));
+  unlink(g_path);  // an earlier process's stacks under a reused pid
   void* warm[2];
   (void)backtrace(warm, 2);
   struct sigaction forward {}, dump {};

@@ -81,6 +81,16 @@ class Communicator {
   // device of the process to go idle (cuBLASLt loading its kernels), and a collective kernel waiting
   // on that rank would never let it.
   void host_barrier();
+  // Ranks of one local_group meet on the host alone (host_barrier touches no device).
+  bool meets_on_host() const { return process_barrier_ != nullptr; }
+  // For teardown where the ranks of one local_group free memory their GPUs map: returns once every
+  // rank has called it (after its frees), so that no rank starts a call whose barrier its GPU would
+  // spin in while a peer's cudaFree waits for that GPU to go idle. Prints and returns where the
+  // peers do not come (never throws); does nothing unless meets_on_host(), or once aborted.
+  void meet_after_freeing(const char* what) noexcept;
+  // This rank will not come to the host barriers its peers wait in (its streams are stuck, or its
+  // communicator was aborted while theirs were not): they fail at once instead of after the timeout.
+  void give_up_host_barriers() noexcept;
   // How long a rank waits for its peers anywhere (host barriers, exchanges, a call that does not
   // finish): WEFT_COLLECTIVE_TIMEOUT_S seconds, 120 unless set.
   static int64_t timeout_ms();

@@ -2,6 +2,7 @@
 // operands, its KV tiles (with their waits on this rank's counters) as the kernel's device table,
 // merging in place where the step merges. The kernel's query tile is its own compiled tiling's
 // (attention_tiling); the step's tile_q is the plan's costing of it and does not change the result.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -69,6 +70,8 @@ Lowered lower_attention(const AttentionStep& step, const std::string& label, con
     table.push_back(e);
   }
   launch.kv_tile_count = static_cast<int>(table.size());
+  if (context.peer_copies_on_sms && std::any_of(step.kv_tiles.begin(), step.kv_tiles.end(), [](const KvTile& t) { return t.wait.has_value(); }))
+    launch.max_ctas = leave_sms_for_peer_copies(launch.max_ctas);
   // The table is checked on the host, then uploaded: the launch is checked with its device copy in
   // place (a launch with KV tiles and no table is refused).
   std::shared_ptr<void> device_table;

@@ -1,5 +1,6 @@
 // Copies, reductions, row permutations and box moves: the data movement around the GEMM.
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "lowering.hpp"
@@ -19,10 +20,19 @@ std::shared_ptr<void> upload(const void* data, size_t bytes) {
 // stays a cudaMemcpy, which the runtime runs as it sees fit.
 namespace {
 
+// `bytes` bytes per row as bf16 pairs for the SM copy kernel; false where a row, the stride or an
+// address is odd.
+bool as_pairs(const DeviceRegion& bytes, DeviceRegion& pairs) {
+  if (bytes.cols % 2 || bytes.stride % 2 || reinterpret_cast<uintptr_t>(bytes.data) % 2) return false;
+  pairs = {bytes.data, bytes.rows, bytes.cols / 2, bytes.stride / 2};
+  return true;
+}
+
 // FP8 rows (tensor or row scales; plan/gpu_lowering.hpp) move with their scales: the bytes by the
 // copy engine whatever the step's engine (the SM copy kernel moves bf16 pairs), then the rows' scales
 // (one float per row) or the tensor's one scale, from the source's scale array (a peer's through
-// symmetric memory) into the destination's.
+// symmetric memory) into the destination's. Between GPUs of one process (Context::peer_copies_on_sms)
+// both go as bf16 pairs through the SM copy kernel instead, where the rows' bytes pair up.
 Lowered lower_fp8_copy(const CopyStep& copy, const std::string& label, const Context& context) {
   const BoundRegion src = context.region(copy.src), dst = context.region(copy.dst);
   const std::optional<BoundScales> from = context.scales(copy.src), to = context.scales(copy.dst);
@@ -31,13 +41,22 @@ Lowered lower_fp8_copy(const CopyStep& copy, const std::string& label, const Con
                                 " rows other than with tensor or row scales into a buffer of the same dtype, which has no lowering");
   const bool row_scales = from->grid.block_rows == 1;
   const int64_t src_row = src.stride > 0 ? src.offset / src.stride : 0, dst_row = dst.stride > 0 ? dst.offset / dst.stride : 0;
-  return {[src, dst, from, to, row_scales, src_row, dst_row](cudaStream_t stream) {
+  const bool on_sms = context.peer_copies_on_sms && (copy.src.rank != context.rank || copy.dst.rank != context.rank);
+  return {[src, dst, from, to, row_scales, src_row, dst_row, on_sms](cudaStream_t stream) {
             const DeviceRegion s = src.resolve(), d = dst.resolve();
+            const size_t scales = row_scales ? static_cast<size_t>(s.rows) : 1;
+            float* scales_to = const_cast<float*>(to->resolve()) + (row_scales ? dst_row : 0);
+            const float* scales_from = from->resolve() + (row_scales ? src_row : 0);
+            DeviceRegion s_pairs, d_pairs;
+            if (on_sms && as_pairs(s, s_pairs) && as_pairs(d, d_pairs)) {
+              copy_bf16(d_pairs, s_pairs, kPeerCopySms, stream);
+              const auto n = static_cast<int64_t>(scales * 2);  // a float is two bf16 slots
+              copy_bf16({scales_to, 1, n, n}, {const_cast<float*>(scales_from), 1, n, n}, kPeerCopySms, stream);
+              return;
+            }
             WEFT_CUDA_CHECK(cudaMemcpy2DAsync(d.data, static_cast<size_t>(d.stride), s.data, static_cast<size_t>(s.stride),
                                               static_cast<size_t>(s.cols), static_cast<size_t>(s.rows), cudaMemcpyDefault, stream));
-            const size_t scales = row_scales ? static_cast<size_t>(s.rows) : 1;
-            WEFT_CUDA_CHECK(cudaMemcpyAsync(const_cast<float*>(to->resolve()) + (row_scales ? dst_row : 0), from->resolve() + (row_scales ? src_row : 0),
-                                            scales * sizeof(float), cudaMemcpyDefault, stream));
+            WEFT_CUDA_CHECK(cudaMemcpyAsync(scales_to, scales_from, scales * sizeof(float), cudaMemcpyDefault, stream));
           },
           {}};
 }
@@ -60,6 +79,14 @@ Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label
                                               stream));
           },
           {}};
+}
+
+int leave_sms_for_peer_copies(int max_ctas) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int room = std::max(1, sms - kPeerCopySms);
+  return max_ctas > 0 ? std::min(max_ctas, room) : room;
 }
 
 Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context) {

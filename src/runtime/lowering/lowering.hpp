@@ -75,12 +75,16 @@ struct Context {
   // memory and a peer GPU's can queue behind that GPU's own work, so that a pull never ran while
   // the peer spun in its next call's barrier waiting for this rank (world 4, one process: fused
   // ag_gemm, FiCCO, decomposed ag_gemm back to back). Such copies run on SMs instead, and a GEMM
-  // whose tiles wait leaves kPeerCopySms SMs to them. Off with WEFT_PEER_COPIES_IN_PROCESS=copy_engine.
+  // or attention kernel that waits leaves kPeerCopySms SMs to them. Off with WEFT_PEER_COPIES_IN_PROCESS=copy_engine.
   bool peer_copies_on_sms = false;
 };
 
-// The CTAs of a peer copy moved onto SMs, and the SMs a waiting GEMM leaves free for them.
+// The CTAs of a peer copy moved onto SMs, and the SMs a waiting kernel leaves free for them.
 inline constexpr int kPeerCopySms = 8;
+// A kernel's CTA limit (0: one per SM) capped at this GPU's SMs less kPeerCopySms: where its CTAs
+// wait for peer copies that run on SMs (Context::peer_copies_on_sms), CTAs spinning on every SM
+// would keep those copies off the GPU.
+int leave_sms_for_peer_copies(int max_ctas);
 
 // One lowered step. `enqueue` is empty where a step has nothing to do (an empty copy); `warm_up`
 // runs the step's library kernel once at construction (see CudaExecutor::load_gemm_kernels).

@@ -132,14 +132,8 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   }
   launch.tile_count = static_cast<int>(table.size());
   if (!gemm.persistent) launch.max_ctas = launch.tile_count;
-  if (context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); })) {
-    // Tiles spinning on every SM would keep the peer copies they wait for off the GPU.
-    int device = 0, sms = 0;
-    WEFT_CUDA_CHECK(cudaGetDevice(&device));
-    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const int room = std::max(1, sms - kPeerCopySms);
-    launch.max_ctas = launch.max_ctas > 0 ? std::min(launch.max_ctas, room) : room;
-  }
+  if (context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); }))
+    launch.max_ctas = leave_sms_for_peer_copies(launch.max_ctas);
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
   require_valid_table(launch, config, table);
   std::shared_ptr<void> device_table = upload(table.data(), table.size() * sizeof(OverlapGemmTile));
