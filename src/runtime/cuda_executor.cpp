@@ -536,8 +536,7 @@ CudaExecutor::~CudaExecutor() {
   // Where peers share the process, nobody leaves before every rank has freed (the buffers and
   // signals impl_ owns included): a rank that went on to its next call would spin in that call's
   // barrier, and a peer still in cudaFree (which waits for every GPU that maps the memory to go
-  // idle) would never return (world 4, one process: three ranks in the next call's copies, one in
-  // this destructor's cudaFree, until the device waits gave up).
+  // idle) would never return.
   impl_.reset();
   if (meets_on_host) comm_.meet_after_freeing("the executor");
 }

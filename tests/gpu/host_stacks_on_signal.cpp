@@ -1,7 +1,6 @@
 // Every thread's host stack on SIGUSR1, without a debugger: scripts/hang_probe.sh sends it to a GPU
-// test that outlived its limit. cuda-gdb, the only debugger on the GPU machines, takes longer to
-// attach than the probe waits and printed no stack in the world-4 one-process hangs; this prints
-// them in a second. The process-directed SIGUSR1 lands on some thread, which forwards SIGUSR2 to
+// test that outlived its limit. cuda-gdb, the only debugger on the GPU machines, can take longer to
+// attach than the probe waits; this prints the stacks in a second. The process-directed SIGUSR1 lands on some thread, which forwards SIGUSR2 to
 // every thread of the process (itself included); each writes its own backtrace to
 // $WEFT_HOST_STACKS_DIR/host_stacks_<pid>.txt (default /tmp). Symbols need the executable's
 // exports (ENABLE_EXPORTS); `c++filt` demangles. backtrace() is not formally async-signal-safe; it

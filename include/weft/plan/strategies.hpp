@@ -126,9 +126,9 @@ struct PlanOptions {
   bool gpu_lowerable_only = false;
   // sequential's MoE (ag_moe, moe_rs, bf16): every expert's GEMM as one overlap GEMM over a sparse
   // tile table (each expert's rows, starting on the tile grid, against its own rows of B) instead of
-  // a library GEMM per expert (1.06-2.18x faster on every TileLink MoE row at worlds 2 and 4, H200;
-  // bench/results). Where the overlap GEMM cannot run it (not bf16, K % 8, N not a multiple of a
-  // tile width, one expert), the GEMM per expert.
+  // a library GEMM per expert (faster on every measured MoE row: bench/results). Where the overlap
+  // GEMM cannot run it (not bf16, K % 8, N not a multiple of a tile width, one expert), the GEMM per
+  // expert.
   bool moe_grouped_gemm = true;
 };
 

@@ -14,9 +14,8 @@ synchronisation: weft's MoE ops take the choices as a host table), then torch.op
 torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
 ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same products per expert
 with torch (a torch.mm per expert; with grouped_backward=True one torch._grouped_mm over every expert,
-which measured slower in the Mixtral train step: 1.313x against 1.489x over plain torch at world 4,
-bench/results 2026-11-27j), in weft/torch/plain.py's MoE row layout, the tokens gathered again, the
-input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
+which measured slower in the model step: bench/results), in weft/torch/plain.py's MoE row layout,
+the tokens gathered again, the input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
 bfloat16."""
 
 import torch
@@ -37,12 +36,14 @@ def _rows_by_expert(choices, topk, experts, device):
 _grouped_failed = []  # the first error of torch._grouped_mm here, after which the loop runs
 
 
-def _grouped(expert_of, experts, wanted):
-    """A plain.ByExpert where it is wanted, torch._grouped_mm is there and has not failed in this
-    process, else None."""
+def _grouped(choices, topk, experts, device, wanted):
+    """(the MoE row layout's order, a plain.ByExpert) where the grouped backward is wanted,
+    torch._grouped_mm is there and has not failed in this process; else None, with nothing computed
+    (the loop over experts finds its own rows)."""
     if not wanted or _grouped_failed or not plain.has_grouped_mm():
         return None
-    return plain.ByExpert(expert_of, experts)
+    order = plain.moe_row_order(choices, topk).to(device)
+    return order, plain.ByExpert(choices.reshape(-1).long().to(device)[order], experts)
 
 
 def _grouped_failure(e):
@@ -67,9 +68,9 @@ class _AgMoe(torch.autograd.Function):
         experts, topk = ctx.experts, ctx.choices.shape[1] // x.shape[0]
         gathered = all_gather_rows(x)
         dh = dh.contiguous()
-        order = plain.moe_row_order(ctx.choices, topk).to(x.device)
-        by_expert = _grouped(ctx.choices.reshape(-1).long().to(x.device)[order], experts, ctx.grouped_backward)
-        if by_expert is not None:
+        grouped = _grouped(ctx.choices, topk, experts, x.device, ctx.grouped_backward)
+        if grouped is not None:
+            order, by_expert = grouped
             try:
                 tokens = order // topk
                 dx_all = torch.zeros_like(gathered, dtype=torch.float32).index_add_(0, tokens, by_expert.products_t(dh, w1).float())
@@ -103,9 +104,9 @@ class _MoeRs(torch.autograd.Function):
         h, w2, weights = ctx.saved_tensors
         experts, topk = ctx.experts, weights.shape[1]
         dz_all = all_gather_rows(dz.contiguous())
-        order = plain.moe_row_order(ctx.choices, topk).to(h.device)
-        by_expert = _grouped(ctx.choices.reshape(-1).long().to(h.device)[order], experts, ctx.grouped_backward)
-        if by_expert is not None:
+        grouped = _grouped(ctx.choices, topk, experts, h.device, ctx.grouped_backward)
+        if grouped is not None:
+            order, by_expert = grouped
             try:
                 t, j = order // topk, order % topk
                 g = dz_all[t]  # each row's token's output gradient

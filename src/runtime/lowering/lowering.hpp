@@ -72,10 +72,10 @@ struct Context {
   bool plain_gemm_on_overlap = false;                        // ExecutorOptions::PlainGemm::overlap
   bool fp8_fast_accumulation = false;                        // ExecutorOptions::fp8_fast_accumulation
   // Peers in this process (local_group, a thread per GPU): a copy engine's copy between this GPU's
-  // memory and a peer GPU's can queue behind that GPU's own work, so that a pull never ran while
-  // the peer spun in its next call's barrier waiting for this rank (world 4, one process: fused
-  // ag_gemm, FiCCO, decomposed ag_gemm back to back). Such copies run on SMs instead, and a GEMM
-  // or attention kernel that waits leaves kPeerCopySms SMs to them. Off with WEFT_PEER_COPIES_IN_PROCESS=copy_engine.
+  // memory and a peer GPU's can queue behind that GPU's own work, so a pull can wait forever for a
+  // peer that spins in its next call's barrier waiting for this rank. Such copies run on SMs
+  // instead, and a GEMM or attention kernel that waits leaves kPeerCopySms SMs to them. Off with
+  // WEFT_PEER_COPIES_IN_PROCESS=copy_engine.
   bool peer_copies_on_sms = false;
 };
 
