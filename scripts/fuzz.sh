@@ -15,18 +15,28 @@ targets=("$@")
 source "$root/scripts/clang_asan_build.sh"
 configure_asan_build "$build" || exit 1
 cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}") > "$build.build.log" 2>&1 || { grep -E "error" -A3 "$build.build.log" | head -40; exit 1; }
-status=0
-for t in "${targets[@]}"; do
-  work="$build/corpus/$t"; crashes="$build/crashes/$t"
+# The targets run side by side, FUZZ_JOBS at a time (default: the cores), each for its own seconds.
+jobs=${FUZZ_JOBS:-$(nproc)}
+fuzz_one() {  # target: runs it, prints its findings and stats, exits 1 on a finding
+  local t=$1 work="$build/corpus/$1" crashes="$build/crashes/$1" code=0
   rm -rf "$work" && mkdir -p "$work" "$crashes"
   # Valid seeds and past findings alike (valid/, regressions/), flattened into one working corpus.
   find "$root/tests/fuzz/corpus/$t" -type f -exec cp {} "$work/" \;
-  echo "fuzz_$t: ${seconds}s"
-  if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -seed="$seed" -max_len=8192 -rss_limit_mb=2048 -timeout=20 \
-       -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$build/fuzz_$t.log" 2>&1; then
-    status=1
-    grep -E "ERROR|SUMMARY|Test unit written" "$build/fuzz_$t.log" | head -10
-  fi
-  grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|cov: " "$build/fuzz_$t.log" | tail -3
+  "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -seed="$seed" -max_len=8192 -rss_limit_mb=2048 -timeout=20 \
+    -artifact_prefix="$crashes/" -print_final_stats=1 "$work" > "$build/fuzz_$t.log" 2>&1 || code=1
+  { echo "fuzz_$t: ${seconds}s"
+    [ $code = 0 ] || grep -E "ERROR|SUMMARY|Test unit written" "$build/fuzz_$t.log" | head -10
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|cov: " "$build/fuzz_$t.log" | tail -3; } > "$build/fuzz_$t.summary"
+  return $code
+}
+status=0
+pids=()
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
+  fuzz_one "$t" & pids+=($!)
+done
+for i in "${!targets[@]}"; do
+  wait "${pids[$i]}" || status=1
+  cat "$build/fuzz_${targets[$i]}.summary"
 done
 exit $status

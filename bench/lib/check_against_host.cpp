@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/signal_set.hpp"
 
 namespace weft::bench {

@@ -6,7 +6,7 @@
 #include <cublasLt.h>
 #include <nccl.h>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

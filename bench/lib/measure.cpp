@@ -9,7 +9,7 @@
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft::bench {

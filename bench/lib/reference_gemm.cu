@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::bench {
 

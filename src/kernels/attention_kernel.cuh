@@ -37,7 +37,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "weft/kernels/attention.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/tile/tilelink.cuh"
 
 namespace weft::attention_detail {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/tile/tilelink.cuh"
 
 namespace weft {

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 #include "overlap_gemm_launchers.hpp"
 

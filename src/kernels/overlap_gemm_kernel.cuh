@@ -49,7 +49,7 @@
 
 #include "weft/kernels/overlap_gemm.hpp"
 #include "weft/tile/tilelink.cuh"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::overlap_gemm_detail {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "weft/kernels/rmsnorm.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

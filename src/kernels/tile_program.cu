@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "weft/kernels/tile_program.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/tile/tilelink.cuh"
 
 namespace weft {

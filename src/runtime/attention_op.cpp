@@ -7,7 +7,7 @@
 #include "current_device.hpp"
 #include "weft/kernels/attention.hpp"
 #include "weft/plan/auto.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/workspace.hpp"
 

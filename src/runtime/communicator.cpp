@@ -12,7 +12,7 @@
 #include <mutex>
 
 #include "current_device.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft {

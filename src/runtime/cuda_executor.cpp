@@ -13,7 +13,7 @@
 #include "weft/kernels/tile_program.hpp"
 #include "weft/plan/validation.hpp"
 #include "current_device.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

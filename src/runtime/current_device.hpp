@@ -6,7 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

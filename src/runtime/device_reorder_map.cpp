@@ -2,7 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 
 namespace weft {

@@ -9,7 +9,7 @@
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/op_arguments.hpp"
 #include "current_device.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/workspace.hpp"
 

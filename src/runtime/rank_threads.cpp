@@ -4,7 +4,7 @@
 #include <exception>
 #include <thread>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

@@ -11,7 +11,7 @@
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/tile_program.hpp"
 #include "current_device.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

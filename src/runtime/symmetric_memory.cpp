@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "current_device.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 

@@ -11,7 +11,7 @@
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/reference/cpu_proof.hpp"
-#include "weft/tile/tile_map.hpp"
+#include "weft/ir/tile_map.hpp"
 
 namespace weft {
 namespace {

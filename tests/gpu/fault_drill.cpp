@@ -17,7 +17,7 @@
 #include <string>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/op.hpp"
 #include "weft/runtime/signal_set.hpp"
 

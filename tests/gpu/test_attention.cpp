@@ -23,7 +23,7 @@
 #include "weft/kernels/elementwise.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/runtime/attention_op.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft {

@@ -16,7 +16,7 @@
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/rmsnorm.hpp"
 #include "weft/runtime/device_reorder_map.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 #include "weft/runtime/signal_set.hpp"
 

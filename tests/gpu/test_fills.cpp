@@ -11,7 +11,7 @@
 
 #include "measure.hpp"
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft {
 namespace {

@@ -11,7 +11,7 @@
 #include "../support/expect_refused.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/reference/fp8.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 
 namespace weft {

@@ -13,7 +13,7 @@
 #include "../support/device_matrices.hpp"
 #include "weft/plan/op_arguments.hpp"
 #include "weft/reference/fp8.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/op.hpp"
 

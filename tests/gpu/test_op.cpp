@@ -14,7 +14,7 @@
 #include "measure.hpp"
 #include "reference_gemm.hpp"
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/op.hpp"
 #include "weft/runtime/rank_threads.hpp"

@@ -13,7 +13,7 @@
 #include "element_check.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft {

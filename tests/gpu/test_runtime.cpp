@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 #include "weft/runtime/signal_set.hpp"
 #include "weft/runtime/symmetric_memory.hpp"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "weft/kernels/tile_program.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/errors.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/rank_threads.hpp"

@@ -10,7 +10,7 @@
 
 #include "weft/ir/problem.hpp"
 #include "weft/reference/host_matrix.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::test_support {
 

@@ -14,7 +14,7 @@
 #include "measure.hpp"
 #include "weft/kernels/attention.hpp"
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::cli {
 

@@ -9,7 +9,7 @@
 #include "weft/plan/strategies.hpp"
 #include "weft/model/tiling.hpp"
 #include "weft/plan/transforms.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::cli {
 

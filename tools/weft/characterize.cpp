@@ -12,7 +12,7 @@
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
 #include "weft/plan/validation.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/rank_threads.hpp"
 
 namespace weft::cli {

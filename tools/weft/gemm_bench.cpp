@@ -28,7 +28,7 @@
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/overlap_gemm.hpp"
 #include "weft/model/tiling.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 
 namespace weft::cli {

@@ -19,7 +19,7 @@
 #include "weft/plan/validation.hpp"
 #include "weft/model/wave_partition.hpp"
 #include "weft/kernels/elementwise.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/rank_threads.hpp"
 #include "weft/runtime/signal_set.hpp"

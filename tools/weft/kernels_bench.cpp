@@ -12,7 +12,7 @@
 #include "measure.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/rmsnorm.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::cli {
 

@@ -11,7 +11,7 @@
 #include "weft/ir/reorder_map.hpp"
 #include "weft/kernels/elementwise.hpp"
 #include "weft/kernels/rmsnorm.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/device_reorder_map.hpp"
 
 namespace weft::cli {

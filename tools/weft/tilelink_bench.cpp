@@ -10,7 +10,7 @@
 #include "weft/model/tiling.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/rank_threads.hpp"
 

@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 #include "weft/runtime/symmetric_memory.hpp"
 #include "weft/tile/wait_record.hpp"
 

@@ -51,7 +51,7 @@
 
 #include <cstdint>
 
-#include "weft/tile/tile_map.hpp"
+#include "weft/ir/tile_map.hpp"
 #include "weft/tile/wait_record.hpp"
 
 namespace weft::tile {
@@ -436,7 +436,7 @@ __device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* s
 __device__ __forceinline__ void tile_push_data(const TileBox& peer_dst, const TileBox& local_src) { tile_copy(peer_dst, local_src); }
 __device__ __forceinline__ void tile_pull_data(const TileBox& local_dst, const TileBox& peer_src) { tile_copy(local_dst, peer_src); }
 
-// The mappings of §4 (StaticTileMap, DynamicTileMap) are in weft/tile/tile_map.hpp, shared with
+// The mappings of §4 (StaticTileMap, DynamicTileMap) are in weft/ir/tile_map.hpp, shared with
 // the host-side plan builders.
 
 }  // namespace weft::tile

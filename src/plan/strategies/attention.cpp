@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "weft/tile/tile_map.hpp"
+#include "weft/ir/tile_map.hpp"
 
 namespace weft {
 

@@ -35,7 +35,7 @@
 #include "builder_support.hpp"
 #include "moe_support.hpp"
 #include "weft/model/tiling.hpp"
-#include "weft/tile/tile_map.hpp"
+#include "weft/ir/tile_map.hpp"
 
 namespace weft {
 

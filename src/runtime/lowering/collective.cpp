@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "lowering.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::lowering {
 

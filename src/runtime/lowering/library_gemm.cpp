@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "lowering.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::lowering {
 

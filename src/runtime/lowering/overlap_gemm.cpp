@@ -7,7 +7,7 @@
 #include <map>
 
 #include "lowering.hpp"
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 namespace weft::lowering {
 

@@ -1,4 +1,4 @@
-#include "weft/runtime/cuda_check.hpp"
+#include "weft/cuda/check.hpp"
 
 #include <chrono>
 #include <thread>

@@ -1,6 +1,7 @@
 // Checks for CUDA runtime, cuBLAS and NCCL return codes. Every call into those libraries goes
 // through one of these macros, so a failure throws weft::CudaError naming the call, where it was made,
-// the error and a hint, instead of surfacing later as a wrong number or a hang.
+// the error and a hint, instead of surfacing later as a wrong number or a hang. The lowest layer of
+// the CUDA part: the runtime and the kernels both check through it.
 //   WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
 //   WEFT_NCCL_CHECK(ncclAllReduce(...));   WEFT_CUBLAS_CHECK(cublasLtMatmul(...));
 #pragma once

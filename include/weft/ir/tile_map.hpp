@@ -1,6 +1,7 @@
 // TileLink's tile-centric mappings (tilelink.txt §4): from a communication tile's id to the rank
-// that produces or owns its rows, its channel and its rows. Plain C++ that device code and the
-// host-side plan builders share, so that a kernel and the plan it runs agree by construction.
+// that produces or owns its rows, its channel and its rows. Plain C++ of the IR layer: the plan
+// builders use it and the device primitives (weft/tile/tilelink.cuh) include it, so that a kernel and
+// the plan it runs agree by construction.
 #pragma once
 
 #include <cstdint>
