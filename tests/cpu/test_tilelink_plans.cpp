@@ -395,6 +395,75 @@ TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndPr
   EXPECT_GT(gemms, 1);
 }
 
+TEST(TileLinkPlans, DecomposedMoeRunsEachSourcesExpertsInOneGemmAsItsTokensArrive) {
+  // decomposed ag_moe: a copy-engine pull per peer, then per source (the own first, then ring order)
+  // a gather that waits for that source's tokens and one grouped GEMM over the source's experts,
+  // each expert's rows on the tile grid of the source's own region of X, stored straight into the
+  // source's rows of C. Worlds 1-4, uniform and skewed routing with empty and overfull experts.
+  for (int world : {1, 2, 3, 4})
+    for (double skew : {0.0, 0.9}) {
+      Problem p = moe(OpKind::ag_moe, world, 70, 5, 2, 11 + static_cast<uint64_t>(world), skew);
+      p.n = 192;
+      SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
+      PlanOptions o = small_machine(16, 16, 5);
+      o.moe_grouped_gemm = true;
+      const Plan plan = plan_decomposed(p, o);
+      ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+      const MoeRows rows = moe_rows(p);
+      const int64_t region = (p.m * p.topk + p.experts * 127 + 127) / 128 * 128;  // a source's rows with every expert's padding
+      for (const RankPlan& rp : plan.ranks) {
+        int pulls = 0, gathers = 0, gemms = 0;
+        std::vector<int> sources;  // of the gathers, in program order
+        int64_t stored = 0;
+        for (const Step& step : rp.steps) {
+          if (std::holds_alternative<CopyStep>(step.body)) {
+            ++pulls;
+            EXPECT_EQ(step.engine, Engine::copy_engine);
+            EXPECT_EQ(step.stream, 1);
+          }
+          if (const auto* g = std::get_if<PermuteRowsStep>(&step.body)) {
+            const int s = static_cast<int>(g->dst.box.row / region);
+            sources.push_back(s);
+            EXPECT_EQ(step.waits.size(), s == rp.rank ? 0u : 1u) << "a peer's rows wait for its tokens";
+            ++gathers;
+          }
+          if (const auto* g = std::get_if<GemmStep>(&step.body)) {
+            ++gemms;
+            ASSERT_FALSE(sources.empty()) << "a GEMM after its source's gather";
+            const int s = sources.back();
+            EXPECT_EQ(g->tile_m, 128);
+            EXPECT_EQ(g->tile_n, 192);
+            for (const GemmTile& t : g->tiles) {
+              EXPECT_EQ(t.tile.row % 128, 0) << "each expert's rows start on the tile grid";
+              EXPECT_GE(t.tile.row, s * region);
+              EXPECT_LT(t.tile.row, (s + 1) * region) << "source " << s << "'s own region of X";
+              EXPECT_GE(t.store.box.row, rows.source_first(s));
+              EXPECT_LE(t.store.box.row + t.store.box.rows, rows.source_first(s) + rows.source_rows(s)) << "into the source's rows of C";
+              stored += t.tile.rows * t.tile.cols;
+            }
+          }
+        }
+        EXPECT_EQ(pulls, world - 1);
+        EXPECT_EQ(gathers, world);
+        EXPECT_EQ(gemms, world) << "one grouped GEMM per source";
+        ASSERT_EQ(sources.size(), static_cast<size_t>(world));
+        for (int i = 0; i < world; ++i) EXPECT_EQ(sources[static_cast<size_t>(i)], (rp.rank + i) % world) << "the own rows first, then ring order";
+        EXPECT_EQ(stored, rows.rows() * p.n) << "every row of every expert stored once";
+      }
+      const CpuProof proof = prove_on_cpu(plan, 5);
+      EXPECT_TRUE(proof.passed()) << proof.explain();
+    }
+  // Without a tile width that divides N: a library GEMM per (source, expert) the source picked.
+  Problem ragged = moe(OpKind::ag_moe, 2, 20, 4, 2, 7, 0.0);
+  ragged.n = 100;
+  PlanOptions o = small_machine(16, 16, 5);
+  o.moe_grouped_gemm = true;
+  const Plan per_expert = plan_decomposed(ragged, o);
+  EXPECT_TRUE(prove_on_cpu(per_expert, 3).passed()) << prove_on_cpu(per_expert, 3).explain();
+  // moe_rs has no decomposed plan (sequential and tilelink have).
+  EXPECT_THROW(plan_decomposed(moe(OpKind::moe_rs, 2, 20, 4, 2, 7, 0.0), o), std::invalid_argument);
+}
+
 TEST(TileLinkPlans, MoeGathersASourceOnlyOnceItsTokensAreInAndAMissingWaitIsCaught) {
   const Problem p = moe(OpKind::ag_moe, 3, 20, 4, 2, 3, 0.0);
   Plan plan = plan_tilelink(p, small_machine(16, 16, 8));

@@ -12,10 +12,17 @@
 //   a2a_gemm: group the tokens by destination, push each destination's block into its gathered
 //             tokens at this rank's offset; every rank GEMMs its own block at once and each peer's
 //             block as it arrives.
+//   ag_moe  : pull peer p's tokens with the copy engine (ring order, the own tokens read in place);
+//             as a source's tokens are in, gather its rows by expert (each expert's rows on the
+//             grouped GEMM's tile grid, in that source's own region of X) and run its grouped GEMM,
+//             whose tiles store straight into the source's rows of C (the op's layout). Source i's
+//             pull overlaps source i-1's gather and GEMM; the price is padding per (source, expert)
+//             instead of per expert.
 //   ag_attention: RingAttention, attention over each peer's keys as they arrive, merged by
 //             log-sum-exp (attention.cpp).
 #include "attention.hpp"
 #include "builder_support.hpp"
+#include "moe_support.hpp"
 
 namespace weft {
 
@@ -68,6 +75,43 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     Step& gemm = b.add("gemm shard " + std::to_string(src), kCompute, Engine::sm,
                        detail::gemm_into(b.rows(gathered, src * p.m, p.m), b.whole(w), b.rows(c, src * p.m, p.m), o));
     gemm.waits.push_back({b.own(arrived[static_cast<size_t>(src)]), 1});
+  }
+  b.set_output(b.whole(c));
+}
+
+void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const MoeRows rows = moe_rows(p);
+  const int tile_n = detail::grouped_gemm_tile_n(p, o);
+  const int64_t align = tile_n > 0 ? detail::kGroupedGemmTileM : 1;
+  const BufferId a = b.buffer("A", BufferRole::input, p.m, p.k, p.input_dtype, /*symmetric=*/true);
+  const BufferId w = detail::declare_b(b, p);
+  const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
+  const BufferId x = b.buffer("X", BufferRole::scratch, world * detail::source_capacity(p, align), p.k, p.input_dtype);
+  const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
+  std::vector<SignalId> arrived;
+  for (int s = 0; s < world; ++s) arrived.push_back(b.signal("tokens" + std::to_string(s) + "_arrived"));
+  for (int i = 0; i < world; ++i) {
+    const int s = (r + i) % world;
+    if (s != r) {
+      Step& pull = b.add("pull rank " + std::to_string(s) + "'s tokens", kComm, Engine::copy_engine,
+                         CopyStep{b.whole(a, s), b.rows(gathered, s * p.m, p.m)});
+      pull.notifies.push_back({b.own(arrived[static_cast<size_t>(s)]), 1});
+    }
+    // The source's rows by expert; the padding between experts is gathered from its first token
+    // (the GEMM's tiles never store it).
+    const detail::ExpertMajorRows order = detail::source_expert_rows(p, rows, s, align);
+    const int64_t base = static_cast<int64_t>(s) * detail::source_capacity(p, align);
+    PermuteRowsStep by_expert{s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m), b.rows(x, base, order.total() - base),
+                              std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
+    for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
+      by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] =
+          rows.token[static_cast<size_t>(row)] - static_cast<int64_t>(s) * p.m;
+    Step& gather = b.add("gather rank " + std::to_string(s) + "'s rows by expert", kCompute, Engine::sm, std::move(by_expert));
+    if (s != r) gather.waits.push_back({b.own(arrived[static_cast<size_t>(s)]), 1});
+    std::vector<int64_t> stores_at;
+    for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
+    detail::add_expert_major_gemms(b, p, order, x, w, c, o, kCompute, tile_n, &stores_at);
   }
   b.set_output(b.whole(c));
 }
@@ -228,7 +272,7 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
 
 Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
   check_problem(p);
-  if (is_moe(p.op)) throw std::invalid_argument("decomposed plans are not built for " + std::string(to_string(p.op)) + " (sequential and tilelink are)");
+  if (p.op == OpKind::moe_rs) throw std::invalid_argument("decomposed plans are not built for moe_rs (sequential and tilelink are)");
   Plan plan;
   plan.strategy = "decomposed";
   plan.problem = p;
@@ -241,7 +285,7 @@ Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
       case OpKind::gemm_a2a: build_gemm_a2a(p, options, b); break;
       case OpKind::a2a_gemm: build_a2a_gemm(p, options, b); break;
       case OpKind::ag_attention: detail::build_attention_ring(p, options, b); break;
-      case OpKind::ag_moe:
+      case OpKind::ag_moe: build_ag_moe(p, options, b); break;
       case OpKind::moe_rs: break;  // refused above
     }
     plan.ranks.push_back(b.finish());

@@ -49,6 +49,23 @@ ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t alig
   return order;
 }
 
+ExpertMajorRows source_expert_rows(const Problem& p, const MoeRows& rows, int s, int64_t align) {
+  ExpertMajorRows order;
+  order.position.assign(static_cast<size_t>(rows.rows()), 0);
+  order.first.assign(static_cast<size_t>(p.experts) + 1, 0);
+  order.count.assign(static_cast<size_t>(p.experts), 0);
+  int64_t next = static_cast<int64_t>(s) * source_capacity(p, align);
+  for (int e = 0; e < p.experts; ++e) {
+    const int64_t count = rows.block_rows(s, e);
+    if (count > 0) next = (next + align - 1) / align * align;  // no padding for an expert the source did not pick
+    order.first[static_cast<size_t>(e)] = next;
+    for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + count; ++row) order.position[static_cast<size_t>(row)] = next++;
+    order.count[static_cast<size_t>(e)] = count;
+  }
+  order.first[static_cast<size_t>(p.experts)] = next;
+  return order;
+}
+
 bool ExpertMajorRows::identity() const {
   if (total() != static_cast<int64_t>(position.size())) return false;
   for (size_t row = 0; row < position.size(); ++row)
@@ -67,7 +84,8 @@ int grouped_gemm_tile_n(const Problem& p, const PlanOptions& options) {
 }
 
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
-                            const PlanOptions& options, int stream, int tile_n) {
+                            const PlanOptions& options, int stream, int tile_n, const std::vector<int64_t>* stores_at) {
+  auto store_first = [&](int e) { return stores_at ? (*stores_at)[static_cast<size_t>(e)] : order.first[static_cast<size_t>(e)]; };
   int experts_with_rows = 0;
   for (int e = 0; e < p.experts; ++e) experts_with_rows += order.expert_rows(e) > 0;
   // With one expert picked the grouped table would be a shifted plain table (a library GEMM's): the
@@ -89,19 +107,21 @@ void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMa
           const int64_t rows = std::min<int64_t>(kGroupedGemmTileM, count - row), cols = std::min<int64_t>(tile_n, p.n - col);
           GemmTile t;
           t.tile = Rect{first + row, static_cast<int64_t>(e) * p.n + col, rows, cols};
-          t.store = Region{b.rank(), out, Rect{first + row, col, rows, cols}};
+          t.store = Region{b.rank(), out, Rect{store_first(e) + row, col, rows, cols}};
           gemm.tiles.push_back(std::move(t));
         }
     }
-    if (!gemm.tiles.empty()) b.add("grouped gemm of every expert (every rank's rows)", stream, Engine::sm, std::move(gemm));
+    if (!gemm.tiles.empty())
+      b.add(stores_at ? "grouped gemm of every expert (one source's rows)" : "grouped gemm of every expert (every rank's rows)", stream, Engine::sm,
+            std::move(gemm));
     return;
   }
   for (int e = 0; e < p.experts; ++e) {
     const int64_t count = order.expert_rows(e);
     if (count == 0) continue;
     const int64_t first = order.first[static_cast<size_t>(e)];
-    b.add("gemm expert " + std::to_string(e) + " (every rank's rows)", stream, Engine::sm,
-          gemm_into(b.rows(x, first, count), b.rows(w, static_cast<int64_t>(e) * p.n, p.n), b.rows(out, first, count), options));
+    b.add("gemm expert " + std::to_string(e) + (stores_at ? " (one source's rows)" : " (every rank's rows)"), stream, Engine::sm,
+          gemm_into(b.rows(x, first, count), b.rows(w, static_cast<int64_t>(e) * p.n, p.n), b.rows(out, store_first(e), count), options));
   }
 }
 

@@ -42,6 +42,18 @@ inline int64_t padded_capacity(const Problem& p, const MoeRows& rows, int64_t al
   return rows.rows() + (align > 1 ? static_cast<int64_t>(p.experts) * (align - 1) : 0);
 }
 
+// Source s's rows alone, each expert's rows on the grouped GEMM's tile grid (`align`), in a region of
+// source_capacity() rows of its own that starts at s * source_capacity() (the per-source plans'
+// scratch): first[e] and count[e] are absolute rows there, position[row] is set for the source's rows
+// (0 for the others'), total() is where the source's last expert ends.
+ExpertMajorRows source_expert_rows(const Problem& p, const MoeRows& rows, int s, int64_t align);
+// A source's region: its M * topk rows with every expert's padding, rounded up to `align`; it does
+// not depend on the routing (buffers sized by it stay the size weft::Op reserved).
+inline int64_t source_capacity(const Problem& p, int64_t align) {
+  const int64_t rows = p.m * p.topk + (align > 1 ? static_cast<int64_t>(p.experts) * (align - 1) : 0);
+  return (rows + align - 1) / align * align;
+}
+
 // The tile width of sequential's grouped MoE GEMM (PlanOptions::moe_grouped_gemm): the widest
 // overlap GEMM tile of 128 rows whose width divides N (each expert's rows of B then start on the
 // tile grid); 0 where the grouped GEMM does not apply (off, FP8 operands, no such width).
@@ -53,8 +65,10 @@ constexpr int kGroupedGemmTileM = 128;
 // against its own rows of B, stored into the same rows of `out`; otherwise one GEMM per expert with
 // rows: rows [first[e], first[e] + count[e]) of `x` against rows [e * N, (e + 1) * N) of `w` into
 // the same rows of `out`, in expert order. On `stream`.
+// `stores_at` (one row per expert, optional): where expert e's rows go in `out`, when not at the rows
+// they have in `x` (a per-source plan stores straight into the op's layout).
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
-                            const PlanOptions& options, int stream, int tile_n = 0);
+                            const PlanOptions& options, int stream, int tile_n = 0, const std::vector<int64_t>* stores_at = nullptr);
 
 // Token i of source s (row i of `tokens_out`) = sum_j weights[i, j] * row (s, i, j) of `block`,
 // source s's rows in the expert-grouped layout.

@@ -31,7 +31,8 @@ const std::vector<Strategy>& strategies() {
        plan_sequential, false},
       {"decomposed", "AsyncTP",
        "per-shard GEMMs on one stream, per-shard copy-engine or NCCL transfers on another, ordered by signals",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_attention}, plan_decomposed, false},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar, OpKind::gemm_a2a, OpKind::a2a_gemm, OpKind::ag_moe, OpKind::ag_attention}, plan_decomposed,
+       false},
       {"ficco", "FiCCO", "the FiCCO schedule its heuristic picks from the GEMM's shape and the machine (Figure 12(a))",
        {OpKind::ag_gemm, OpKind::a2a_gemm},
        [](const Problem& p, const PlanOptions& o) {
