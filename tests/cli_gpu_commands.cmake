@@ -30,7 +30,7 @@ if(WEFT_GPU_TESTS AND WEFT_HAVE_CUDA)
   # weft_cli_on_gpu(NAME EXPECT REJECT ARGS...): a short real run on the visible GPUs.
   function(weft_cli_on_gpu name expect reject)
     weft_cli_test(${name} 0 stdout "${expect}" "no GPU found|warning: option${reject}" 280 ${ARGN})
-    set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300)
+    set_tests_properties(${name} PROPERTIES LABELS gpu TIMEOUT 300 RESOURCE_LOCK weft_gpus)
   endfunction()
   # Every result checked against cuBLASLt.
   weft_cli_on_gpu(weft_cli_gpu_bench_gemm "cuBLASLt throughput over" "|MISMATCH|did not match" bench gemm --suite default --warmup 1 --iterations 3)

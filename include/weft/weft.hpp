@@ -12,6 +12,6 @@
 #include "weft/ir/problem.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/runtime/communicator.hpp"
-#include "weft/runtime/errors.hpp"
+#include "weft/errors.hpp"
 #include "weft/runtime/op.hpp"
 #include "weft/runtime/signal_set.hpp"

@@ -19,7 +19,7 @@
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
 #include "weft/runtime/communicator.hpp"
-#include "weft/runtime/errors.hpp"
+#include "weft/errors.hpp"
 #include "weft/runtime/op.hpp"
 #include "weft/runtime/signal_set.hpp"
 #include "torch_ops.hpp"

@@ -13,7 +13,7 @@
 
 #include "weft/kernels/tile_program.hpp"
 #include "weft/cuda/check.hpp"
-#include "weft/runtime/errors.hpp"
+#include "weft/errors.hpp"
 #include "weft/runtime/cuda_executor.hpp"
 #include "weft/runtime/rank_threads.hpp"
 #include "weft/tile/tilelink.cuh"

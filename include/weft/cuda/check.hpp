@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 
-#include "weft/runtime/errors.hpp"
+#include "weft/errors.hpp"
 
 namespace weft {
 
