@@ -15,7 +15,7 @@
 #   python     pytest -m gpu under torchrun with W ranks
 #   bench      weft bench --suite default, every strategy and auto
 #   suites     weft bench over the paper suites (SUITES, default flux_gpt3, tilelink_mlp,
-#              tilelink_moe_tp, flashoverlap_ar, attention_sp) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
+#              tilelink_moe_tp, flashoverlap_ar, moe_models, attention_sp) and, unless SUITE_EXTRAS=0, ag_gemm pushing from the
 #              caller's memory and FiCCO's GPT-3 AllGather table (every FiCCO schedule)
 #   torch      python -m weft.benchmark under torchrun (every strategy, default, AsyncTP, the TP MLP; the
 #              tilelink_moe_tp rows against plain torch's MoE),
@@ -185,7 +185,7 @@ stage_torch() {
 }
 
 stage_suites() {
-  for suite in ${SUITES:-tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp attention_sp}; do
+  for suite in ${SUITES:-tilelink_mlp flux_gpt3 flashoverlap_ar tilelink_moe_tp moe_models attention_sp}; do
     timed "world $w weft bench $suite" "$d/bench_$suite.txt" 900 $wbench --suite $suite --json "$d/bench_$suite.json" \
       --csv "$d/bench_$suite.csv" --machine "$machine_file" || status=1
   done

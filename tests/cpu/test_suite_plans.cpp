@@ -39,7 +39,7 @@ TEST_P(SuiteAtWorldEight, EveryRowBuildsAndValidatesForEveryStrategy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Suites, SuiteAtWorldEight,
-                         testing::Values("default", "tilelink_mlp", "flux_gpt3", "flashoverlap_ar", "tilelink_moe", "tilelink_moe_tp"));
+                         testing::Values("default", "tilelink_mlp", "flux_gpt3", "flashoverlap_ar", "tilelink_moe", "tilelink_moe_tp", "moe_models"));
 
 }  // namespace
 }  // namespace weft
