@@ -460,8 +460,48 @@ TEST(TileLinkPlans, DecomposedMoeRunsEachSourcesExpertsInOneGemmAsItsTokensArriv
   o.moe_grouped_gemm = true;
   const Plan per_expert = plan_decomposed(ragged, o);
   EXPECT_TRUE(prove_on_cpu(per_expert, 3).passed()) << prove_on_cpu(per_expert, 3).explain();
-  // moe_rs has no decomposed plan (sequential and tilelink have).
-  EXPECT_THROW(plan_decomposed(moe(OpKind::moe_rs, 2, 20, 4, 2, 7, 0.0), o), std::invalid_argument);
+  EXPECT_TRUE(prove_on_cpu(plan_decomposed(moe(OpKind::moe_rs, 2, 20, 4, 2, 7, 0.0), o), 3).passed());
+}
+
+TEST(TileLinkPlans, DecomposedMoeReduceScatterPushesEachSourcesTokensAsTheirBlockIsReduced) {
+  // decomposed moe_rs: per source block (ring order after the own, the own last) a gather of A's
+  // rows by expert onto the tile grid, one grouped GEMM into the block's rows of P, the top-k
+  // reduction of the block, and for a peer's block a copy-engine push into its receive slot; the
+  // sum of the slots waits for every peer. Worlds 1-4, uniform and skewed routing.
+  for (int world : {1, 2, 3, 4})
+    for (double skew : {0.0, 0.9}) {
+      Problem p = moe(OpKind::moe_rs, world, 70, 5, 2, 17 + static_cast<uint64_t>(world), skew);
+      p.n = 192;
+      SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
+      PlanOptions o = small_machine(16, 16, 5);
+      o.moe_grouped_gemm = true;
+      const Plan plan = plan_decomposed(p, o);
+      ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
+      for (const RankPlan& rp : plan.ranks) {
+        int pushes = 0, gemms = 0, reduces = 0;
+        for (const Step& step : rp.steps) {
+          if (std::holds_alternative<CopyStep>(step.body)) {
+            ++pushes;
+            EXPECT_EQ(step.engine, Engine::copy_engine);
+            EXPECT_EQ(step.waits.size(), 1u) << "a push waits for its block's reduction";
+          }
+          if (const auto* g = std::get_if<GemmStep>(&step.body)) {
+            ++gemms;
+            EXPECT_EQ(g->tile_m, 128);
+            for (const GemmTile& t : g->tiles) EXPECT_EQ(t.tile.row % 128, 0);
+          }
+          if (std::holds_alternative<ReduceStep>(step.body)) {
+            ++reduces;
+            EXPECT_EQ(step.waits.size(), static_cast<size_t>(world - 1)) << "the sum waits for every peer's slot";
+          }
+        }
+        EXPECT_EQ(pushes, world - 1);
+        EXPECT_EQ(gemms, world) << "one grouped GEMM per source block";
+        EXPECT_EQ(reduces, 1);
+      }
+      const CpuProof proof = prove_on_cpu(plan, 5);
+      EXPECT_TRUE(proof.passed()) << proof.explain();
+    }
 }
 
 TEST(TileLinkPlans, MoeGathersASourceOnlyOnceItsTokensAreInAndAMissingWaitIsCaught) {

@@ -18,6 +18,10 @@
 //             whose tiles store straight into the source's rows of C (the op's layout). Source i's
 //             pull overlaps source i-1's gather and GEMM; the price is padding per (source, expert)
 //             instead of per expert.
+//   moe_rs  : as gemm_rs, block by block: for source s (ring order after the own block, which comes
+//             last) gather A's rows of block s by expert onto the tile grid, one grouped GEMM storing
+//             into the block's rows of P, the top-k reduction of the block to s's tokens, pushed by
+//             the copy engine into s's receive slot; each rank sums its slots.
 //   ag_attention: RingAttention, attention over each peer's keys as they arrive, merged by
 //             log-sum-exp (attention.cpp).
 #include "attention.hpp"
@@ -113,6 +117,58 @@ void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
     for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
     detail::add_expert_major_gemms(b, p, order, x, w, c, o, kCompute, tile_n, &stores_at);
   }
+  b.set_output(b.whole(c));
+}
+
+void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  const int world = p.world_size, r = b.rank();
+  const MoeRows rows = moe_rows(p);
+  const int tile_n = detail::grouped_gemm_tile_n(p, o);
+  const int64_t align = tile_n > 0 ? detail::kGroupedGemmTileM : 1;
+  const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
+  const BufferId w = detail::declare_b(b, p);
+  const BufferId weights = b.buffer("topk_weights", BufferRole::input, world * p.m, p.topk, topk_weights_dtype(p));
+  const BufferId x = b.buffer("X", BufferRole::scratch, world * detail::source_capacity(p, align), p.k, p.input_dtype);
+  const BufferId partial = b.buffer("P", BufferRole::scratch, rows.rows(), p.n, p.output_dtype);
+  const BufferId tokens = b.buffer("Z", BufferRole::scratch, world * p.m, p.n, p.output_dtype);
+  // Slot s of `received` holds rank s's top-k sums of this rank's tokens.
+  const BufferId received = b.buffer("received", BufferRole::scratch, world * p.m, p.n, p.output_dtype, /*symmetric=*/true);
+  const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+  std::vector<SignalId> ready, filled;
+  for (int d = 0; d < world; ++d) ready.push_back(b.signal("tokens_for" + std::to_string(d) + "_ready"));
+  for (int s = 0; s < world; ++s) filled.push_back(b.signal("slot" + std::to_string(s) + "_filled"));
+  for (int i = 1; i <= world; ++i) {
+    const int s = (r + i) % world;
+    const detail::ExpertMajorRows order = detail::source_expert_rows(p, rows, s, align);
+    const int64_t base = static_cast<int64_t>(s) * detail::source_capacity(p, align);
+    PermuteRowsStep by_expert{b.rows(a, rows.source_first(s), rows.source_rows(s)), b.rows(x, base, order.total() - base),
+                              std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
+    for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
+      by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] = row - rows.source_first(s);
+    b.add("rank " + std::to_string(s) + "'s rows of A by expert", kCompute, Engine::sm, std::move(by_expert));
+    std::vector<int64_t> stores_at;
+    for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
+    detail::add_expert_major_gemms(b, p, order, x, w, partial, o, kCompute, tile_n, &stores_at);
+    const Region block = b.rows(partial, rows.source_first(s), rows.source_rows(s));
+    if (s == r) {
+      b.add("top-k reduce my tokens", kCompute, Engine::sm,
+            detail::combine_block(p, rows, s, block, b.rows(weights, s * p.m, p.m), b.rows(received, r * p.m, p.m)));
+      continue;
+    }
+    Step& combine = b.add("top-k reduce rank " + std::to_string(s) + "'s tokens", kCompute, Engine::sm,
+                          detail::combine_block(p, rows, s, block, b.rows(weights, s * p.m, p.m), b.rows(tokens, s * p.m, p.m)));
+    combine.notifies.push_back({b.own(ready[static_cast<size_t>(s)]), 1});
+    Step& push = b.add("push tokens to rank " + std::to_string(s), kComm, Engine::copy_engine,
+                       CopyStep{b.rows(tokens, s * p.m, p.m), b.rows(received, r * p.m, p.m, s)});
+    push.waits.push_back({b.own(ready[static_cast<size_t>(s)]), 1});
+    push.notifies.push_back({b.signal_on(filled[static_cast<size_t>(r)], s), 1});
+  }
+  ReduceStep sum;
+  for (int s = 0; s < world; ++s) sum.srcs.push_back(b.rows(received, s * p.m, p.m));
+  sum.dst = b.whole(c);
+  Step& reduce = b.add("sum received tokens", kCompute, Engine::sm, std::move(sum));
+  for (int s = 0; s < world; ++s)
+    if (s != r) reduce.waits.push_back({b.own(filled[static_cast<size_t>(s)]), 1});
   b.set_output(b.whole(c));
 }
 
@@ -272,7 +328,6 @@ void build_a2a_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) 
 
 Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
   check_problem(p);
-  if (p.op == OpKind::moe_rs) throw std::invalid_argument("decomposed plans are not built for moe_rs (sequential and tilelink are)");
   Plan plan;
   plan.strategy = "decomposed";
   plan.problem = p;
@@ -286,7 +341,7 @@ Plan plan_decomposed(const Problem& p, const PlanOptions& options) {
       case OpKind::a2a_gemm: build_a2a_gemm(p, options, b); break;
       case OpKind::ag_attention: detail::build_attention_ring(p, options, b); break;
       case OpKind::ag_moe: build_ag_moe(p, options, b); break;
-      case OpKind::moe_rs: break;  // refused above
+      case OpKind::moe_rs: build_moe_rs(p, options, b); break;
     }
     plan.ranks.push_back(b.finish());
   }
