@@ -248,12 +248,22 @@ class Simulator {
     run->grid = static_cast<int>(std::min<int64_t>(entries, sms));
     // No faster than streaming A, B and C through HBM with every CTA busy: C as the tiles store it
     // (a sparse table, as the grouped MoE GEMM's, stores a fraction of the m x n space).
+    // A as the tiles read it: a table over part of A's box (a per-source grouped MoE GEMM over one
+    // source's region) reads the tile rows it covers, not the whole box.
     double stored = static_cast<double>(m * n);
+    int64_t a_rows = m;
     if (!library) {
       stored = 0;
-      for (const GemmTile& t : g.tiles) stored += static_cast<double>(t.tile.rows * t.tile.cols);
+      std::vector<int64_t> tile_rows;
+      for (const GemmTile& t : g.tiles) {
+        stored += static_cast<double>(t.tile.rows * t.tile.cols);
+        tile_rows.push_back(t.tile.row);
+      }
+      std::sort(tile_rows.begin(), tile_rows.end());
+      const auto distinct = std::unique(tile_rows.begin(), tile_rows.end()) - tile_rows.begin();
+      a_rows = std::min<int64_t>(m, static_cast<int64_t>(distinct) * g.tile_m);
     }
-    const double streamed = bytes(g.a, m, k) + bytes(g.b, n, k) + out_bytes * stored;
+    const double streamed = bytes(g.a, a_rows, k) + bytes(g.b, n, k) + out_bytes * stored;
     seconds = std::max(seconds, streamed / m_.memory_bytes_per_s * run->grid / static_cast<double>(entries));
     if (library) {
       GemmRun::Entry e;

@@ -511,13 +511,16 @@ TEST_P(MoeOp, MatchesTheReferenceAsChoicesChange) {
   const Case c = GetParam();
   const int world = static_cast<int>(group().size());
   OpSpec spec = spec_for(c, 96);
-  spec.n = 136;  // per expert
+  // N per expert: 136, ragged against every tile (a library GEMM per expert); 256, where the
+  // strategies' grouped GEMMs run (tiles 256 wide).
   spec.k = 64;
   spec.experts = 4;
   spec.topk = 2;
   const int64_t max_rows = spec.max_rows, a_rows = c.op == OpKind::moe_rs ? world * max_rows * spec.topk : max_rows;
   const int64_t out_rows = c.op == OpKind::ag_moe ? world * max_rows * spec.topk : max_rows;
   std::vector<std::vector<bench::ElementCheck>> checks(static_cast<size_t>(world));
+  for (int64_t n : {136, 256}) {
+  spec.n = n;
   for_each_rank(group(), [&](Communicator& comm) {
     cudaStream_t stream;
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -554,6 +557,7 @@ TEST_P(MoeOp, MatchesTheReferenceAsChoicesChange) {
     }
     cudaStreamDestroy(stream);
   });
+  }
   for (int r = 0; r < world; ++r)
     for (size_t call = 0; call < checks[static_cast<size_t>(r)].size(); ++call) {
       const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];

@@ -84,6 +84,8 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
 }
 
 void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
+  if (o.all_gather_source == AllGatherSource::push)
+    throw std::invalid_argument("decomposed ag_moe pulls each peer's tokens (pull); push is built for ag_gemm only");
   const int world = p.world_size, r = b.rank();
   const MoeRows rows = moe_rows(p);
   const int tile_n = detail::grouped_gemm_tile_n(p, o);
