@@ -76,7 +76,7 @@ inline PlanOptions random_options(const std::string& strategy, Problem& p, std::
     o.tilelink.comm_sms = 1 + static_cast<int>(rng() % 4);
     if (p.op == OpKind::gemm_rs) p.m = int64_t{world} * o.tile_m * (1 + static_cast<int64_t>(rng() % 3));
   }
-  if ((strategy == "decomposed" || strategy == "fused") && !is_attention(p.op))  // attention pulls
+  if ((strategy == "decomposed" || strategy == "fused") && !is_attention(p.op) && !is_moe(p.op))  // attention and MoE pull
     o.all_gather_source = rng() % 2 ? AllGatherSource::push : AllGatherSource::pull;
   return o;
 }
