@@ -332,6 +332,20 @@ TEST(TileLinkPlans, SequentialMoeRunsOneGemmPerExpertOverEveryRanksRows) {
   }
 }
 
+// The grouped-GEMM MoE plans' setting: 70 tokens per rank, 5 experts, top-2, N = 192 (one 192-wide
+// tile per expert's rows), small tiles elsewhere, the grouped GEMM on.
+Problem grouped_moe(OpKind op, int world, uint64_t seed, double skew) {
+  Problem p = moe(op, world, 70, 5, 2, seed, skew);
+  p.n = 192;
+  return p;
+}
+
+PlanOptions grouped_moe_options() {
+  PlanOptions o = small_machine(16, 16, 5);
+  o.moe_grouped_gemm = true;
+  return o;
+}
+
 TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndProves) {
   // PlanOptions::moe_grouped_gemm: each expert's rows start on the 128-row tile grid of the padded
   // expert-major buffer, one GEMM's tiles are each expert's rows against its own N rows of B, and the
@@ -339,11 +353,9 @@ TEST(TileLinkPlans, SequentialMoeWithTheGroupedGemmRunsEveryExpertInOneGemmAndPr
   for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
     for (int world : {1, 2, 3})
       for (double skew : {0.0, 0.9}) {
-        Problem p = moe(op, world, 70, 5, 2, 3 + static_cast<uint64_t>(world), skew);
-        p.n = 192;
+        const Problem p = grouped_moe(op, world, 3 + static_cast<uint64_t>(world), skew);
         SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
-        PlanOptions o = small_machine(16, 16, 5);
-        o.moe_grouped_gemm = true;
+        const PlanOptions o = grouped_moe_options();
         const Plan plan = plan_sequential(p, o);
         ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
         const MoeRows rows = moe_rows(p);
@@ -402,11 +414,9 @@ TEST(TileLinkPlans, DecomposedMoeRunsEachSourcesExpertsInOneGemmAsItsTokensArriv
   // source's rows of C. Worlds 1-4, uniform and skewed routing with empty and overfull experts.
   for (int world : {1, 2, 3, 4})
     for (double skew : {0.0, 0.9}) {
-      Problem p = moe(OpKind::ag_moe, world, 70, 5, 2, 11 + static_cast<uint64_t>(world), skew);
-      p.n = 192;
+      const Problem p = grouped_moe(OpKind::ag_moe, world, 11 + static_cast<uint64_t>(world), skew);
       SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
-      PlanOptions o = small_machine(16, 16, 5);
-      o.moe_grouped_gemm = true;
+      const PlanOptions o = grouped_moe_options();
       const Plan plan = plan_decomposed(p, o);
       ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
       const MoeRows rows = moe_rows(p);
@@ -470,11 +480,9 @@ TEST(TileLinkPlans, DecomposedMoeReduceScatterPushesEachSourcesTokensAsTheirBloc
   // sum of the slots waits for every peer. Worlds 1-4, uniform and skewed routing.
   for (int world : {1, 2, 3, 4})
     for (double skew : {0.0, 0.9}) {
-      Problem p = moe(OpKind::moe_rs, world, 70, 5, 2, 17 + static_cast<uint64_t>(world), skew);
-      p.n = 192;
+      const Problem p = grouped_moe(OpKind::moe_rs, world, 17 + static_cast<uint64_t>(world), skew);
       SCOPED_TRACE(describe(p) + " skew " + std::to_string(skew));
-      PlanOptions o = small_machine(16, 16, 5);
-      o.moe_grouped_gemm = true;
+      const PlanOptions o = grouped_moe_options();
       const Plan plan = plan_decomposed(p, o);
       ASSERT_TRUE(validate_plan(plan).ok()) << validate_plan(plan).summary();
       for (const RankPlan& rp : plan.ranks) {

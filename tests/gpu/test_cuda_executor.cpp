@@ -140,13 +140,16 @@ TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {
       }
 }
 
-TEST(Executor, SequentialMoeGroupedAndPerExpertMatchTheReference) {
-  // PlanOptions::moe_grouped_gemm (the default): every expert's rows in one overlap GEMM over a
-  // sparse table (each expert's rows on the 128-row grid against its own N rows of B), and without
-  // it a library GEMM per expert; uniform and skewed routing (empty and overfull experts), N of 384
-  // (tiles 192 wide) and 256, three calls each.
+TEST(Executor, MoePlansWithAndWithoutTheGroupedGemmMatchTheReference) {
+  // sequential with PlanOptions::moe_grouped_gemm (the default: every expert's rows in one overlap
+  // GEMM over a sparse table, each expert's rows on the 128-row grid against its own N rows of B) and
+  // without it (a library GEMM per expert), and decomposed (copy-engine transfers per source beside
+  // one grouped GEMM per source, stored into the op's layout); uniform and skewed routing (empty and
+  // overfull experts), N of 384 (tiles 192 wide) and 256 (top-1 to one expert there: that expert's
+  // GEMM alone), three calls each.
   const int world = static_cast<int>(group().size());
-  for (bool grouped : {true, false})
+  enum class Kind { grouped, per_expert, decomposed };
+  for (Kind kind : {Kind::grouped, Kind::per_expert, Kind::decomposed})
   for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
     for (double skew : {0.0, 0.9})
       for (int64_t n : {384, 256}) {
@@ -159,49 +162,20 @@ TEST(Executor, SequentialMoeGroupedAndPerExpertMatchTheReference) {
           p.choices.assign(static_cast<size_t>(world), std::vector<int>(static_cast<size_t>(p.m), 4));
         }
         PlanOptions options;
-        options.moe_grouped_gemm = grouped;
-        const Plan plan = plan_sequential(p, options);
+        options.moe_grouped_gemm = kind != Kind::per_expert;
+        const Plan plan = kind == Kind::decomposed ? plan_decomposed(p, options) : plan_sequential(p, options);
+        const char* name = kind == Kind::grouped ? " grouped" : kind == Kind::per_expert ? " per expert" : " decomposed";
         int gemms = 0;
         for (const Step& step : plan.ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
-        if (grouped) ASSERT_EQ(gemms, 1) << describe(p);  // the grouped GEMM, or the single expert's
+        if (kind == Kind::grouped) ASSERT_EQ(gemms, 1) << describe(p);  // the grouped GEMM, or the single expert's
+        else if (kind == Kind::decomposed) ASSERT_EQ(gemms, world) << describe(p) << ": one GEMM per source";
         else ASSERT_GT(gemms, skew > 0 && n == 256 ? 0 : 1) << describe(p);
         std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
         for_each_rank(group(), [&](Communicator& comm) {
           checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, static_cast<uint64_t>(n), 3);
         });
         for (int r = 0; r < world; ++r)
-          EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << (grouped ? " grouped" : " per expert") << " skew " << skew << " rank " << r << ": "
-                                                               << checks[static_cast<size_t>(r)].explain();
-      }
-}
-
-TEST(Executor, DecomposedMoeMatchesTheReference) {
-  // decomposed ag_moe / moe_rs: copy-engine transfers per source beside one grouped GEMM per source
-  // (each expert's rows on the tile grid of the source's region, stored into the op's layout);
-  // uniform and skewed routing, N of 384 and 256 (top-1 to one expert there: a library GEMM per
-  // source), three calls each.
-  const int world = static_cast<int>(group().size());
-  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
-    for (double skew : {0.0, 0.9})
-      for (int64_t n : {384, 256}) {
-        Problem p{op, 200, n, 136, world, DType::bf16, DType::bf16, {}};
-        p.experts = 6;
-        p.topk = 2;
-        p.choices = random_choices(world, p.m, p.experts, p.topk, 19, skew);
-        if (skew > 0 && n == 256) {
-          p.topk = 1;
-          p.choices.assign(static_cast<size_t>(world), std::vector<int>(static_cast<size_t>(p.m), 4));
-        }
-        const Plan plan = plan_decomposed(p, PlanOptions{});
-        int gemms = 0;
-        for (const Step& step : plan.ranks[0].steps) gemms += std::holds_alternative<GemmStep>(step.body);
-        ASSERT_EQ(gemms, world) << describe(p) << ": one GEMM per source";
-        std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
-        for_each_rank(group(), [&](Communicator& comm) {
-          checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, static_cast<uint64_t>(n) + 1, 3);
-        });
-        for (int r = 0; r < world; ++r)
-          EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " skew " << skew << " rank " << r << ": "
+          EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << name << " skew " << skew << " rank " << r << ": "
                                                                << checks[static_cast<size_t>(r)].explain();
       }
 }

@@ -104,20 +104,12 @@ void build_ag_moe(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
                          CopyStep{b.whole(a, s), b.rows(gathered, s * p.m, p.m)});
       pull.notifies.push_back({b.own(arrived[static_cast<size_t>(s)]), 1});
     }
-    // The source's rows by expert; the padding between experts is gathered from its first token
-    // (the GEMM's tiles never store it).
-    const detail::ExpertMajorRows order = detail::source_expert_rows(p, rows, s, align);
-    const int64_t base = static_cast<int64_t>(s) * detail::source_capacity(p, align);
-    PermuteRowsStep by_expert{s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m), b.rows(x, base, order.total() - base),
-                              std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
-    for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
-      by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] =
-          rows.token[static_cast<size_t>(row)] - static_cast<int64_t>(s) * p.m;
-    Step& gather = b.add("gather rank " + std::to_string(s) + "'s rows by expert", kCompute, Engine::sm, std::move(by_expert));
-    if (s != r) gather.waits.push_back({b.own(arrived[static_cast<size_t>(s)]), 1});
-    std::vector<int64_t> stores_at;
-    for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
-    detail::add_expert_major_gemms(b, p, order, x, w, c, o, kCompute, tile_n, &stores_at);
+    std::vector<Wait> waits;
+    if (s != r) waits.push_back({b.own(arrived[static_cast<size_t>(s)]), 1});
+    detail::add_source_experts(b, p, rows, s, "gather rank " + std::to_string(s) + "'s rows by expert",
+                               s == r ? b.whole(a) : b.rows(gathered, s * p.m, p.m),
+                               [&](int64_t row) { return rows.token[static_cast<size_t>(row)] - static_cast<int64_t>(s) * p.m; }, std::move(waits), x,
+                               w, c, o, kCompute, tile_n);
   }
   b.set_output(b.whole(c));
 }
@@ -141,16 +133,9 @@ void build_moe_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   for (int s = 0; s < world; ++s) filled.push_back(b.signal("slot" + std::to_string(s) + "_filled"));
   for (int i = 1; i <= world; ++i) {
     const int s = (r + i) % world;
-    const detail::ExpertMajorRows order = detail::source_expert_rows(p, rows, s, align);
-    const int64_t base = static_cast<int64_t>(s) * detail::source_capacity(p, align);
-    PermuteRowsStep by_expert{b.rows(a, rows.source_first(s), rows.source_rows(s)), b.rows(x, base, order.total() - base),
-                              std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
-    for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
-      by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] = row - rows.source_first(s);
-    b.add("rank " + std::to_string(s) + "'s rows of A by expert", kCompute, Engine::sm, std::move(by_expert));
-    std::vector<int64_t> stores_at;
-    for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
-    detail::add_expert_major_gemms(b, p, order, x, w, partial, o, kCompute, tile_n, &stores_at);
+    detail::add_source_experts(b, p, rows, s, "rank " + std::to_string(s) + "'s rows of A by expert",
+                               b.rows(a, rows.source_first(s), rows.source_rows(s)), [&](int64_t row) { return row - rows.source_first(s); }, {}, x, w,
+                               partial, o, kCompute, tile_n);
     const Region block = b.rows(partial, rows.source_first(s), rows.source_rows(s));
     if (s == r) {
       b.add("top-k reduce my tokens", kCompute, Engine::sm,

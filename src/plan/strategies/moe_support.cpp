@@ -49,23 +49,6 @@ ExpertMajorRows expert_major(const Problem& p, const MoeRows& rows, int64_t alig
   return order;
 }
 
-ExpertMajorRows source_expert_rows(const Problem& p, const MoeRows& rows, int s, int64_t align) {
-  ExpertMajorRows order;
-  order.position.assign(static_cast<size_t>(rows.rows()), 0);
-  order.first.assign(static_cast<size_t>(p.experts) + 1, 0);
-  order.count.assign(static_cast<size_t>(p.experts), 0);
-  int64_t next = static_cast<int64_t>(s) * source_capacity(p, align);
-  for (int e = 0; e < p.experts; ++e) {
-    const int64_t count = rows.block_rows(s, e);
-    if (count > 0) next = (next + align - 1) / align * align;  // no padding for an expert the source did not pick
-    order.first[static_cast<size_t>(e)] = next;
-    for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + count; ++row) order.position[static_cast<size_t>(row)] = next++;
-    order.count[static_cast<size_t>(e)] = count;
-  }
-  order.first[static_cast<size_t>(p.experts)] = next;
-  return order;
-}
-
 bool ExpertMajorRows::identity() const {
   if (total() != static_cast<int64_t>(position.size())) return false;
   for (size_t row = 0; row < position.size(); ++row)
@@ -136,6 +119,45 @@ CombineRowsStep combine_block(const Problem& p, const MoeRows& rows, int s, cons
     for (int j = 0; j < p.topk; ++j)
       combine.source_rows.push_back(rows.row_of[static_cast<size_t>((static_cast<int64_t>(s) * p.m + i) * p.topk + j)] - first);
   return combine;
+}
+
+namespace {
+
+// Source s's rows alone, each expert's rows on the tile grid (`align`), in the source's own region
+// of a per-source plan's X: first[e] and count[e] are absolute rows there, position[row] is set for
+// the source's rows (0 for the others'), total() is where the source's last expert ends.
+ExpertMajorRows source_expert_rows(const Problem& p, const MoeRows& rows, int s, int64_t align) {
+  ExpertMajorRows order;
+  order.position.assign(static_cast<size_t>(rows.rows()), 0);
+  order.first.assign(static_cast<size_t>(p.experts) + 1, 0);
+  order.count.assign(static_cast<size_t>(p.experts), 0);
+  int64_t next = static_cast<int64_t>(s) * source_capacity(p, align);
+  for (int e = 0; e < p.experts; ++e) {
+    const int64_t count = rows.block_rows(s, e);
+    if (count > 0) next = (next + align - 1) / align * align;  // no padding for an expert the source did not pick
+    order.first[static_cast<size_t>(e)] = next;
+    for (int64_t row = rows.block_first(s, e); row < rows.block_first(s, e) + count; ++row) order.position[static_cast<size_t>(row)] = next++;
+    order.count[static_cast<size_t>(e)] = count;
+  }
+  order.first[static_cast<size_t>(p.experts)] = next;
+  return order;
+}
+
+}  // namespace
+
+void add_source_experts(RankPlanBuilder& b, const Problem& p, const MoeRows& rows, int s, const std::string& label, const Region& src,
+                        const std::function<int64_t(int64_t)>& src_row, std::vector<Wait> waits, BufferId x, BufferId w, BufferId out,
+                        const PlanOptions& options, int stream, int tile_n) {
+  const int64_t align = tile_n > 0 ? kGroupedGemmTileM : 1;
+  const ExpertMajorRows order = source_expert_rows(p, rows, s, align);
+  const int64_t base = static_cast<int64_t>(s) * source_capacity(p, align);
+  PermuteRowsStep by_expert{src, b.rows(x, base, order.total() - base), std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
+  for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
+    by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] = src_row(row);
+  b.add(label, stream, Engine::sm, std::move(by_expert)).waits = std::move(waits);
+  std::vector<int64_t> stores_at;
+  for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
+  add_expert_major_gemms(b, p, order, x, w, out, options, stream, tile_n, &stores_at);
 }
 
 }  // namespace weft::detail

@@ -4,6 +4,8 @@
 // the top-k weighted reduction of the block's rows back to its tokens.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "builder_support.hpp"
@@ -42,11 +44,6 @@ inline int64_t padded_capacity(const Problem& p, const MoeRows& rows, int64_t al
   return rows.rows() + (align > 1 ? static_cast<int64_t>(p.experts) * (align - 1) : 0);
 }
 
-// Source s's rows alone, each expert's rows on the grouped GEMM's tile grid (`align`), in a region of
-// source_capacity() rows of its own that starts at s * source_capacity() (the per-source plans'
-// scratch): first[e] and count[e] are absolute rows there, position[row] is set for the source's rows
-// (0 for the others'), total() is where the source's last expert ends.
-ExpertMajorRows source_expert_rows(const Problem& p, const MoeRows& rows, int s, int64_t align);
 // A source's region: its M * topk rows with every expert's padding, rounded up to `align`; it does
 // not depend on the routing (buffers sized by it stay the size weft::Op reserved).
 inline int64_t source_capacity(const Problem& p, int64_t align) {
@@ -69,6 +66,16 @@ constexpr int kGroupedGemmTileM = 128;
 // they have in `x` (a per-source plan stores straight into the op's layout).
 void add_expert_major_gemms(RankPlanBuilder& b, const Problem& p, const ExpertMajorRows& order, BufferId x, BufferId w, BufferId out,
                             const PlanOptions& options, int stream, int tile_n = 0, const std::vector<int64_t>* stores_at = nullptr);
+
+// One source's experts in a per-source plan (decomposed): its rows gathered by expert from `src`
+// (src_row(row): where the op's row `row` lies there) into the source's own region of `x` (rows
+// [s, s + 1) x source_capacity(), each expert's rows on the grouped GEMM's tile grid where tile_n > 0;
+// the padding between experts reads src's first row and is never stored), after `waits`; then the
+// source's grouped GEMM (a GEMM per expert where tile_n is 0) storing each expert's rows into the
+// source's rows of `out` in the op's layout. On `stream`.
+void add_source_experts(RankPlanBuilder& b, const Problem& p, const MoeRows& rows, int s, const std::string& label, const Region& src,
+                        const std::function<int64_t(int64_t)>& src_row, std::vector<Wait> waits, BufferId x, BufferId w, BufferId out,
+                        const PlanOptions& options, int stream, int tile_n);
 
 // Token i of source s (row i of `tokens_out`) = sum_j weights[i, j] * row (s, i, j) of `block`,
 // source s's rows in the expert-grouped layout.
