@@ -19,7 +19,7 @@ const std::vector<std::string>& auto_candidates() {
 
 const std::vector<std::string>& auto_candidates(OpKind op) {
   static const std::vector<std::string> attention = {"sequential", "decomposed", "tilelink"};
-  static const std::vector<std::string> moe = {"sequential", "tilelink"};
+  static const std::vector<std::string> moe = {"sequential", "decomposed", "tilelink"};
   if (op == OpKind::ag_moe || op == OpKind::moe_rs) return moe;
   return is_attention(op) ? attention : auto_candidates();
 }
