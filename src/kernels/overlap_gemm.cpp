@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -99,6 +100,91 @@ std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTil
   return split;
 }
 
+std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& table, int64_t k, OverlapGemmConfig config, int ctas) {
+  const int64_t count = static_cast<int64_t>(table.size());
+  if (ctas < 2 || count == 0 || count % ctas == 0) return table;
+  const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const OverlapGemmTile& e = table[i];
+    if (e.splits != 1) return table;  // split already: its own schedule
+    if (e.k_tiles == kNoWorkKTiles || !(e.k_tiles == 0 || (e.k_begin == 0 && e.k_tiles == k_tiles)))
+      reject("stream_k_tail: entry " + std::to_string(i) + " covers K-tiles [" + std::to_string(e.k_begin) + ", " +
+             std::to_string(e.k_begin + e.k_tiles) + ") of " + std::to_string(k_tiles) + ", not all of K");
+  }
+  // The whole waves but the last stay as they are; the rest is streamed.
+  const int64_t kept = std::max<int64_t>(count / ctas - 1, 0) * ctas;
+  const int64_t streamed = count - kept, total = streamed * k_tiles;
+  if (total < ctas) return table;  // fewer K-tiles than CTAs: nothing to balance
+  // Each CTA's pieces, in the order of the (entry, K-tile) sequence.
+  struct Piece {
+    int64_t entry;  // index into table
+    int32_t k_begin, k_tiles;
+  };
+  std::vector<std::vector<Piece>> pieces(static_cast<size_t>(ctas));
+  size_t most = 0;
+  // CTA c takes the (ctas - 1 - c)-th run: a tile's piece that ends its K (a CTA's first piece, done
+  // early) then sits at a lower table index than the pieces before it in K, so that in table order a
+  // tile's splits run from the piece done first to the one done last, and none waits for a piece
+  // that finishes later than itself.
+  for (int64_t c = 0; c < ctas; ++c) {
+    const int64_t run = ctas - 1 - c, begin = total * run / ctas, end = total * (run + 1) / ctas;
+    for (int64_t at = begin; at < end;) {
+      const int64_t entry = kept + at / k_tiles, first = at % k_tiles, last = std::min(k_tiles, first + (end - at));
+      pieces[static_cast<size_t>(c)].push_back(Piece{entry, static_cast<int32_t>(first), static_cast<int32_t>(last - first)});
+      at += last - first;
+    }
+    most = std::max(most, pieces[static_cast<size_t>(c)].size());
+  }
+  std::vector<OverlapGemmTile> out(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(kept));
+  OverlapGemmTile padding;
+  padding.k_tiles = kNoWorkKTiles;
+  padding.rows = padding.cols = 0;
+  out.resize(static_cast<size_t>(kept) + most * static_cast<size_t>(ctas), padding);
+  std::vector<std::vector<size_t>> at_of(static_cast<size_t>(streamed));  // each streamed entry's pieces' indices, ascending
+  for (size_t j = 0; j < most; ++j)
+    for (int64_t c = 0; c < ctas; ++c) {
+      const std::vector<Piece>& mine = pieces[static_cast<size_t>(c)];
+      if (j >= mine.size()) continue;
+      const size_t index = static_cast<size_t>(kept) + j * static_cast<size_t>(ctas) + static_cast<size_t>(c);
+      OverlapGemmTile& e = out[index];
+      e = table[static_cast<size_t>(mine[j].entry)];
+      e.k_begin = mine[j].k_begin;
+      e.k_tiles = mine[j].k_tiles;
+      at_of[static_cast<size_t>(mine[j].entry - kept)].push_back(index);
+    }
+  // A tile's pieces are its splits in table order; the last stores, notifies and adds.
+  for (const std::vector<size_t>& indices : at_of) {
+    const int splits = static_cast<int>(indices.size());
+    for (int s = 0; s < splits; ++s) {
+      OverlapGemmTile& e = out[indices[static_cast<size_t>(s)]];
+      if (splits == 1) {
+        e.k_begin = 0;
+        e.k_tiles = 0;  // all of K
+        continue;
+      }
+      e.split = s;
+      e.splits = splits;
+      if (s + 1 < splits) {
+        e.notify_rank = -1;
+        e.notify_increment = 0;
+        if (e.addend_count > 0) {  // the epilogue's wait and addends belong to the split that stores
+          e.wait_signal = -1;
+          e.wait_value = 0;
+          e.addend_target = -1;
+          e.addend_count = 0;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int most_splits(const std::vector<OverlapGemmTile>& table) {
+  int most = 1;
+  for (const OverlapGemmTile& e : table) most = std::max(most, e.splits);
+  return most;
+}
+
 void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   (void)shape_of(config);
   if (launch.m <= 0 || launch.n <= 0 || launch.k <= 0)
@@ -142,9 +228,22 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
   require_launchable(launch, config);
   const OverlapGemmShape s = shape_of(config);
   const int64_t tiles_m = ceil_div(launch.m, s.tile_m), tiles_n = ceil_div(launch.n, s.tile_n);
+  const int64_t k_tiles = ceil_div(launch.k, s.tile_k);
+  // The splits of each split tile seen so far: the next split number, the count, the K ranges.
+  struct Chain {
+    int next = 0, splits = 0;
+    std::vector<std::pair<int32_t, int32_t>> ranges;
+  };
+  std::map<std::pair<int32_t, int32_t>, Chain> chains;
+  auto tile_name = [](const OverlapGemmTile& e) { return "tile (" + std::to_string(e.tile_m) + ", " + std::to_string(e.tile_n) + ")"; };
   for (size_t i = 0; i < table.size(); ++i) {
     const OverlapGemmTile& e = table[i];
     const std::string where = "tile table entry " + std::to_string(i) + " ";
+    if (e.k_tiles == kNoWorkKTiles) {
+      if (e.wait_signal >= 0 || e.notify_rank >= 0 || e.addend_count != 0 || e.splits != 1 || e.a_operand != 0)
+        reject(where + "does no work (k_tiles " + std::to_string(kNoWorkKTiles) + ") but waits, notifies, adds, reads a second A or is split");
+      continue;
+    }
     if (e.tile_m < 0 || e.tile_m >= tiles_m || e.tile_n < 0 || e.tile_n >= tiles_n)
       reject(where + "names tile (" + std::to_string(e.tile_m) + ", " + std::to_string(e.tile_n) + ") outside the " +
              std::to_string(tiles_m) + "x" + std::to_string(tiles_n) + " grid of " + to_string(config) + " tiles");
@@ -175,7 +274,6 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     if (e.notify_rank >= 0 && (e.notify_rank >= kMaxSignalRanks || !launch.notify_signals[e.notify_rank]))
       reject(where + "notifies rank " + std::to_string(e.notify_rank) + " whose signal array was not given");
     if (e.notify_rank >= 0 && e.notify_increment == 0) reject(where + "notifies with increment 0");
-    const int64_t k_tiles = ceil_div(launch.k, s.tile_k);
     if (e.k_begin < 0 || e.k_tiles < 0 || e.k_begin + e.k_tiles > k_tiles || (e.k_tiles == 0 && e.k_begin != 0))
       reject(where + "covers K-tiles [" + std::to_string(e.k_begin) + ", " + std::to_string(e.k_begin + e.k_tiles) + ") of " +
              std::to_string(k_tiles));
@@ -183,17 +281,34 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
       reject(where + "is split " + std::to_string(e.split) + " of " + std::to_string(e.splits) + " (launch.k_splits is " +
              std::to_string(launch.k_splits) + ")");
     if (e.splits > 1) {
-      // Split s waits for split s - 1 of the same tile: it must come earlier in the table, or a
-      // CTA could wait for an entry that only it would run later.
-      const bool follows = e.split == 0 || (i > 0 && table[i - 1].tile_m == e.tile_m && table[i - 1].tile_n == e.tile_n &&
-                                             table[i - 1].split == e.split - 1 && table[i - 1].splits == e.splits &&
-                                             table[i - 1].k_begin + table[i - 1].k_tiles == e.k_begin);
-      if (!follows) reject(where + "is split " + std::to_string(e.split) + " but does not follow split " + std::to_string(e.split - 1) + " of its tile");
-      if (e.k_tiles == 0 || (e.split + 1 == e.splits && e.k_begin + e.k_tiles != k_tiles) || (e.split == 0 && e.k_begin != 0))
-        reject(where + "splits of a tile must cover K exactly once, in order");
+      // Split s waits for split s - 1 of the same tile: it must come earlier in the table, or CTAs
+      // walking the table forward could wait on each other in a cycle.
+      Chain& chain = chains[{e.tile_m, e.tile_n}];
+      if (chain.next == 0) chain.splits = e.splits;
+      if (chain.next == chain.splits)
+        reject(where + "splits " + tile_name(e) + " a second time (its partial sums have one slot)");
+      if (e.split != chain.next || e.splits != chain.splits)
+        reject(where + "is split " + std::to_string(e.split) + " of " + std::to_string(e.splits) + " of " + tile_name(e) +
+               ", but the table's earlier entries hold its splits 0.." + std::to_string(chain.next - 1) + " of " + std::to_string(chain.splits) +
+               ": a tile's splits must appear in table order");
+      if (e.k_tiles == 0) reject(where + "is a split of " + tile_name(e) + " over all of K");
       if (e.split + 1 < e.splits && e.notify_rank >= 0) reject(where + "notifies before its last split");
+      chain.ranges.emplace_back(e.k_begin, e.k_tiles);
+      if (++chain.next == chain.splits) {
+        std::sort(chain.ranges.begin(), chain.ranges.end());
+        int64_t covered = 0;
+        for (const auto& [begin, count] : chain.ranges) {
+          if (begin != covered) break;
+          covered += count;
+        }
+        if (covered != k_tiles) reject(where + "completes " + tile_name(e) + ", whose splits do not cover its " + std::to_string(k_tiles) + " K-tiles exactly once");
+      }
     }
   }
+  for (const auto& [tile, chain] : chains)
+    if (chain.next < chain.splits)
+      reject("tile (" + std::to_string(tile.first) + ", " + std::to_string(tile.second) + ") has " + std::to_string(chain.next) + " of its " +
+             std::to_string(chain.splits) + " splits in the table");
 }
 
 namespace {

@@ -316,7 +316,7 @@ struct OverlapGemmKernel {
     uint32_t handed = 0;
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile& entry = launch.tiles[t];
-      if (entry.notify_rank < 0) continue;
+      if (entry.notify_rank < 0 || entry.k_tiles == kNoWorkKTiles) continue;
       const uint32_t slot = handed % kNotifySlots, use = handed / kNotifySlots;
       if (!wait_for_phase(&shared.tile_stored[slot], use & 1, launch.wait_timeout_ns))
         record_timeout(launch, t, kNotifyHandoffSignal, handed + 1, handed);
@@ -326,8 +326,11 @@ struct OverlapGemmKernel {
     }
   }
 
-  // Whether the consumers store an entry (stage it): unsplit entries and the last split of a tile.
-  CUTLASS_DEVICE static bool stores(const OverlapGemmTile& entry) { return entry.splits <= 1 || entry.split + 1 == entry.splits; }
+  // Whether the consumers store an entry (stage it): unsplit entries and the last split of a tile,
+  // not stream-K's padding.
+  CUTLASS_DEVICE static bool stores(const OverlapGemmTile& entry) {
+    return entry.k_tiles != kNoWorkKTiles && (entry.splits <= 1 || entry.split + 1 == entry.splits);
+  }
 
   // Called by every storing thread: walks this CTA's entries as the consumers do and copies each
   // staged tile out, then frees the staging buffer and hands a notifying tile to the notifier.
@@ -422,6 +425,7 @@ struct OverlapGemmKernel {
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
       for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
         const OverlapGemmTile entry = launch.tiles[t];
+        if (entry.k_tiles == kNoWorkKTiles) continue;  // padding: every role skips it
         if (entry.wait_signal >= 0 && entry.addend_count == 0) wait_for_signal(launch, t, entry);  // else in the epilogue
         const int first = entry.k_tiles > 0 ? entry.k_begin : 0, count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
         auto k_iterator = cute::make_coord_iterator(idx2crd(first, shape<3>(get<0>(load_inputs))), shape<3>(get<0>(load_inputs)));
@@ -445,6 +449,7 @@ struct OverlapGemmKernel {
     uint32_t staged = 0;  // tiles staged so far (every consumer thread counts)
     for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
       const OverlapGemmTile entry = launch.tiles[t];
+      if (entry.k_tiles == kNoWorkKTiles) continue;
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
       const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
       mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);

@@ -25,6 +25,10 @@ constexpr int kMaxTailSplits = 4;
 // What each split of a tail tile adds in K-tiles of work: the splits of a tile run side by side, so
 // each waits little; it writes or reads one fp32 partial tile through L2. An estimate until measured.
 constexpr double kTailFixupKTiles = 4.0;
+// What stream-K's fix-up adds to a CTA's share, in K-tiles: its first piece's partial tile written
+// and its last piece's read back, each through L2 (the pieces it reads finished long before). An
+// estimate until measured.
+constexpr double kStreamKFixupKTiles = 6.0;
 // The overlap GEMM's shared memory per CTA (Hopper: 227 KiB) and what its barriers take besides
 // the pipeline stages and the epilogue's staging buffer (overlap_gemm_kernel.cuh).
 constexpr int kSharedMemoryPerSm = 232448;
@@ -177,9 +181,40 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
       best_time = t;
     }
   }
-  if (best.k_splits == 1)
-    best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
-  return best;
+  if (best.k_splits == 1) {
+    const int64_t tiles = ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n);
+    best.tail_splits = choose_tail_splits(tiles, k, best.tile, sm_count);
+    if (best.tail_splits > 1) best_time = tail_split_time(tiles, k, best.tile, best.tail_splits, sm_count, rates);
+  }
+  // Stream-K where its estimate, on any tile, beats the best whole-tile schedule by 2%.
+  GemmTiling streamed = best;
+  double streamed_time = 0.98 * best_time;
+  for (const TileShape& s : overlap_gemm_tiles()) {
+    if (s.tile_m == kSmallTileRows) continue;
+    const double t = stream_k_time(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), k, s, sm_count, rates);
+    if (t < streamed_time) {
+      streamed = GemmTiling{s, 1, 1, true};
+      streamed_time = t;
+    }
+  }
+  return streamed;
+}
+
+double tail_split_time(int64_t tile_count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates) {
+  const int64_t k_tiles = ceil_div(k, tile.tile_k);
+  const double per_tile = static_cast<double>(tile_count / std::max(sm_count, 1)) * static_cast<double>(k_tiles) +
+                          static_cast<double>(ceil_div(k_tiles, splits)) + (splits - 1) * kTailFixupKTiles;
+  return per_tile * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
+}
+
+double stream_k_time(int64_t tile_count, int64_t k, TileShape tile, int sm_count, const TileRates& rates) {
+  const int64_t ctas = std::max(sm_count, 1), k_tiles = ceil_div(k, tile.tile_k);
+  if (ctas < 2 || tile_count % ctas == 0) return INFINITY;  // whole waves: nothing to balance
+  const int64_t kept = std::max<int64_t>(tile_count / ctas - 1, 0) * ctas, streamed = tile_count - kept;
+  // At least half a tile's K per CTA: shorter shares cut a tile into more pieces than the fix-up pays for.
+  if (2 * streamed < ctas || k_tiles < 2 * kMinKTilesPerSplit) return INFINITY;
+  const double k_tiles_per_cta = static_cast<double>(kept / ctas * k_tiles + ceil_div(streamed * k_tiles, ctas)) + kStreamKFixupKTiles;
+  return k_tiles_per_cta * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
 }
 
 int choose_tail_splits(int64_t tile_count, int64_t k, TileShape tile, int sm_count) {

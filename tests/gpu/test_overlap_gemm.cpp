@@ -2,8 +2,8 @@
 // shapes for every compiled tile (B K-major and N-major), bulk-copied and warp-copied tiles in one launch, remapped stores
 // into several targets, notifies and the waits that see them, waits released by another stream, a
 // wait that times out and is reported, operands retargeted between launches, A rows read from a
-// second operand, addends added in the epilogue after their wait, host-side checks, and (on 2+
-// GPUs) peer stores with peer notifies through the executor.
+// second operand, addends added in the epilogue after their wait, split K, tail splits and
+// stream-K, host-side checks, and (on 2+ GPUs) peer stores with peer notifies through the executor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -473,6 +473,37 @@ TEST(OverlapGemm, TailSplitsFillTheLastWaveAndMatchTheHostGemm) {
   // A tail that would not fit in one wave once split is left alone.
   if (tail > 1) {
     EXPECT_EQ(split_tail_along_k(whole_table, sms, k, f.config, sms).size(), whole_table.size());
+  }
+}
+
+// Stream-K over a partial last wave on every 128-row tile: fewer tiles than SMs (each tile's K cut
+// over about two CTAs), a wave and a fraction (the whole wave streamed with the rest), ragged M, N
+// and K; every tile notifies once, after its last piece; two calls into poisoned C.
+TEST(OverlapGemm, StreamKPiecesMatchTheHostGemmOnEveryTile) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (OverlapGemmConfig config : overlap_gemm_configs()) {
+    const OverlapGemmShape tile = shape_of(config);
+    if (tile.tile_m != 128) continue;
+    for (const int64_t tiles_wanted : {int64_t{sms} * 3 / 5, int64_t{sms} + sms / 3}) {
+      const int64_t tiles_n = 8, tiles_m = (tiles_wanted + tiles_n - 1) / tiles_n;
+      const int64_t m = tiles_m * 128 - 24, n = tiles_n * tile.tile_n - 40, k = 584;  // ragged M, N and K (10 K-tiles)
+      Fixture f(config, m, n, k, static_cast<uint64_t>(91 + tiles_wanted));
+      const size_t tiles = f.table.size();
+      ASSERT_NE(tiles % static_cast<size_t>(sms), 0u);
+      for (auto& e : f.table) {
+        e.notify_rank = 0;
+        e.notify_signal = 1;
+        e.notify_increment = 1;
+      }
+      f.table = stream_k_tail(f.table, k, config, sms);
+      int no_work = 0;
+      for (const auto& e : f.table) no_work += e.k_tiles == kNoWorkKTiles;
+      ASSERT_GT(most_splits(f.table), 1) << "the tiles are cut into pieces";
+      f.expect_two_calls_match(most_splits(f.table), tiles,
+                               "stream-K, " + to_string(config) + ", " + std::to_string(tiles) + " tiles, " + std::to_string(no_work) + " padding entries");
+    }
   }
 }
 

@@ -3,7 +3,8 @@
 //   library  : cuBLASLt (the plain tile table lowered as the executor does by default);
 //   empty    : the overlap GEMM with an empty table (every tile in place, no waits, no notifies),
 //              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
-//              tile's column its best), so the tile rule's pick can be judged;
+//              tile's column its best; where the last wave is partial, also with stream-K on each
+//              128-row tile), so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
 //              also each of the two alone (CSV and summary), to trace a cost to one of them;
@@ -39,9 +40,10 @@ namespace {
 
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
-Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1) {
+Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1, bool stream_k = false) {
   PlanOptions options;
   options.tail_splits = tail_splits;
+  options.stream_k = stream_k;
   options.raster = o.raster;
   options.swizzle = o.swizzle;
   options.tile_m = tile.tile_m;
@@ -150,15 +152,15 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
               "notify+", "peer+", "err", "check");
   std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads, peer_overheads;
   int failures = 0, chose_best = 0;
-  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1) {
-    return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "");
+  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1, bool stream_k = false) {
+    return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") + (stream_k ? "/sk" : "");
   };
   for (const auto& [name, s] : shapes) {
     const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
-    const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits);
-    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o, tiling.tail_splits);
+    const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits, tiling.stream_k);
+    const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o, tiling.tail_splits, tiling.stream_k);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});
     fill_buffers(library, 0, o.seed, stream);
     library.run(stream);
@@ -170,6 +172,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       size_t config;
       int splits;
       int tail = 1;
+      bool stream_k = false;
     };
     std::vector<Variant> variants;
     for (size_t c = 0; c < configs.size(); ++c) {
@@ -178,17 +181,23 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
       if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
+      // Stream-K on every tile where it applies (a partial last wave), so that its rule can be judged.
+      if (std::isfinite(stream_k_time((s.m + t.tile_m - 1) / t.tile_m * ((s.n + t.tile_n - 1) / t.tile_n), s.k,
+                                      TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && !memory_bound_gemm(s.m, s.n, s.k) && t.tile_m == 128)
+        variants.push_back({c, 1, 1, true});
+      else if (configs[c] == chosen && tiling.stream_k)
+        variants.push_back({c, 1, 1, true});
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (const Variant& v : variants) {
       const OverlapGemmShape t = shape_of(configs[v.config]);
-      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail),
+      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail, v.stream_k),
                                                        ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
-      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail));
+      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail, v.stream_k));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
@@ -238,9 +247,11 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
       if (t < t_best) {
         t_best = t;
-        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail);
+        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k);
       }
-      if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits) t_chosen = t;
+      if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits &&
+          variants[v].stream_k == tiling.stream_k)
+        t_chosen = t;
     }
 
     const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
@@ -265,7 +276,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     if (variants.size() > configs.size()) {  // splits swept or a tail split: each (tile, split) on its own
       std::printf("  %-28s", "each tile and split, ms:");
       for (size_t v = 0; v < variants.size(); ++v)
-        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail).c_str(), medians[1 + kWorkCount + v]);
+        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k).c_str(),
+                    medians[1 + kWorkCount + v]);
       std::printf("\n");
     }
     std::fflush(stdout);

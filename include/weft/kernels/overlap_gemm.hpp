@@ -39,9 +39,11 @@ constexpr int kMaxSignalRanks = 8;
 // One row of the device tile table. Plain data, 120 bytes, copied to the GPU once per plan.
 //
 // Split K: a tile may be computed by `splits` entries, each over k_tiles K-tiles from k_begin,
-// listed in split order (split s before split s + 1; split_along_k builds them). Split s > 0
-// waits for split s - 1's partial sums in the launch's workspace, adds them, and passes the sum
-// on; only the last split stores the tile and notifies. The order makes the sum deterministic.
+// listed in split order (split s at a later table index than split s - 1; split_along_k and
+// stream_k_tail build them), their K ranges covering K once in any order. Split s > 0 waits for
+// split s - 1's partial sums in the launch's workspace, adds them, and passes the sum on; only the
+// last split stores the tile and notifies. The order makes the sum deterministic; that every wait is
+// for an earlier entry keeps CTAs that walk the table forward from waiting on each other in a cycle.
 struct OverlapGemmTile {
   int32_t tile_m = 0;          // tile coordinates in the GEMM's own output space, in tiles
   int32_t tile_n = 0;
@@ -74,6 +76,10 @@ struct OverlapGemmTile {
   int32_t a_tile_m = 0;
 };
 static_assert(sizeof(OverlapGemmTile) == 120, "the device table layout is part of the kernel's contract");
+
+// OverlapGemmTile::k_tiles of an entry that does nothing (no wait, load, MMA, store or notify):
+// stream-K's padding, so that every CTA takes as many entries of its part of the table.
+constexpr int32_t kNoWorkKTiles = -1;
 
 struct OverlapGemmTarget {
   void* data = nullptr;  // bf16
@@ -144,6 +150,23 @@ std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& t
 // yet to run.
 std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                                 OverlapGemmConfig config, int ctas);
+
+// Stream-K (Osama et al., PPoPP 2023) for a table's partial last wave: the entries after the table's
+// whole waves of `ctas` persistent CTAs, with the last whole wave where there is one (so that each
+// CTA's share is at least a tile's K), are cut along K so that every CTA runs the same number of
+// K-tiles of them (within one): CTA c's share is the (ctas - 1 - c)-th of `ctas` equal runs of the
+// sequence (entry, K-tile), each piece of a tile one of its splits. A CTA's pieces go at table
+// indices whole + j * ctas + c (its j-th piece), CTAs with fewer pieces padded with kNoWorkKTiles
+// entries, and a tile's splits are numbered in table order: the piece that ends the tile's K (its
+// CTA's first, done early) first, the pieces that are a CTA's whole share next, and last the one
+// that starts it (its CTA's last), which stores and notifies. So no piece waits for one that
+// finishes after it, and with free fix-ups every CTA finishes when its own share is done. Waits stay
+// on every piece (each loads A and B); notifies, addends and their epilogue wait on the last. The
+// table unchanged where it has no partial wave, or splits already. Entries must be unsplit and cover
+// all of K.
+std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& table, int64_t k, OverlapGemmConfig config, int ctas);
+// The most splits of any entry (the launch's k_splits for such a table).
+int most_splits(const std::vector<OverlapGemmTile>& table);
 
 // Throws std::invalid_argument naming the problem: TMA needs 16-byte aligned A/B base pointers and
 // row strides (B's rows: of k elements, or of n where B is N-major), K a multiple of 8, and every

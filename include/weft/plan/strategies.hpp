@@ -83,6 +83,8 @@ struct PlanOptions {
   // last wave (GemmStep::tail_splits).
   int k_splits = 1;
   int tail_splits = 1;
+  // Stream-K for the partial last wave (GemmStep::stream_k).
+  bool stream_k = false;
   Raster raster = Raster::along_m;
   // Strips of 8 tile columns: a wave of ~132 tiles then covers ~16 row blocks x 8 column blocks,
   // so a wave reads a few row blocks of A and of B from HBM; with strips of 1 a wave walks down

@@ -80,6 +80,8 @@ struct StructureChecker {
     if (g.tail_splits < 1) fail(where, "tail_splits must be at least 1");
     if (g.tail_splits > 1 && (g.k_splits > 1 || g.sm_limit != 0 || !g.persistent))
       fail(where, "tail_splits " + std::to_string(g.tail_splits) + " needs an unsplit, persistent GEMM on every SM");
+    if (g.stream_k && (g.k_splits > 1 || g.tail_splits > 1 || g.sm_limit != 0 || !g.persistent))
+      fail(where, "stream_k needs an unsplit (k_splits 1, tail_splits 1), persistent GEMM on every SM");
     if (g.k_splits > 1 && (g.sm_limit != 0 || !g.persistent))
       fail(where, "a GEMM on limited SMs or with a CTA per tile keeps its waves and cannot split K (k_splits " +
                       std::to_string(g.k_splits) + ")");

@@ -60,6 +60,7 @@ GemmStep gemm_over(const Region& a, const Region& b, const PlanOptions& options)
   gemm.tile_n = options.tile_n;
   gemm.k_splits = options.k_splits;
   gemm.tail_splits = options.k_splits > 1 ? 1 : options.tail_splits;
+  gemm.stream_k = options.stream_k && gemm.k_splits == 1 && gemm.tail_splits == 1;
   return gemm;
 }
 

@@ -123,6 +123,7 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
   // the companion kernel is not on every SM, which the split K needs.
   o.k_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.k_splits;
   o.tail_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.tail_splits;
+  o.stream_k = !strategy.gemm_beside_nccl && !strategy.gemm_beside_companion && tiling.stream_k;
   return o;
 }
 

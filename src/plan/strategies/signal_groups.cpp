@@ -98,6 +98,7 @@ GemmStep signal_gemm(const Region& a, const Region& b, const PlanOptions& o, con
   gemm.persistent = !o.gemm_cta_per_tile;
   gemm.sm_limit = gemm.persistent ? layout.gemm_sms : 0;
   gemm.tail_splits = 1;  // its waves are its groups
+  gemm.stream_k = false;
   return gemm;
 }
 

@@ -96,6 +96,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   GemmStep gemm = detail::gemm_over(b.whole(gathered), b.whole(w), o);
   gemm.sm_limit = gemm_sms(o);
   gemm.tail_splits = 1;  // the companion keeps SMs: no wave to fill
+  gemm.stream_k = false;
   const TileGrid grid{world * p.m, p.n, o.tile_m, o.tile_n};
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
     GemmTile tile;
@@ -163,6 +164,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   GemmStep gemm = detail::gemm_over(b.whole(a), b.whole(w), o);
   gemm.sm_limit = gemm_sms(o);
   gemm.tail_splits = 1;  // the companion keeps SMs: no wave to fill
+  gemm.stream_k = false;
   std::vector<int64_t> order = rasterized_order(grid, o.raster, o.swizzle);
   auto rank_of_step = [&](int64_t index) {  // spanning tiles first: their relay waits for all of them
     const Rect t = grid.tile(index);

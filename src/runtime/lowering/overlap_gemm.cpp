@@ -1,6 +1,6 @@
 // A GEMM step whose tile table has waits, notifies or remapped stores runs on the overlap GEMM:
 // the table in the kernel's device format, its store targets and every rank's signal array. The K
-// split is the plan's (GemmStep::k_splits and tail_splits, decided by the model); waits stay on
+// split is the plan's (GemmStep::k_splits, tail_splits and stream_k, decided by the model); waits stay on
 // every split, the store and the notify happen once, after the last (with the addends and their
 // wait, for a tile that has addends).
 #include <algorithm>
@@ -121,19 +121,21 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   }
   launch.k_splits = gemm.k_splits;
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
-  if (gemm.k_splits == 1 && gemm.tail_splits > 1 && gemm.persistent && gemm.sm_limit == 0) {
+  // SMs left to peer copies: the GEMM runs on fewer CTAs than SMs, which a wave's split must know.
+  const bool leaves_sms = context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); });
+  if (gemm.k_splits == 1 && (gemm.tail_splits > 1 || gemm.stream_k) && gemm.persistent && gemm.sm_limit == 0) {
     // The partial last wave of the CTAs this GPU runs (one per SM), not of the model's SM count.
     int device = 0, sms = 0;
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    const size_t before = table.size();
-    table = split_tail_along_k(table, gemm.tail_splits, launch.k, config, sms);
-    if (table.size() != before) launch.k_splits = gemm.tail_splits;
+    const int ctas = leaves_sms ? leave_sms_for_peer_copies(sms) : sms;
+    if (gemm.stream_k) table = stream_k_tail(table, launch.k, config, ctas);
+    else table = split_tail_along_k(table, gemm.tail_splits, launch.k, config, ctas);
+    launch.k_splits = most_splits(table);
   }
   launch.tile_count = static_cast<int>(table.size());
   if (!gemm.persistent) launch.max_ctas = launch.tile_count;
-  if (context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); }))
-    launch.max_ctas = leave_sms_for_peer_copies(launch.max_ctas);
+  if (leaves_sms) launch.max_ctas = leave_sms_for_peer_copies(launch.max_ctas);
   launch.tiles = table.data();  // checked on the host before anything is allocated; the device copy replaces it below
   require_valid_table(launch, config, table);
   std::shared_ptr<void> device_table = upload(table.data(), table.size() * sizeof(OverlapGemmTile));

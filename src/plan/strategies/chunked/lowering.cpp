@@ -245,6 +245,7 @@ void build_ag_gemm(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
     gemm.sm_limit = o.machine.sm_count - o.chunked.comm_sms;
     gemm.k_splits = 1;
     gemm.tail_splits = 1;
+    gemm.stream_k = false;
   }
   const TileGrid grid{world * p.m, p.n, o.tile_m, o.tile_n};
   // Estimated arrival of a block: the latest of its writers (own rows: at once).
@@ -290,6 +291,7 @@ void build_gemm_rs(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
     gemm.sm_limit = o.machine.sm_count - o.chunked.comm_sms;
     gemm.k_splits = 1;
     gemm.tail_splits = 1;
+    gemm.stream_k = false;
   }
   std::vector<int64_t> departure(static_cast<size_t>(l.blocks), INT64_MAX);
   for (int q = 0; q < world; ++q)
@@ -380,6 +382,7 @@ void build_gemm_ar(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
   gemm.sm_limit = o.gemm_sms > 0 ? o.gemm_sms : o.machine.sm_count - o.machine.collective_sms;
   gemm.k_splits = 1;
   gemm.tail_splits = 1;
+  gemm.stream_k = false;
   std::vector<int64_t> first_use(static_cast<size_t>(l.blocks), INT64_MAX);
   for (int i = 0; i < static_cast<int>(l.ops(r).size()); ++i) {
     const ChunkOp& op = l.ops(r)[static_cast<size_t>(i)];

@@ -1,0 +1,259 @@
+// The overlap GEMM's tile tables on the host: stream-K's cut of a partial last wave (every CTA the
+// same share of K-tiles, each tile's K covered once, its splits in table order, the last one
+// storing and notifying) walked as the kernel's CTAs walk it, and the table check's rules for
+// splits and padding. No GPU: these are the host functions the CUDA executor's lowering calls.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "weft/kernels/overlap_gemm.hpp"
+
+namespace weft {
+namespace {
+
+constexpr OverlapGemmConfig kConfig = OverlapGemmConfig::tile_128x256;
+
+// A launch over m x n x k with placeholder (aligned, never dereferenced) pointers: what
+// require_valid_table checks without a GPU.
+OverlapGemmLaunch launch_for(int64_t m, int64_t n, int64_t k, int k_splits) {
+  OverlapGemmLaunch l;
+  l.a = reinterpret_cast<const void*>(uintptr_t{0x10000});
+  l.lda = k;
+  l.b = reinterpret_cast<const void*>(uintptr_t{0x20000});
+  l.ldb = k;
+  l.m = m;
+  l.n = n;
+  l.k = k;
+  l.targets[0] = OverlapGemmTarget{reinterpret_cast<void*>(uintptr_t{0x30000}), n, m, n};
+  l.target_count = 1;
+  l.wait_signals = reinterpret_cast<const uint64_t*>(uintptr_t{0x40000});
+  l.notify_signals[0] = reinterpret_cast<uint64_t*>(uintptr_t{0x40000});
+  l.k_splits = k_splits;
+  return l;
+}
+
+// Every tile of an m x n grid of 128x256 tiles, row by row, each notifying signal 1 and waiting for
+// signal 0 (as an AllGather GEMM's tiles do).
+std::vector<OverlapGemmTile> whole_table(int64_t m, int64_t n) {
+  std::vector<OverlapGemmTile> table;
+  for (int64_t i = 0; i * 128 < m; ++i)
+    for (int64_t j = 0; j * 256 < n; ++j) {
+      OverlapGemmTile e;
+      e.tile_m = static_cast<int32_t>(i);
+      e.tile_n = static_cast<int32_t>(j);
+      e.rows = static_cast<int32_t>(std::min<int64_t>(128, m - i * 128));
+      e.cols = static_cast<int32_t>(std::min<int64_t>(256, n - j * 256));
+      e.store_row = i * 128;
+      e.store_col = j * 256;
+      e.wait_signal = 0;
+      e.wait_value = static_cast<uint64_t>(i + 1);
+      e.notify_rank = 0;
+      e.notify_signal = 1;
+      e.notify_increment = 1;
+      table.push_back(e);
+    }
+  return table;
+}
+
+bool same(const OverlapGemmTile& a, const OverlapGemmTile& b) {
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.rows == b.rows && a.cols == b.cols && a.store_row == b.store_row &&
+         a.store_col == b.store_col && a.store_target == b.store_target && a.wait_signal == b.wait_signal && a.wait_value == b.wait_value &&
+         a.notify_rank == b.notify_rank && a.notify_signal == b.notify_signal && a.notify_increment == b.notify_increment &&
+         a.k_begin == b.k_begin && a.k_tiles == b.k_tiles && a.split == b.split && a.splits == b.splits && a.addend_target == b.addend_target &&
+         a.addend_count == b.addend_count && a.addend_row == b.addend_row && a.addend_row_step == b.addend_row_step &&
+         a.addend_col == b.addend_col && a.a_operand == b.a_operand && a.a_tile_m == b.a_tile_m;
+}
+bool same(const std::vector<OverlapGemmTile>& a, const std::vector<OverlapGemmTile>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](const auto& x, const auto& y) { return same(x, y); });
+}
+
+int64_t k_tiles_of(const OverlapGemmTile& e, int64_t k_tiles) { return e.k_tiles == 0 ? k_tiles : std::max<int32_t>(e.k_tiles, 0); }
+
+// Walks the table as `ctas` persistent CTAs do (CTA c: entries c, c + ctas, ...), each entry taking
+// its K-tiles in time and a split finishing no earlier than the split before it (no fix-up cost).
+// Returns the time the last CTA finishes; fails the test if the CTAs would wait on each other forever.
+double walk(const std::vector<OverlapGemmTile>& table, int ctas, int64_t k_tiles) {
+  std::vector<size_t> next(static_cast<size_t>(ctas));
+  std::vector<double> clock(static_cast<size_t>(ctas), 0.0);
+  for (int c = 0; c < ctas; ++c) next[static_cast<size_t>(c)] = static_cast<size_t>(c);
+  std::map<std::pair<int32_t, int32_t>, std::pair<int, double>> done;  // tile -> (splits finished, when the last finished)
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int c = 0; c < ctas; ++c) {
+      size_t& i = next[static_cast<size_t>(c)];
+      while (i < table.size()) {
+        const OverlapGemmTile& e = table[i];
+        double end = clock[static_cast<size_t>(c)] + static_cast<double>(k_tiles_of(e, k_tiles));
+        if (e.splits > 1) {
+          auto& [finished, when] = done[{e.tile_m, e.tile_n}];
+          if (finished != e.split) break;  // waits for the split before it
+          end = std::max(end, when);
+          finished += 1;
+          when = end;
+        }
+        clock[static_cast<size_t>(c)] = end;
+        i += static_cast<size_t>(ctas);
+        moved = true;
+      }
+    }
+  }
+  for (int c = 0; c < ctas; ++c) EXPECT_GE(next[static_cast<size_t>(c)], table.size()) << "CTA " << c << " never finishes: a cycle of waits";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+struct StreamKCase {
+  int64_t m, n, k;
+  int ctas;
+};
+
+class StreamK : public testing::TestWithParam<StreamKCase> {};
+
+TEST_P(StreamK, EveryCtaRunsAnEqualShareAndEveryTileIsWholeOnce) {
+  const auto [m, n, k, ctas] = GetParam();
+  const std::vector<OverlapGemmTile> before = whole_table(m, n);
+  const int64_t k_tiles = (k + 63) / 64, count = static_cast<int64_t>(before.size());
+  const std::vector<OverlapGemmTile> after = stream_k_tail(before, k, kConfig, ctas);
+  ASSERT_NE(count % ctas, 0) << "the cases have a partial last wave";
+  const int64_t kept = std::max<int64_t>(count / ctas - 1, 0) * ctas;
+  ASSERT_EQ(after.size() % static_cast<size_t>(ctas), 0u) << "padded so that every CTA takes as many entries";
+  for (int64_t i = 0; i < kept; ++i) EXPECT_TRUE(same(after[static_cast<size_t>(i)], before[static_cast<size_t>(i)])) << "whole waves but the last stay";
+  // The table check accepts it (splits in table order, each tile's K covered once).
+  OverlapGemmLaunch l = launch_for(m, n, k, most_splits(after));
+  l.tiles = after.data();
+  l.tile_count = static_cast<int>(after.size());
+  EXPECT_NO_THROW(require_valid_table(l, kConfig, after));
+  // Each CTA's share of the streamed K-tiles is within one of every other's.
+  const int64_t streamed = (count - kept) * k_tiles;
+  for (int c = 0; c < ctas; ++c) {
+    int64_t share = 0;
+    for (size_t i = static_cast<size_t>(kept) + static_cast<size_t>(c); i < after.size(); i += static_cast<size_t>(ctas))
+      share += k_tiles_of(after[i], k_tiles);
+    EXPECT_GE(share, streamed / ctas) << "CTA " << c;
+    EXPECT_LE(share, (streamed + ctas - 1) / ctas) << "CTA " << c;
+  }
+  // Each tile stores and notifies once, from the split that comes last; waits stay on every piece.
+  std::map<std::pair<int32_t, int32_t>, int> notifies, pieces;
+  for (size_t i = 0; i < after.size(); ++i) {
+    const OverlapGemmTile& e = after[i];
+    if (e.k_tiles == kNoWorkKTiles) {
+      EXPECT_GE(static_cast<int64_t>(i), kept) << "padding only in the streamed part";
+      continue;
+    }
+    ++pieces[{e.tile_m, e.tile_n}];
+    EXPECT_EQ(e.wait_signal, 0);
+    EXPECT_EQ(e.wait_value, static_cast<uint64_t>(e.tile_m + 1)) << "each piece loads A, so each waits for it";
+    if (e.notify_rank >= 0) {
+      ++notifies[{e.tile_m, e.tile_n}];
+      EXPECT_EQ(e.split + 1, e.splits) << "the notify belongs to the last split";
+    }
+  }
+  EXPECT_EQ(notifies.size(), before.size());
+  for (const auto& [tile, count_of] : notifies) EXPECT_EQ(count_of, 1);
+  // Walked as the kernel walks it: no CTA waits forever, and with free fix-ups none waits at all:
+  // the last CTA finishes when its own share is done.
+  const double makespan = walk(after, ctas, k_tiles);
+  EXPECT_EQ(makespan, static_cast<double>(kept / ctas * k_tiles + (streamed + ctas - 1) / ctas));
+  EXPECT_LT(makespan, static_cast<double>((count + ctas - 1) / ctas * k_tiles)) << "faster than whole tiles' waves";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, StreamK,
+    testing::Values(StreamKCase{1024, 2304, 7168, 132},   // 72 tiles on 132 CTAs: each tile over ~2 CTAs
+                    StreamKCase{1000, 3696, 8192, 132},   // 120 tiles: 0.91 of a wave, ragged M and N
+                    StreamKCase{1000, 4608, 9216, 132},   // 144 tiles: one whole wave and 12
+                    StreamKCase{2048, 7168, 4096, 132},   // 448 tiles: 3.4 waves, the last two streamed
+                    StreamKCase{1000, 4608, 9216, 114},   // another CTA count (SMs left to peer copies)
+                    StreamKCase{640, 1280, 512, 16},      // 25 tiles of 8 K-tiles on 16 CTAs
+                    StreamKCase{384, 512, 256, 5}),       // 6 tiles of 4 K-tiles on 5 CTAs: shares across tiles
+    [](const auto& info) {
+      return std::to_string(info.param.m) + "x" + std::to_string(info.param.n) + "x" + std::to_string(info.param.k) + "_on_" +
+             std::to_string(info.param.ctas);
+    });
+
+TEST(StreamK, LeavesWholeWavesSplitTablesAndTinyOnesAlone) {
+  const std::vector<OverlapGemmTile> table = whole_table(1024, 2048);  // 64 tiles
+  EXPECT_TRUE(same(stream_k_tail(table, 4096, kConfig, 64), table)) << "whole waves";
+  EXPECT_TRUE(same(stream_k_tail(table, 4096, kConfig, 1), table)) << "one CTA";
+  const std::vector<OverlapGemmTile> split = split_along_k(table, 2, 4096, kConfig);
+  EXPECT_TRUE(same(stream_k_tail(split, 4096, kConfig, 100), split)) << "split already";
+  const std::vector<OverlapGemmTile> one = whole_table(128, 256);
+  EXPECT_TRUE(same(stream_k_tail(one, 64, kConfig, 4), one)) << "one K-tile for four CTAs";
+  std::vector<OverlapGemmTile> partial = table;
+  partial[3].k_begin = 1;
+  partial[3].k_tiles = 2;
+  EXPECT_THROW(stream_k_tail(partial, 4096, kConfig, 100), std::invalid_argument) << "an entry over part of K";
+}
+
+TEST(StreamK, AddendsAndTheirWaitGoToTheLastSplitOnly) {
+  std::vector<OverlapGemmTile> table = whole_table(1000, 3696);
+  for (OverlapGemmTile& e : table) {
+    e.addend_target = 0;
+    e.addend_count = 2;
+    e.addend_row = e.store_row;
+    e.addend_row_step = 0;
+    e.addend_col = e.store_col;
+  }
+  const std::vector<OverlapGemmTile> after = stream_k_tail(table, 8192, kConfig, 132);
+  int last_splits = 0;
+  for (const OverlapGemmTile& e : after) {
+    if (e.k_tiles == kNoWorkKTiles || e.splits == 1) continue;
+    const bool last = e.split + 1 == e.splits;
+    last_splits += last;
+    EXPECT_EQ(e.addend_count, last ? 2 : 0);
+    EXPECT_EQ(e.wait_signal, last ? 0 : -1) << "an entry with addends waits in its epilogue, on its last split";
+  }
+  EXPECT_GT(last_splits, 0);
+}
+
+// The table check on splits and padding: each rule broken once.
+TEST(OverlapGemmTable, SplitsOutOfOrderOverlappingOrMissingAndBusyPaddingAreRejected) {
+  const int64_t m = 256, n = 512, k = 1024;
+  const std::vector<OverlapGemmTile> split = split_along_k(whole_table(m, n), 2, k, kConfig);
+  auto check = [&](const std::vector<OverlapGemmTile>& table) {
+    OverlapGemmLaunch l = launch_for(m, n, k, 2);
+    l.tiles = table.data();
+    l.tile_count = static_cast<int>(table.size());
+    require_valid_table(l, kConfig, table);
+  };
+  auto rejects = [&](const std::vector<OverlapGemmTile>& table, const std::string& words) {
+    try {
+      check(table);
+      ADD_FAILURE() << "accepted; expected an error with '" << words << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NO_THROW(check(split));
+  // Splits of a tile in any K order are fine, as long as split numbers follow table order.
+  std::vector<OverlapGemmTile> reversed_k = split;
+  reversed_k[0].k_begin = 8;
+  reversed_k[1].k_begin = 0;
+  EXPECT_NO_THROW(check(reversed_k));
+  std::vector<OverlapGemmTile> out_of_order = split;
+  std::swap(out_of_order[0], out_of_order[1]);
+  rejects(out_of_order, "table order");
+  std::vector<OverlapGemmTile> overlapping = split;
+  overlapping[1].k_begin = 4;  // [0, 8) and [4, 12) of 16
+  rejects(overlapping, "exactly once");
+  std::vector<OverlapGemmTile> missing = split;
+  missing.erase(missing.begin() + 1);
+  rejects(missing, "1 of its 2 splits");
+  std::vector<OverlapGemmTile> twice = split;
+  twice.push_back(split[0]);
+  twice.push_back(split[1]);
+  rejects(twice, "a second time");
+  std::vector<OverlapGemmTile> padded = split;
+  OverlapGemmTile padding;
+  padding.k_tiles = kNoWorkKTiles;
+  padded.push_back(padding);
+  EXPECT_NO_THROW(check(padded));
+  padded.back().notify_rank = 0;
+  padded.back().notify_increment = 1;
+  rejects(padded, "does no work");
+}
+
+}  // namespace
+}  // namespace weft
