@@ -122,18 +122,25 @@ std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& t
   };
   std::vector<std::vector<Piece>> pieces(static_cast<size_t>(ctas));
   size_t most = 0;
-  // CTA c takes the (ctas - 1 - c)-th run: a tile's piece that ends its K (a CTA's first piece, done
-  // early) then sits at a lower table index than the pieces before it in K, so that in table order a
-  // tile's splits run from the piece done first to the one done last, and none waits for a piece
-  // that finishes later than itself.
+  // CTA c takes the c-th run and starts with what starts at K-tile 0 there (whole tiles, then the
+  // piece that starts a tile); the piece that ends a tile begun by the CTA before, which comes first
+  // in the run, goes last. Every CTA then reads K-tile (time) of its tiles until its last piece, and
+  // K-tile (time - share) from then on: two fronts over K, so that CTAs on tiles of one row or
+  // column block read the same K-slices of A or B while they are in L2, as whole tiles in waves do
+  // (in run order they read K at offsets scattered over all of K, and measured up to 2.5x slower).
+  // A tile's pieces then sit in table order from its start to its end (a CTA's whole share in
+  // between), so its splits run from the piece done first to the one done last: none waits for a
+  // piece that finishes after it.
   for (int64_t c = 0; c < ctas; ++c) {
-    const int64_t run = ctas - 1 - c, begin = total * run / ctas, end = total * (run + 1) / ctas;
+    std::vector<Piece>& mine = pieces[static_cast<size_t>(c)];
+    const int64_t begin = total * c / ctas, end = total * (c + 1) / ctas;
     for (int64_t at = begin; at < end;) {
       const int64_t entry = kept + at / k_tiles, first = at % k_tiles, last = std::min(k_tiles, first + (end - at));
-      pieces[static_cast<size_t>(c)].push_back(Piece{entry, static_cast<int32_t>(first), static_cast<int32_t>(last - first)});
+      mine.push_back(Piece{entry, static_cast<int32_t>(first), static_cast<int32_t>(last - first)});
       at += last - first;
     }
-    most = std::max(most, pieces[static_cast<size_t>(c)].size());
+    if (mine.size() > 1 && mine.front().k_begin > 0) std::rotate(mine.begin(), mine.begin() + 1, mine.end());
+    most = std::max(most, mine.size());
   }
   std::vector<OverlapGemmTile> out(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(kept));
   OverlapGemmTile padding;

@@ -181,30 +181,13 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
       best_time = t;
     }
   }
-  if (best.k_splits == 1) {
-    const int64_t tiles = ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n);
-    best.tail_splits = choose_tail_splits(tiles, k, best.tile, sm_count);
-    if (best.tail_splits > 1) best_time = tail_split_time(tiles, k, best.tile, best.tail_splits, sm_count, rates);
-  }
-  // Stream-K where its estimate, on any tile, beats the best whole-tile schedule by 2%.
-  GemmTiling streamed = best;
-  double streamed_time = 0.98 * best_time;
-  for (const TileShape& s : overlap_gemm_tiles()) {
-    if (s.tile_m == kSmallTileRows) continue;
-    const double t = stream_k_time(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), k, s, sm_count, rates);
-    if (t < streamed_time) {
-      streamed = GemmTiling{s, 1, 1, true};
-      streamed_time = t;
-    }
-  }
-  return streamed;
-}
-
-double tail_split_time(int64_t tile_count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates) {
-  const int64_t k_tiles = ceil_div(k, tile.tile_k);
-  const double per_tile = static_cast<double>(tile_count / std::max(sm_count, 1)) * static_cast<double>(k_tiles) +
-                          static_cast<double>(ceil_div(k_tiles, splits)) + (splits - 1) * kTailFixupKTiles;
-  return per_tile * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
+  if (best.k_splits == 1)
+    best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
+  // Stream-K (GemmTiling::stream_k) is not taken: measured on H100 (bench/results/2026-11-28_h100x1_
+  // gemm_sweep_stream_k), CTAs at scattered K offsets lost the L2 reuse of A and B that whole tiles'
+  // lockstep over K gives, and GEMMs of few waves became up to 2.5x slower. Only an explicit
+  // PlanOptions::stream_k asks for it until a schedule that keeps K in step is measured faster.
+  return best;
 }
 
 double stream_k_time(int64_t tile_count, int64_t k, TileShape tile, int sm_count, const TileRates& rates) {

@@ -10,15 +10,12 @@ namespace {
 
 TEST(Tiling, SplitsKOnlyWhereTilesCannotFillTheGpu) {
   // H100/H200: 132 SMs. Large GEMMs: no split. Flux GPT-3 m = 512 (192 tiles of 128x256 are 1.45
-  // waves): stream-K on 128x256 tiles (every SM 1.45 tiles' worth of K) before 128x192's 1.94 waves,
-  // which were measured faster than 2 splits. m = 64 is memory-bound: no split. Too few tiles for
-  // the GPU (a table of 16 tiles, K = 12288): split.
+  // waves): 128x192 tiles (1.94 waves), measured faster than 2 splits. m = 64 is memory-bound: no
+  // split. Too few tiles for the GPU (a table of 16 tiles, K = 12288): split.
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(8192, 2752, 4096, 132).k_splits, 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).k_splits, 1);
-  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).tile, (TileShape{128, 256, 64}));
-  EXPECT_TRUE(choose_overlap_gemm_tiling(512, 12288, 12288, 132).stream_k);
-  EXPECT_FALSE(choose_overlap_gemm_tiling(512, 12288, 12288, 192).stream_k) << "192 tiles on 192 SMs: whole waves";
+  EXPECT_EQ(choose_overlap_gemm_tiling(512, 12288, 12288, 132).tile, (TileShape{128, 192, 64}));
   EXPECT_GT(choose_k_splits(16, 2048, 2048, 12288, TileShape{128, 256, 64}, 132), 1);
   EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).k_splits, 1) << "memory-bound, 96 tiles: a split would add a wave";
   EXPECT_EQ(choose_overlap_gemm_tiling(256, 12288, 12288, 132).tile.tile_m, 128);
@@ -119,8 +116,7 @@ TEST(Tiling, MeasuredTileRatesFromTheMachineProfileDecide) {
 
 TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
   // fused ag_gemm at world 4 with 128 rows per rank: one GEMM of 512 x 12288 x 12288 per rank, the
-  // GPT-3 row the rule gives 128x256 tiles with stream-K. The plan's GEMM carries the tile and the
-  // schedule.
+  // GPT-3 row the rule gives 128x192 tiles. The plan's GEMM carries the tile and the split.
   const Problem p{OpKind::ag_gemm, 128, 12288, 12288, 4, DType::bf16, DType::bf16, {}};
   const Plan plan = make_plan(find_strategy("fused"), p);
   int gemms = 0;
@@ -128,9 +124,8 @@ TEST(Tiling, MakePlanWritesTheModelsChoiceIntoTheOverlapGemm) {
     if (const auto* g = std::get_if<GemmStep>(&s.body)) {
       ++gemms;
       EXPECT_EQ(g->tile_m, 128);
-      EXPECT_EQ(g->tile_n, 256);
+      EXPECT_EQ(g->tile_n, 192);
       EXPECT_EQ(g->k_splits, 1);
-      EXPECT_TRUE(g->stream_k);
     }
   EXPECT_EQ(gemms, 1);
   // A strategy whose GEMM shares the GPU with NCCL keeps its waves: never split, whatever the shape.

@@ -104,6 +104,28 @@ double walk(const std::vector<OverlapGemmTile>& table, int ctas, int64_t k_tiles
   return *std::max_element(clock.begin(), clock.end());
 }
 
+// The pieces of the streamed part that read K off the two fronts stream_k_tail promises: each CTA
+// reads K-tile (t) of its pieces at time t from the streamed part's start, or K-tile (t - its share)
+// in its last piece. Pieces inside one tile's K (a CTA whose share falls within a tile) are exempt.
+int pieces_off_the_fronts(const std::vector<OverlapGemmTile>& table, int64_t kept, int ctas, int64_t k_tiles) {
+  int off = 0;
+  for (int c = 0; c < ctas; ++c) {
+    int64_t clock = 0, share = 0;
+    for (size_t i = static_cast<size_t>(kept) + static_cast<size_t>(c); i < table.size(); i += static_cast<size_t>(ctas))
+      share += k_tiles_of(table[i], k_tiles);
+    for (size_t i = static_cast<size_t>(kept) + static_cast<size_t>(c); i < table.size(); i += static_cast<size_t>(ctas)) {
+      const OverlapGemmTile& e = table[i];
+      if (e.k_tiles == kNoWorkKTiles) continue;
+      const int64_t begin = e.splits > 1 ? e.k_begin : 0, count = k_tiles_of(e, k_tiles);
+      const bool inside = begin > 0 && begin + count < k_tiles;
+      const int64_t offset = ((begin - clock) % k_tiles + k_tiles) % k_tiles, last_offset = ((-share) % k_tiles + k_tiles) % k_tiles;
+      if (!inside && offset != 0 && offset != last_offset) ++off;
+      clock += count;
+    }
+  }
+  return off;
+}
+
 struct StreamKCase {
   int64_t m, n, k;
   int ctas;
@@ -152,6 +174,7 @@ TEST_P(StreamK, EveryCtaRunsAnEqualShareAndEveryTileIsWholeOnce) {
   }
   EXPECT_EQ(notifies.size(), before.size());
   for (const auto& [tile, count_of] : notifies) EXPECT_EQ(count_of, 1);
+  EXPECT_EQ(pieces_off_the_fronts(after, kept, ctas, k_tiles), 0) << "every CTA reads K in step with the others";
   // Walked as the kernel walks it: no CTA waits forever, and with free fix-ups none waits at all:
   // the last CTA finishes when its own share is done.
   const double makespan = walk(after, ctas, k_tiles);
@@ -172,6 +195,33 @@ INSTANTIATE_TEST_SUITE_P(
       return std::to_string(info.param.m) + "x" + std::to_string(info.param.n) + "x" + std::to_string(info.param.k) + "_on_" +
              std::to_string(info.param.ctas);
     });
+
+// Many tile counts, CTA counts and K depths: the table check accepts every cut, no CTA waits on
+// another with free fix-ups, and every piece but those inside one tile's K is on a front.
+TEST(StreamK, EveryCutOfManyShapesIsCheckedBalancedAndInStep) {
+  int cases = 0;
+  for (int ctas : {3, 7, 16, 114, 132})
+    for (int64_t k_tiles : {8, 13, 64, 112, 231})
+      for (int64_t count = ctas / 2 + 1; count <= 4 * ctas; count += std::max(1, ctas / 5) + 1) {
+        if (count % ctas == 0) continue;
+        const int64_t n = 256 * 7, m = 128 * ((count + 6) / 7);
+        std::vector<OverlapGemmTile> table = whole_table(m, n);
+        table.resize(static_cast<size_t>(count));
+        const int64_t k = k_tiles * 64;
+        const std::vector<OverlapGemmTile> after = stream_k_tail(table, k, kConfig, ctas);
+        const int64_t kept = std::max<int64_t>(count / ctas - 1, 0) * ctas, streamed = (count - kept) * k_tiles;
+        if (streamed < ctas) continue;
+        ++cases;
+        const std::string what = std::to_string(count) + " tiles of " + std::to_string(k_tiles) + " K-tiles on " + std::to_string(ctas) + " CTAs";
+        OverlapGemmLaunch l = launch_for(m, n, k, most_splits(after));
+        l.tiles = after.data();
+        l.tile_count = static_cast<int>(after.size());
+        ASSERT_NO_THROW(require_valid_table(l, kConfig, after)) << what;
+        EXPECT_EQ(walk(after, ctas, k_tiles), static_cast<double>(kept / ctas * k_tiles + (streamed + ctas - 1) / ctas)) << what;
+        EXPECT_EQ(pieces_off_the_fronts(after, kept, ctas, k_tiles), 0) << what;
+      }
+  EXPECT_GT(cases, 100);
+}
 
 TEST(StreamK, LeavesWholeWavesSplitTablesAndTinyOnesAlone) {
   const std::vector<OverlapGemmTile> table = whole_table(1024, 2048);  // 64 tiles

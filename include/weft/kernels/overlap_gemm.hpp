@@ -154,16 +154,16 @@ std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTil
 // Stream-K (Osama et al., PPoPP 2023) for a table's partial last wave: the entries after the table's
 // whole waves of `ctas` persistent CTAs, with the last whole wave where there is one (so that each
 // CTA's share is at least a tile's K), are cut along K so that every CTA runs the same number of
-// K-tiles of them (within one): CTA c's share is the (ctas - 1 - c)-th of `ctas` equal runs of the
-// sequence (entry, K-tile), each piece of a tile one of its splits. A CTA's pieces go at table
-// indices whole + j * ctas + c (its j-th piece), CTAs with fewer pieces padded with kNoWorkKTiles
-// entries, and a tile's splits are numbered in table order: the piece that ends the tile's K (its
-// CTA's first, done early) first, the pieces that are a CTA's whole share next, and last the one
-// that starts it (its CTA's last), which stores and notifies. So no piece waits for one that
-// finishes after it, and with free fix-ups every CTA finishes when its own share is done. Waits stay
-// on every piece (each loads A and B); notifies, addends and their epilogue wait on the last. The
-// table unchanged where it has no partial wave, or splits already. Entries must be unsplit and cover
-// all of K.
+// K-tiles of them (within one): CTA c's share is the c-th of `ctas` equal runs of the sequence
+// (entry, K-tile), each piece of a tile one of its splits, taken from K-tile 0 on (whole tiles, the
+// piece that starts a tile) and the piece that ends a tile last, so that the CTAs read K in two
+// fronts, in step as whole tiles do (L2 reuse of A and B). A CTA's pieces go at table indices
+// whole + j * ctas + c (its j-th piece), CTAs with fewer pieces padded with kNoWorkKTiles entries,
+// and a tile's splits are numbered in table order: from the piece that starts its K to the one that
+// ends it (its CTA's last), which stores and notifies. No piece waits for one that finishes after
+// it: with free fix-ups every CTA finishes when its own share is done. Waits stay on every piece
+// (each loads A and B); notifies, addends and their epilogue wait on the last. The table unchanged
+// where it has no partial wave, or splits already. Entries must be unsplit and cover all of K.
 std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& table, int64_t k, OverlapGemmConfig config, int ctas);
 // The most splits of any entry (the launch's k_splits for such a table).
 int most_splits(const std::vector<OverlapGemmTile>& table);

@@ -7,10 +7,9 @@
 // --calibrate` measured on the GPU (MachineProfile::tile_rates) or built-in estimates, so that wave
 // quantisation (5.3 waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs
 // (m = 512: 192 tiles of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
-// when it is estimated 5% faster; stream-K for a partial last wave (the whole waves but the last kept,
-// the rest cut along K into equal shares of the SMs) when it is estimated 2% faster than the best
-// of those. Memory-bound GEMMs (FLOP per byte below Hopper's ridge) of more
-// than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
+// when it is estimated 5% faster. Stream-K (GemmStep::stream_k) is not chosen here yet (see
+// choose_overlap_gemm_tiling); stream_k_time estimates it for the benchmark. Memory-bound GEMMs
+// (FLOP per byte below Hopper's ridge) of more than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
 // SMs stream (an SM streams only a share of HBM's rate, so most must pull at once). GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the
 // fewest K splits, that keeps enough bytes in flight to stream HBM at full rate.
@@ -44,7 +43,7 @@ struct GemmTiling {
   TileShape tile;
   int k_splits = 1;
   int tail_splits = 1;  // GemmStep::tail_splits
-  bool stream_k = false;  // GemmStep::stream_k
+  bool stream_k = false;  // GemmStep::stream_k (the rule does not set it yet)
   bool operator==(const GemmTiling&) const = default;
 };
 
@@ -67,11 +66,10 @@ int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileSha
 // entries: where the last wave holds at most half the SMs' worth of tiles, each is split as many
 // ways (up to 4) as still fit in one wave, when the estimate gains 3%; else 1.
 int choose_tail_splits(int64_t tile_count, int64_t k, TileShape tile, int sm_count);
-// Estimated times, in the rule's units ((K-tiles per CTA) x (tile area) / (tile rate)): `tile_count`
-// unsplit entries with their partial last wave split `splits` ways, and with stream-K over that wave
-// and the whole wave before it (GemmStep::stream_k; INFINITY where it does not apply: whole waves,
-// less than half a tile's K per CTA, or fewer than 8 K-tiles).
-double tail_split_time(int64_t tile_count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates = {});
+// The estimated time, in the rule's units ((K-tiles per CTA) x (tile area) / (tile rate)), of
+// `tile_count` unsplit entries with stream-K over their partial last wave and the whole wave before
+// it (GemmStep::stream_k; INFINITY where it does not apply: whole waves, less than half a tile's K
+// per CTA, or fewer than 8 K-tiles). It counts K-tiles only, not the L2 reuse stream-K can lose.
 double stream_k_time(int64_t tile_count, int64_t k, TileShape tile, int sm_count, const TileRates& rates = {});
 
 // TileLink's communication tile: rows moved (AG) or reduced (RS) per device-side signal, decoupled
