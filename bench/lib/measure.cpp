@@ -53,6 +53,11 @@ namespace {
 // clock and power drift reach all alike and no variant always follows the same one), each after
 // `before_each(stream)` and between CUDA events. host_us (if given): each variant's median host
 // time to enqueue (the call's own CPU cost, what a CUDA graph's replay removes).
+// The queue-ahead before a variant's first call, and its bounds after: twice the host time its last
+// enqueue took, plus 20 us.
+constexpr double kFirstQueueAheadUs = 200;
+constexpr double kMaxQueueAheadUs = 20000;
+
 std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& before_each,
                                   const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
                                   int iterations, const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr) {
@@ -60,10 +65,12 @@ std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& befor
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<std::vector<double>> times(variants.size()), host(variants.size());
+  std::vector<double> ahead_us(variants.size(), kFirstQueueAheadUs);  // each variant's queue-ahead
   for (int i = 0; i < warmup + iterations; ++i)
     for (size_t turn = 0; turn < variants.size(); ++turn) {
       const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
       before_each(stream);
+      device_sleep(stream, ahead_us[v]);
       WEFT_CUDA_CHECK(cudaEventRecord(start, stream));
       const auto enqueue_start = std::chrono::steady_clock::now();
       variants[v](stream);
@@ -72,9 +79,11 @@ std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& befor
       finish(v);
       float ms = 0;
       WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      const double enqueue_us = std::chrono::duration<double, std::micro>(enqueue_end - enqueue_start).count();
+      ahead_us[v] = std::clamp(2 * enqueue_us + 20, kFirstQueueAheadUs / 4, kMaxQueueAheadUs);
       if (i >= warmup) {
         times[v].push_back(ms);
-        host[v].push_back(std::chrono::duration<double, std::micro>(enqueue_end - enqueue_start).count());
+        host[v].push_back(enqueue_us);
       }
     }
   cudaEventDestroy(start);

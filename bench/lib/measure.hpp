@@ -1,7 +1,9 @@
 // How weft measures, in one place (the `weft` tool and the GPU tests use it): fills that never leave
 // a buffer at zero, a bounded finish that explains a hang instead of hanging, timing by CUDA events
-// (median over iterations, a barrier before each, the slowest rank; variants interleaved), and a
-// device-side relative difference for results too large to copy to the host.
+// (median over iterations, a barrier before each, the slowest rank; variants interleaved; a
+// device-side queue-ahead, so that the events time the device's work and not the host's enqueue,
+// which has its own column), and a device-side relative difference for results too large to copy
+// to the host.
 #pragma once
 
 #include <functional>
@@ -36,6 +38,8 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
 // process (device work is stuck: unwinding would block in CUDA teardown).
 void finish_or_explain(CudaExecutor& exec, cudaStream_t stream, const std::string& what);
 double median(std::vector<double> values);
+// Keeps `stream` busy for about `microseconds` (a one-thread kernel reading the global timer).
+void device_sleep(cudaStream_t stream, double microseconds);
 // Ranks on GPUs 0 .. world-1 of this process, one communicator each.
 std::vector<std::unique_ptr<Communicator>> first_gpus(int world);
 // The ranks a benchmark drives from this process: with launched_one_rank_per_process(), this
@@ -48,8 +52,10 @@ std::vector<std::unique_ptr<Communicator>> benchmark_ranks(int world);
 double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
                               int iterations, const std::string& what);
 // One rank's timing of a call: per iteration the rank threads meet (`ranks_meet`), a device barrier
-// on `stream`, CUDA events around `enqueue(stream)`, then `finish()`; the median of `iterations`
-// after `warmup`. Every rank calls it together.
+// on `stream`, a queue-ahead (device_sleep for twice the host time the call's last enqueue took,
+// plus 20 us: every rank's device then starts the call at once, with all of it queued), CUDA events
+// around `enqueue(stream)`, then `finish()`; the median of `iterations` after `warmup`. Every rank
+// calls it together.
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
 // The same for several variants, interleaved as interleaved_median_ms says: one median per variant.
@@ -71,7 +77,8 @@ std::vector<double> back_to_back_host_us(Communicator& comm, const std::function
 // iteration i starts at variant i % count, so that no variant always runs right after the same
 // one (the GPU idles between calls, and what ran before sets the clocks a call starts at).
 // `finish(v)` returns once variant v's work on `stream` is done (a bounded wait that explains a hang).
-// `before_each(stream)`, if given, runs before every timed call, outside the events (an L2 flush).
+// `before_each(stream)`, if given, runs before every timed call, outside the events (an L2 flush),
+// then the queue-ahead median_call_ms describes.
 std::vector<double> interleaved_median_ms(const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
                                           int iterations, const std::function<void(size_t)>& finish,
                                           const std::function<void(cudaStream_t)>& before_each = {});
