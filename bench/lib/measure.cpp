@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "weft/kernels/elementwise.hpp"
@@ -53,20 +54,30 @@ namespace {
 // clock and power drift reach all alike and no variant always follows the same one), each after
 // `before_each(stream)` and between CUDA events. host_us (if given): each variant's median host
 // time to enqueue (the call's own CPU cost, what a CUDA graph's replay removes).
-// The queue-ahead before a variant's first call, and its bounds after: twice the host time its last
-// enqueue took, plus 20 us.
+// The queue-ahead during the warm-up, and the bounds of the one after it.
 constexpr double kFirstQueueAheadUs = 200;
 constexpr double kMaxQueueAheadUs = 20000;
 
+// `agree(ahead)`, if given, makes every rank's queue-aheads the same after the warm-up (the slowest
+// rank's): a rank whose device started later would have its peers wait for it in the call.
 std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& before_each,
                                   const std::vector<std::function<void(cudaStream_t)>>& variants, cudaStream_t stream, int warmup,
-                                  int iterations, const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr) {
+                                  int iterations, const std::function<void(size_t)>& finish, std::vector<double>* host_us = nullptr,
+                                  const std::function<void(std::vector<double>&)>& agree = nullptr) {
   cudaEvent_t start, stop;
   WEFT_CUDA_CHECK(cudaEventCreate(&start));
   WEFT_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<std::vector<double>> times(variants.size()), host(variants.size());
-  std::vector<double> ahead_us(variants.size(), kFirstQueueAheadUs);  // each variant's queue-ahead
-  for (int i = 0; i < warmup + iterations; ++i)
+  // Each variant's queue-ahead: the same constant on every rank during the warm-up, then twice the
+  // warm-up's median enqueue (its first calls may build and capture), plus 20 us (the largest of every
+  // rank's, where `agree` is given).
+  std::vector<double> ahead_us(variants.size(), kFirstQueueAheadUs);
+  std::vector<std::vector<double>> warm_us(variants.size());
+  for (int i = 0; i < warmup + iterations; ++i) {
+    if (i == warmup && warmup > 0) {
+      for (size_t v = 0; v < variants.size(); ++v) ahead_us[v] = std::clamp(2 * median(warm_us[v]) + 20, kFirstQueueAheadUs / 4, kMaxQueueAheadUs);
+      if (agree) agree(ahead_us);
+    }
     for (size_t turn = 0; turn < variants.size(); ++turn) {
       const size_t v = (static_cast<size_t>(i) + turn) % variants.size();
       before_each(stream);
@@ -80,12 +91,13 @@ std::vector<double> timed_in_turn(const std::function<void(cudaStream_t)>& befor
       float ms = 0;
       WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
       const double enqueue_us = std::chrono::duration<double, std::micro>(enqueue_end - enqueue_start).count();
-      ahead_us[v] = std::clamp(2 * enqueue_us + 20, kFirstQueueAheadUs / 4, kMaxQueueAheadUs);
-      if (i >= warmup) {
+      if (i < warmup) warm_us[v].push_back(enqueue_us);
+      else {
         times[v].push_back(ms);
         host[v].push_back(enqueue_us);
       }
     }
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::vector<double> medians;
@@ -107,7 +119,15 @@ std::vector<double> interleaved_call_medians_ms(Communicator& comm, const std::f
         ranks_meet();
         comm.barrier(s);
       },
-      variants, stream, warmup, iterations, finish, host_us);
+      variants, stream, warmup, iterations, finish, host_us, [&](std::vector<double>& ahead_us) {
+        const std::vector<uint8_t> all = comm.all_gather_bytes(ahead_us.data(), ahead_us.size() * sizeof(double));
+        for (int r = 0; r < comm.world_size(); ++r)
+          for (size_t v = 0; v < ahead_us.size(); ++v) {
+            double theirs = 0;
+            std::memcpy(&theirs, all.data() + (static_cast<size_t>(r) * ahead_us.size() + v) * sizeof(double), sizeof theirs);
+            ahead_us[v] = std::max(ahead_us[v], theirs);
+          }
+      });
 }
 
 std::vector<double> back_to_back_host_us(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream,

@@ -52,10 +52,10 @@ std::vector<std::unique_ptr<Communicator>> benchmark_ranks(int world);
 double slowest_rank_median_ms(const std::vector<std::unique_ptr<Communicator>>& group, const Plan& plan, uint64_t seed, int warmup,
                               int iterations, const std::string& what);
 // One rank's timing of a call: per iteration the rank threads meet (`ranks_meet`), a device barrier
-// on `stream`, a queue-ahead (device_sleep for twice the host time the call's last enqueue took,
-// plus 20 us: every rank's device then starts the call at once, with all of it queued), CUDA events
-// around `enqueue(stream)`, then `finish()`; the median of `iterations` after `warmup`. Every rank
-// calls it together.
+// on `stream`, a queue-ahead (device_sleep: 200 us in the warm-up, then twice the warm-up's median
+// host enqueue plus 20 us, the largest of every rank's: every device then starts the call at once,
+// with all of it queued), CUDA events around `enqueue(stream)`, then `finish()`; the
+// median of `iterations` after `warmup`. Every rank calls it together.
 double median_call_ms(Communicator& comm, const std::function<void()>& ranks_meet, cudaStream_t stream, int warmup, int iterations,
                       const std::function<void(cudaStream_t)>& enqueue, const std::function<void()>& finish);
 // The same for several variants, interleaved as interleaved_median_ms says: one median per variant.
