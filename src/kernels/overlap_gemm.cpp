@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -115,6 +116,15 @@ std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& t
   const int64_t kept = std::max<int64_t>(count / ctas - 1, 0) * ctas;
   const int64_t streamed = count - kept, total = streamed * k_tiles;
   if (total < ctas) return table;  // fewer K-tiles than CTAs: nothing to balance
+  // Left alone: a table whose streamed tiles add peers' partial sums (their epilogue wait is for
+  // other ranks' GEMMs, which may wait for this one's tiles stored before them in the table: a CTA's
+  // pieces reorder its stores, and a store stuck behind such a wait holds the peers' waits in turn),
+  // and one that names a tile twice (its splits share one partial-sum slot).
+  std::set<std::pair<int32_t, int32_t>> tiles;
+  for (int64_t i = kept; i < count; ++i) {
+    const OverlapGemmTile& e = table[static_cast<size_t>(i)];
+    if (e.addend_count > 0 || !tiles.emplace(e.tile_m, e.tile_n).second) return table;
+  }
   // Each CTA's pieces, in the order of the (entry, K-tile) sequence.
   struct Piece {
     int64_t entry;  // index into table

@@ -118,33 +118,42 @@ std::vector<std::tuple<OpKind, std::string>> every_op_and_strategy() {
 INSTANTIATE_TEST_SUITE_P(AllOps, ExecutorMatchesReference, testing::ValuesIn(every_op_and_strategy()), param_name);
 
 // Stream-K (PlanOptions::stream_k) through the executor, on the overlap GEMM's tables that wait,
-// notify and store to peers: fused and decomposed ag_gemm and gemm_rs with 128x128 tiles, about
-// 1.4 waves of them on the GPU's SMs, so that the last wave and the whole one before it are cut
-// into pieces. Three calls each: the split counters start each call from zero.
+// notify and store to peers: fused ag_gemm (tiles wait for their rows) and fused gemm_rs with rows
+// ragged against the tiles (stored locally, notified, pushed), 128x128 tiles, about 1.4 waves of
+// them on the GPU's SMs, so that the last wave and the whole one before it are cut into pieces; and
+// fused gemm_rs with whole tile rows per rank, whose own tiles add the peers' partial sums, which
+// stream_k_tail leaves whole. Three calls each: the split counters start each call from zero.
 TEST(Executor, StreamKOnTablesThatWaitAndNotifyMatchesTheReference) {
   const int world = static_cast<int>(group().size());
   int sms = 0;
   WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, group().front()->device()));
-  // Rows of the one GEMM a rank runs: every rank's for ag_gemm, its own for gemm_rs.
-  const int64_t n = 1024, k = 264, tiles_n = n / 128, gemm_rows = (int64_t{sms} * 7 / 5 + tiles_n - 1) / tiles_n * 128;
-  for (OpKind op : {OpKind::ag_gemm, OpKind::gemm_rs})
-    for (const std::string strategy : {"fused", "decomposed"}) {
-      const int64_t m = op == OpKind::ag_gemm ? gemm_rows / world : gemm_rows - 40;  // gemm_rs: ragged against the tiles
-      Problem p{op, op == OpKind::gemm_rs ? (m / world + 1) * world : m, n, k, world, DType::bf16, DType::bf16, {}};
-      PlanOptions options;
-      options.stream_k = true;
-      const Plan plan = find_strategy(strategy).build(p, options);
-      bool streamed = false;
-      for (const Step& s : plan.ranks.at(0).steps)
-        if (const auto* g = std::get_if<GemmStep>(&s.body)) streamed |= g->stream_k;
-      EXPECT_TRUE(streamed) << strategy << " " << to_string(op) << ": the plan asks for stream-K";
-      std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
-      for_each_rank(group(), [&](Communicator& comm) {
-        checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, 17, 3);
-      });
-      for (int r = 0; r < world; ++r)
-        EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " " << strategy << " rank " << r << ": " << checks[static_cast<size_t>(r)].explain();
-    }
+  // Rows of the one GEMM a rank runs (every rank's for ag_gemm, its own for gemm_rs): ~1.4 waves.
+  const int64_t n = 1024, k = 264, tiles_n = n / 128;
+  const int64_t row_tiles = (int64_t{sms} * 7 / 5 + tiles_n - 1) / tiles_n, rows_per_rank = (row_tiles + world - 1) / world * 128;
+  struct Case {
+    OpKind op;
+    int64_t m;
+    const char* what;
+  };
+  const Case cases[] = {{OpKind::ag_gemm, rows_per_rank - 24, "fused ag_gemm"},
+                        {OpKind::gemm_rs, world * (rows_per_rank - 24), "fused gemm_rs, rows ragged against the tiles"},
+                        {OpKind::gemm_rs, world * rows_per_rank, "fused gemm_rs, whole tile rows per rank (addends: left whole)"}};
+  for (const Case& c : cases) {
+    Problem p{c.op, c.m, n, k, world, DType::bf16, DType::bf16, {}};
+    PlanOptions options;
+    options.stream_k = true;
+    const Plan plan = find_strategy("fused").build(p, options);
+    bool streamed = false;
+    for (const Step& s : plan.ranks.at(0).steps)
+      if (const auto* g = std::get_if<GemmStep>(&s.body)) streamed |= g->stream_k;
+    EXPECT_TRUE(streamed) << c.what << ": the plan asks for stream-K";
+    std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
+    for_each_rank(group(), [&](Communicator& comm) {
+      checks[static_cast<size_t>(comm.rank())] = bench::run_against_host_reference(comm, plan, 17, 3);
+    });
+    for (int r = 0; r < world; ++r)
+      EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " " << c.what << " rank " << r << ": " << checks[static_cast<size_t>(r)].explain();
+  }
 }
 
 TEST(Executor, AllToAllWithEmptyAndOverfullDestinations) {

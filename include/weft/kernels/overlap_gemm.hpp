@@ -162,8 +162,10 @@ std::vector<OverlapGemmTile> split_tail_along_k(const std::vector<OverlapGemmTil
 // and a tile's splits are numbered in table order: from the piece that starts its K to the one that
 // ends it (its CTA's last), which stores and notifies. No piece waits for one that finishes after
 // it: with free fix-ups every CTA finishes when its own share is done. Waits stay on every piece
-// (each loads A and B); notifies, addends and their epilogue wait on the last. The table unchanged
-// where it has no partial wave, or splits already. Entries must be unsplit and cover all of K.
+// (each loads A and B); notifies on the last. The table unchanged where it has no partial wave,
+// splits already, names a streamed tile twice, or has streamed tiles with addends (peers' partial
+// sums: their epilogue wait is for other ranks, whose GEMMs may wait for stores this cut would put
+// after it). Entries must be unsplit and cover all of K.
 std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& table, int64_t k, OverlapGemmConfig config, int ctas);
 // The most splits of any entry (the launch's k_splits for such a table).
 int most_splits(const std::vector<OverlapGemmTile>& table);

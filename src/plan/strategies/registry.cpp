@@ -123,7 +123,9 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
   // the companion kernel is not on every SM, which the split K needs.
   o.k_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.k_splits;
   o.tail_splits = strategy.gemm_beside_nccl || strategy.gemm_beside_companion ? 1 : tiling.tail_splits;
-  o.stream_k = !strategy.gemm_beside_nccl && !strategy.gemm_beside_companion && tiling.stream_k;
+  // Stream-K: where the rule takes it, or the caller asks for it (it replaces a tail split).
+  o.stream_k = !strategy.gemm_beside_nccl && !strategy.gemm_beside_companion && (base.stream_k || tiling.stream_k);
+  if (o.stream_k) o.tail_splits = 1;
   return o;
 }
 
