@@ -23,6 +23,22 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 [[noreturn]] void reject(const std::string& what) { throw std::invalid_argument("overlap GEMM: " + what); }
 
+// Entry `e` as split `split` of `splits`: only the last split notifies, and an entry with addends
+// keeps them and their (epilogue) wait on its last split only, the one that stores.
+void make_split(OverlapGemmTile& e, int split, int splits) {
+  e.split = split;
+  e.splits = splits;
+  if (split + 1 == splits) return;
+  e.notify_rank = -1;
+  e.notify_increment = 0;
+  if (e.addend_count > 0) {
+    e.wait_signal = -1;
+    e.wait_value = 0;
+    e.addend_target = -1;
+    e.addend_count = 0;
+  }
+}
+
 }  // namespace
 
 OverlapGemmShape shape_of(OverlapGemmConfig config) {
@@ -71,18 +87,7 @@ std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& t
       OverlapGemmTile e = entry;
       e.k_begin = static_cast<int32_t>(k_tiles * part / splits);
       e.k_tiles = static_cast<int32_t>(k_tiles * (part + 1) / splits) - e.k_begin;
-      e.split = part;
-      e.splits = splits;
-      if (part + 1 < splits) {
-        e.notify_rank = -1;
-        e.notify_increment = 0;
-        if (e.addend_count > 0) {  // the epilogue's wait and addends belong to the split that stores
-          e.wait_signal = -1;
-          e.wait_value = 0;
-          e.addend_target = -1;
-          e.addend_count = 0;
-        }
-      }
+      make_split(e, part, splits);
       split.push_back(e);
     }
   }
@@ -137,7 +142,7 @@ std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& t
   // in the run, goes last. Every CTA then reads K-tile (time) of its tiles until its last piece, and
   // K-tile (time - share) from then on: two fronts over K, so that CTAs on tiles of one row or
   // column block read the same K-slices of A or B while they are in L2, as whole tiles in waves do
-  // (in run order they read K at offsets scattered over all of K, and measured up to 2.5x slower).
+  // (in run order they read K at offsets scattered over all of K, and lose that reuse).
   // A tile's pieces then sit in table order from its start to its end (a CTA's whole share in
   // between), so its splits run from the piece done first to the one done last: none waits for a
   // piece that finishes after it.
@@ -179,18 +184,7 @@ std::vector<OverlapGemmTile> stream_k_tail(const std::vector<OverlapGemmTile>& t
         e.k_tiles = 0;  // all of K
         continue;
       }
-      e.split = s;
-      e.splits = splits;
-      if (s + 1 < splits) {
-        e.notify_rank = -1;
-        e.notify_increment = 0;
-        if (e.addend_count > 0) {  // the epilogue's wait and addends belong to the split that stores
-          e.wait_signal = -1;
-          e.wait_value = 0;
-          e.addend_target = -1;
-          e.addend_count = 0;
-        }
-      }
+      make_split(e, s, splits);
     }
   }
   return out;

@@ -183,10 +183,10 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   }
   if (best.k_splits == 1)
     best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
-  // Stream-K (GemmTiling::stream_k) is not taken: measured on H100 (bench/results/2026-11-28_h100x1_
-  // gemm_sweep_stream_k), CTAs at scattered K offsets lost the L2 reuse of A and B that whole tiles'
-  // lockstep over K gives, and GEMMs of few waves became up to 2.5x slower. Only an explicit
-  // PlanOptions::stream_k asks for it until a schedule that keeps K in step is measured faster.
+  // Stream-K (GemmTiling::stream_k) is not taken: its cut as first measured lost the L2 reuse of A
+  // and B that whole tiles' lockstep over K gives (bench/results/README.md, 2026-11-28 H100 sweep).
+  // Only an explicit PlanOptions::stream_k asks for it until the cut that keeps K in step is
+  // measured faster.
   return best;
 }
 

@@ -148,7 +148,7 @@ struct GemmStep {
   // With k_splits 1 and tail_splits 1: stream-K for a partial last wave (kernels/overlap_gemm.hpp's
   // stream_k_tail): the entries after the whole waves, with the last whole wave, cut along K so that
   // every CTA runs the same share of their K-tiles. Same conditions and invisibility as k_splits;
-  // the model decides it.
+  // asked for by PlanOptions::stream_k (the model's rule does not take it yet).
   bool stream_k = false;
 
   bool operator==(const GemmStep&) const = default;
