@@ -21,7 +21,8 @@
 #              tilelink_moe_tp rows against plain torch's MoE),
 #              the model step (llama3-8b prefill and train, llama3-70b and mixtral-8x7b train; 2 blocks) and the
 #              sequence-parallel attention rows (--attention); TORCH_RUNS (default "ops moe models attention")
-#              and MODEL_STEPS (default every model:mode above) choose among them
+#              and MODEL_STEPS (default every model:mode above) choose among them; TORCH_ITERATIONS (default
+#              20): the timed calls per variant of the ops run
 #   nccl-only  WEFT_P2P=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: the op tests of every strategy and the
 #              NCCL-only strategies' bench (with no load/store every rank is its own node: two_level's
 #              network rounds run for real)
@@ -164,7 +165,8 @@ stage_bench() {
 stage_torch() {
   local runs=" ${TORCH_RUNS:-ops moe models attention} "
   [[ $runs == *" ops "* ]] && { CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark default" "$d/torch_bench.txt" 900 \
-    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --csv "$d/torch_bench.csv" || status=1; }
+    torchrun --standalone --nproc_per_node=$w -m weft.benchmark --suite default --iterations "${TORCH_ITERATIONS:-20}" \
+    --csv "$d/torch_bench.csv" || status=1; }
   # TileLink's MoE rows through torch.ops.weft.ag_moe / moe_rs against plain torch's loop over experts
   # and torch._grouped_mm.
   [[ $runs == *" moe "* ]] && { CUDA_VISIBLE_DEVICES=$cvd timed "world $w weft.benchmark tilelink_moe_tp" "$d/torch_bench_moe.txt" 600 \
