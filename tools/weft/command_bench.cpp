@@ -231,19 +231,10 @@ int command_bench(const Arguments& args) {
     o.csv_path = args.text("csv", "");
     if (!o.json_path.empty()) require_writable(o.json_path, "JSON file");  // before the timing, not after it
     if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
-    o.machine = knobs.machine;
-    o.gemm_sms = knobs.gemm_sms;
-    o.gemm_cta_per_tile = knobs.gemm_cta_per_tile;
-    o.wave_partition = knobs.wave_partition;
-    o.signal_restore = knobs.signal_restore;
-    o.comm_chunks = knobs.comm_chunks;
-    o.all_gather_source = knobs.all_gather_source;
-    o.chunked = knobs.chunked;
-    o.tilelink = knobs.tilelink;
-    o.moe_grouped_gemm = knobs.moe_grouped_gemm;
+    o.plan = knobs;
     if (prints)
-      std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.machine.device.c_str(), o.machine.source.c_str(),
-                  o.machine.peak_flops * 1e-12, o.machine.memory_bytes_per_s * 1e-12);
+      std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.plan.machine.device.c_str(), o.plan.machine.source.c_str(),
+                  o.plan.machine.peak_flops * 1e-12, o.plan.machine.memory_bytes_per_s * 1e-12);
     o.world_sizes = world_sizes_from(args, static_cast<int>(scan.devices.size()));
     if (prints) std::printf("suite '%s': %s\n\n", suite.name.c_str(), suite.description.c_str());
     const int failed = run_gpu_bench(suite, o);

@@ -120,19 +120,9 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
 int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   std::vector<Measured> results;
   int failures = 0;
-  PlanOptions plan_options;
+  PlanOptions plan_options = o.plan;
   plan_options.tile_m = 128;
   plan_options.tile_n = 256;
-  plan_options.machine = o.machine;
-  plan_options.gemm_sms = o.gemm_sms;
-  plan_options.gemm_cta_per_tile = o.gemm_cta_per_tile;
-  plan_options.wave_partition = o.wave_partition;
-  plan_options.signal_restore = o.signal_restore;
-  plan_options.comm_chunks = o.comm_chunks;
-  plan_options.all_gather_source = o.all_gather_source;
-  plan_options.chunked = o.chunked;
-  plan_options.tilelink = o.tilelink;
-  plan_options.moe_grouped_gemm = o.moe_grouped_gemm;
   // What a call's time includes: what a caller pays, as weft::Op runs it (every input, A and B or Q,
   // K and V, in ordinary device memory, the result into the caller's buffer, any copy into symmetric
   // memory included); the

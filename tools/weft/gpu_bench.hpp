@@ -20,16 +20,10 @@ struct GpuBenchOptions {
   uint64_t seed = 1;
   std::string json_path;
   std::string csv_path;
-  MachineProfile machine;  // for strategies that pick by the machine (ficco, signal)
-  int gemm_sms = 0;                 // signal: --gemm-sms
-  bool gemm_cta_per_tile = false;   // signal: --gemm-cta-per-tile
-  std::vector<int> wave_partition;  // signal: --partition
-  SignalRestore signal_restore = PlanOptions{}.signal_restore;  // signal: --restore
-  int comm_chunks = 0;              // fused: --comm-chunks
-  AllGatherSource all_gather_source = AllGatherSource::pull;  // decomposed: --ag-source
-  ChunkedOptions chunked;           // chunked: --template, --chunks, --backend, --comm-sms, --group-size
-  TileLinkOptions tilelink;         // tilelink: --comm-sms, --comm-tile-rows, --order
-  bool moe_grouped_gemm = true;     // sequential MoE: off with --per-expert-moe-gemm
+  // The knobs as `weft plan` reads them (arguments.hpp plan_options_from): the machine profile,
+  // auto's tuning table, signal's, fused's, chunked's and tilelink's options. One copy, so that
+  // auto here chooses as a caller's weft::Op does (it once lost the tuning table on the way).
+  PlanOptions plan;
 };
 
 // Returns the number of rows whose verification failed.
