@@ -14,6 +14,7 @@
 #include "measure.hpp"
 #include "common/text_file.hpp"
 #include "heuristic_judgement.hpp"
+#include "weft/plan/auto.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
 #include "weft/plan/validation.hpp"
@@ -183,6 +184,11 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
           continue;
         }
         require_valid(plans.back());
+        if (name == "auto" && prints) {  // what it ran and why: the tuning table's nearest shape or the simulator
+          const AutoChoice choice = choose_strategy(problem, plan_options);
+          std::fprintf(stderr, "weft bench: auto runs %s on '%s' at world %d: %s\n", choice.candidate.strategy.c_str(), row.name.c_str(), world,
+                       choice.reason.c_str());
+        }
         if (name == "signal" && prints) {  // its wave groups, which the table's strategy column cannot show
           const SignalLayout layout = signal_layout(problem, options);
           std::fprintf(stderr, "weft bench: signal: tile %dx%d, GEMM on %d SMs, %lld tiles in %d waves, groups %s (predicted %.3f ms, GEMM %.3f ms)\n",
