@@ -195,6 +195,21 @@ std::vector<int64_t> tile_order(const TileGrid& grid, const PlanOptions& o, cons
   return order;
 }
 
+// The GEMM's tiles in `order`, each stored at its own place in `into` and counted on its row
+// block's signal of rank r (whose communication waits for the block's whole row of tiles).
+void add_tiles_counted_per_block(GemmStep& gemm, const Layout& l, int r, const RankPlanBuilder& b, const TileGrid& grid,
+                                 const std::vector<int64_t>& order, BufferId into) {
+  for (int64_t index : order) {
+    GemmTile tile;
+    tile.tile = grid.tile(index);
+    tile.store = b.rows(into, tile.tile.row, tile.tile.rows);
+    tile.store.box.col = tile.tile.col;
+    tile.store.box.cols = tile.tile.cols;
+    tile.notify = Notify{b.own(l.id(r, block_key(l, tile.tile.row / l.tile_m))), 1};
+    gemm.tiles.push_back(tile);
+  }
+}
+
 void build_ag_gemm(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder& b, const Streams& st) {
   const Problem& p = l.p;
   const int world = p.world_size;
@@ -302,15 +317,7 @@ void build_gemm_rs(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
       for (int64_t blk = l.first_block(op.row); blk < l.end_block(op.row, op.rows); ++blk)
         departure[static_cast<size_t>(blk)] = std::min<int64_t>(departure[static_cast<size_t>(blk)], l.arrival_key({q, i}));
     }
-  for (int64_t index : tile_order(grid, o, [&](int64_t blk) { return departure[static_cast<size_t>(blk)]; })) {
-    GemmTile tile;
-    tile.tile = grid.tile(index);
-    tile.store = b.rows(partial, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
-    tile.notify = Notify{b.own(l.id(r, block_key(l, tile.tile.row / l.tile_m))), 1};
-    gemm.tiles.push_back(tile);
-  }
+  add_tiles_counted_per_block(gemm, l, r, b, grid, tile_order(grid, o, [&](int64_t blk) { return departure[static_cast<size_t>(blk)]; }), partial);
   b.add("gemm (tiles of rows that leave first, first)", kCompute, Engine::sm, std::move(gemm));
 
   // This rank's operations: pushes of its rows, pulls of its block's rows from peers.
@@ -389,15 +396,7 @@ void build_gemm_ar(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
     for (int64_t blk = l.first_block(op.row); blk < l.end_block(op.row, op.rows); ++blk)
       first_use[static_cast<size_t>(blk)] = std::min<int64_t>(first_use[static_cast<size_t>(blk)], i);
   }
-  for (int64_t index : tile_order(grid, o, [&](int64_t blk) { return first_use[static_cast<size_t>(blk)]; })) {
-    GemmTile tile;
-    tile.tile = grid.tile(index);
-    tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
-    tile.notify = Notify{b.own(l.id(r, block_key(l, tile.tile.row / l.tile_m))), 1};
-    gemm.tiles.push_back(tile);
-  }
+  add_tiles_counted_per_block(gemm, l, r, b, grid, tile_order(grid, o, [&](int64_t blk) { return first_use[static_cast<size_t>(blk)]; }), c);
   b.add("gemm (tiles of the first chunks first)", kCompute, Engine::sm, std::move(gemm));
   for (int i = 0; i < static_cast<int>(l.ops(r).size()); ++i) {
     const OpKey k{r, i};
