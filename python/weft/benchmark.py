@@ -125,10 +125,13 @@ def time_interleaved(variants, warmup, iterations, queue_ahead_us=0, host_us=Non
 
 
 def host_synchronises(fn):
-    """Whether one call of fn makes the host wait for the GPU inside PyTorch (a device-to-host copy, a
-    nonzero, .item(): torch.cuda.set_sync_debug_mode's "warn"). Such a variant's device time includes
-    the launches the host makes after each wait, and its host time is not an enqueue time: the table
-    says so in its note. weft's own C++ waits are not seen here (weft's calls make none)."""
+    """Whether a call of fn in the steady state makes the host wait for the GPU inside PyTorch (a
+    device-to-host copy, a nonzero, .item(): torch.cuda.set_sync_debug_mode's "warn"). Such a variant's
+    device time includes the launches the host makes after each wait, and its host time is not an
+    enqueue time: the table says so in its note. The call judged is the second: a first call may wait
+    once while it sets up (NCCL's lazy communicator set-up did, flagging plain torch's first row).
+    weft's own C++ waits are not seen here (weft's calls make none)."""
+    fn()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
