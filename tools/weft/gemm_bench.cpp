@@ -181,9 +181,11 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
       if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
-      // Stream-K on every tile where it applies (a partial last wave), so that its rule can be judged.
+      // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
+      // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,
+      // often fewer than the SMs, where cuBLASLt keeps every SM busy).
       if (std::isfinite(stream_k_time((s.m + t.tile_m - 1) / t.tile_m * ((s.n + t.tile_n - 1) / t.tile_n), s.k,
-                                      TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && !memory_bound_gemm(s.m, s.n, s.k) && t.tile_m == 128)
+                                      TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && t.tile_m == 128)
         variants.push_back({c, 1, 1, true});
       else if (configs[c] == chosen && tiling.stream_k)
         variants.push_back({c, 1, 1, true});
