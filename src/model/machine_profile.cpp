@@ -69,6 +69,7 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["copy_latency_seconds"] = p.copy_latency_seconds;
   o["launch_seconds"] = p.launch_seconds;
   o["sm_copy_bytes_per_s_per_sm"] = p.sm_copy_bytes_per_s_per_sm;
+  o["sm_reduce_bytes_per_s_per_sm"] = p.sm_reduce_bytes_per_s_per_sm;
   o["barrier_seconds"] = p.barrier_seconds;
   o["gemm_slowdown_beside_copies"] = p.gemm_slowdown_beside_copies;
   if (!p.tile_rates.empty()) {
@@ -121,6 +122,7 @@ constexpr Field kFields[] = {
     {"copy_latency_seconds", &MachineProfile::copy_latency_seconds, 0, 1e-2},
     {"launch_seconds", &MachineProfile::launch_seconds, 0, 1e-2},
     {"sm_copy_bytes_per_s_per_sm", &MachineProfile::sm_copy_bytes_per_s_per_sm, 1e7, 1e13},
+    {"sm_reduce_bytes_per_s_per_sm", &MachineProfile::sm_reduce_bytes_per_s_per_sm, 1e7, 1e13},
     {"barrier_seconds", &MachineProfile::barrier_seconds, 0, 1e-2},
     {"gemm_slowdown_beside_copies", &MachineProfile::gemm_slowdown_beside_copies, 1.0, 10.0},
 };
@@ -132,7 +134,7 @@ MachineProfile parse_machine_profile(std::string_view text, const std::string& n
   return read_json_text(text, name, [](const Json& j) {
     j.only_members({"device", "peak_flops", "fp8_speedup", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
                     "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "attention_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
-                    "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "barrier_seconds",
+                    "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "sm_reduce_bytes_per_s_per_sm", "barrier_seconds",
                     "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "collectives", "source"});
     MachineProfile p;
     p.device = j["device"].text();

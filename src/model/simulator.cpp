@@ -197,12 +197,14 @@ class Simulator {
   }
 
   // A reduction reads its local sources from memory and its peers' through NVLink, by SMs (at most
-  // `sms` of them): whichever takes longer.
+  // `sms` of them): whichever takes longer. On a few SMs (a companion's) every byte, local or not,
+  // also passes through them at sm_reduce_bytes_per_s_per_sm each.
   double reduce_seconds(int r, const ReduceStep& s) const {
     double local = bytes(s.dst) * (1 + (s.accumulate ? 1 : 0)), remote = 0;
     for (const Region& src : s.srcs) (src.rank == r ? local : remote) += bytes(src);
     const double link = std::min(m_.nvlink_bytes_per_s, m_.sm_copy_bytes_per_s_per_sm * (s.sms > 0 ? s.sms : m_.sm_count));
-    return std::max(local / (0.8 * m_.memory_bytes_per_s), remote / link);
+    const double seconds = std::max(local / (0.8 * m_.memory_bytes_per_s), remote / link);
+    return s.sms > 0 ? std::max(seconds, (local + remote) / (m_.sm_reduce_bytes_per_s_per_sm * s.sms)) : seconds;
   }
   double memory_seconds(const PermuteRowsStep& s) const { return 2 * bytes(s.dst) / (0.8 * m_.memory_bytes_per_s); }
   double memory_seconds(const CombineRowsStep& s) const { return bytes(s.dst) * (s.topk + 1) / (0.8 * m_.memory_bytes_per_s); }

@@ -70,6 +70,9 @@ struct MachineProfile {
   double copy_latency_seconds = 4e-6;       // a copy's fixed cost (setup, first bytes)
   double launch_seconds = 3e-6;             // a kernel's or stream operation's fixed cost
   double sm_copy_bytes_per_s_per_sm = 20e9;  // an SM-driven peer copy, per SM it runs on
+  // A reduction on a few SMs (a companion kernel's share): every byte it reads or writes, local or a
+  // peer's, passes through those SMs, at this rate per SM (its loads have less in flight than a copy's).
+  double sm_reduce_bytes_per_s_per_sm = 20e9;
   double barrier_seconds = 12e-6;           // the device barrier a peer-touching call starts with
   double gemm_slowdown_beside_copies = 1.03;  // a GEMM's tiles while peer copies run on its GPU (HBM, L2)
   // The overlap GEMM's 128-row tiles' compute rates relative to 128x256 on this GPU, which the

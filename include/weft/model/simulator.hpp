@@ -26,7 +26,9 @@
 //     (SM copies: sm_copy_bytes_per_s_per_sm per SM); a local copy reads and writes HBM;
 //   - a collective starts when every rank has reached it and lasts the profile's curve for its kind,
 //     world size and bytes (times its overlapped_slowdown while a GEMM runs beside it);
-//   - reductions, permutations and box moves are memory bound;
+//   - reductions, permutations and box moves are memory bound; a reduction on a few SMs (a
+//     companion's) also moves every byte it reads or writes through them, at
+//     sm_reduce_bytes_per_s_per_sm each;
 //   - every step pays launch_seconds, every copy copy_latency_seconds.
 #pragma once
 
