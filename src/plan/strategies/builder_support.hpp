@@ -20,6 +20,8 @@ class RankPlanBuilder {
   // Region of the whole of buffer `id` on `rank` (this rank unless given).
   Region whole(BufferId id, std::optional<int> rank = std::nullopt) const;
   Region rows(BufferId id, int64_t first_row, int64_t row_count, std::optional<int> rank = std::nullopt) const;
+  // Region `box` of buffer `id` on `rank` (this rank unless given): a GEMM tile stored at its own place.
+  Region at(BufferId id, const Rect& box, std::optional<int> rank = std::nullopt) const { return Region{rank.value_or(plan_.rank), id, box}; }
   SignalRef signal_on(SignalId id, int rank) const { return SignalRef{rank, id}; }
   SignalRef own(SignalId id) const { return SignalRef{plan_.rank, id}; }
   Step& add(std::string label, int stream, Engine engine, StepBody body);

@@ -120,9 +120,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
     GemmTile tile;
     tile.tile = grid.tile(index);
-    tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
+    tile.store = b.at(c, tile.tile);
     std::pair<int64_t, int> lands{-1, 0};
     // The rows' latest chunk: one counter in per-peer mode (a tile within one shard), else the
     // one counter every pull raises in arrival order.

@@ -101,9 +101,7 @@ void build_ag_gemm(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   for (int64_t index : rasterized_order(grid, o.raster, o.swizzle)) {
     GemmTile tile;
     tile.tile = grid.tile(index);
-    tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
+    tile.store = b.at(c, tile.tile);
     uint64_t wait = 0;
     for (int id = map.tile_of_row(tile.tile.row); id <= map.tile_of_row(tile.tile.row_end() - 1); ++id)
       wait = std::max(wait, arrived_after[static_cast<size_t>(id)]);
@@ -176,9 +174,7 @@ void build_gemm_rs(const Problem& p, const PlanOptions& o, RankPlanBuilder& b) {
   for (int64_t index : order) {
     GemmTile tile;
     tile.tile = grid.tile(index);
-    tile.store = b.rows(partial, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
+    tile.store = b.at(partial, tile.tile);
     const int id = map.tile_of_row(tile.tile.row);
     const int owner = id / channels;
     if (spans(tile.tile)) {

@@ -202,9 +202,7 @@ void add_tiles_counted_per_block(GemmStep& gemm, const Layout& l, int r, const R
   for (int64_t index : order) {
     GemmTile tile;
     tile.tile = grid.tile(index);
-    tile.store = b.rows(into, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
+    tile.store = b.at(into, tile.tile);
     tile.notify = Notify{b.own(l.id(r, block_key(l, tile.tile.row / l.tile_m))), 1};
     gemm.tiles.push_back(tile);
   }
@@ -272,9 +270,7 @@ void build_ag_gemm(const Layout& l, const PlanOptions& o, int r, RankPlanBuilder
   for (int64_t index : tile_order(grid, o, arrival)) {
     GemmTile tile;
     tile.tile = grid.tile(index);
-    tile.store = b.rows(c, tile.tile.row, tile.tile.rows);
-    tile.store.box.col = tile.tile.col;
-    tile.store.box.cols = tile.tile.cols;
+    tile.store = b.at(c, tile.tile);
     const int64_t blk = tile.tile.row / l.tile_m;
     if (!l.writers[static_cast<size_t>(r)][static_cast<size_t>(blk)].empty()) tile.wait = Wait{b.own(l.id(r, block_key(l, blk))), 1};
     gemm.tiles.push_back(tile);
