@@ -384,6 +384,51 @@ __device__ __forceinline__ void reduce_vectors(uint16_t* out, Place out_at, cons
   }
 }
 
+// out = a + b over `count` 16-byte vectors of bf16 (fp32 sum), each side placed by its own Place:
+// the two-operand case (one source accumulated into out: the companion's chained gemm_rs items;
+// or two sources), with kPairUnroll vectors of both operands loaded before any is added, so that a
+// thread has 2 * kPairUnroll loads in flight. Peer reads over NVLink take microseconds: with
+// reduce_vectors' two loads per operand in flight a CTA moved ~9 GB/s (the 2026-11-28 world-4
+// tilelink rows).
+constexpr int kPairUnroll = 8;
+template <class Place>
+__device__ __forceinline__ void add_vector_pairs(uint16_t* out, Place out_at, const uint16_t* a, Place a_at, const uint16_t* b, Place b_at,
+                                                 int64_t count, int first, int step) {
+  for (int64_t base = first; base < count; base += static_cast<int64_t>(step) * kPairUnroll) {
+    uint4 x[kPairUnroll], y[kPairUnroll];
+#pragma unroll
+    for (int u = 0; u < kPairUnroll; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * step;
+      if (i < count) {
+        x[u] = *reinterpret_cast<const uint4*>(a + a_at(i));
+        y[u] = *reinterpret_cast<const uint4*>(b + b_at(i));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPairUnroll; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * step;
+      if (i < count) {
+        float sum[8] = {};
+        add_bf16_vector(sum, x[u]);
+        add_bf16_vector(sum, y[u]);
+        *reinterpret_cast<uint4*>(out + out_at(i)) = bf16_vector_of(sum);
+      }
+    }
+  }
+}
+
+// reduce_vectors, or add_vector_pairs where there are two operands in all.
+template <class Place>
+__device__ __forceinline__ void reduce_or_add_pairs(uint16_t* out, Place out_at, const uint16_t* const* in, const Place* in_at, int sources,
+                                                    bool accumulate, int64_t count, int first, int step) {
+  if (accumulate && sources == 1)
+    add_vector_pairs(out, out_at, out, out_at, in[0], in_at[0], count, first, step);
+  else if (!accumulate && sources == 2)
+    add_vector_pairs(out, out_at, in[0], in_at[0], in[1], in_at[1], count, first, step);
+  else
+    reduce_vectors(out, out_at, in, in_at, sources, accumulate, count, first, step);
+}
+
 // dst = sum of srcs[0..count) (+ dst when accumulate), bf16 with fp32 accumulation, by the thread
 // group (first, step); at most kMaxTileReduceSources sources, each of dst's shape. Sources may be
 // peers' memory (TileLink's pull-mode reduce-scatter).
@@ -400,14 +445,14 @@ __device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* s
   auto* to = static_cast<uint16_t*>(dst.data);
   if (vectors && flat) {
     const FlatRun at[kMaxTileReduceSources] = {};
-    reduce_vectors(to, FlatRun{}, in, at, count, accumulate, dst.rows * dst.cols / 8, first, step);
+    reduce_or_add_pairs(to, FlatRun{}, in, at, count, accumulate, dst.rows * dst.cols / 8, first, step);
     return;
   }
   if (vectors && dst.rows * (dst.cols / 8) < (int64_t{1} << 32)) {
     const auto per_row = static_cast<uint32_t>(dst.cols / 8);
     BoxRows at[kMaxTileReduceSources];
     for (int s = 0; s < count; ++s) at[s] = BoxRows{per_row, srcs[s].stride};
-    reduce_vectors(to, BoxRows{per_row, dst.stride}, in, at, count, accumulate, dst.rows * (dst.cols / 8), first, step);
+    reduce_or_add_pairs(to, BoxRows{per_row, dst.stride}, in, at, count, accumulate, dst.rows * (dst.cols / 8), first, step);
     return;
   }
   if (vectors) {
@@ -415,7 +460,7 @@ __device__ __forceinline__ void tile_reduce(const TileBox& dst, const TileBox* s
     for (int64_t r = 0; r < dst.rows; ++r) {
       const uint16_t* row_in[kMaxTileReduceSources];
       for (int s = 0; s < count; ++s) row_in[s] = in[s] + r * srcs[s].stride;
-      reduce_vectors(to + r * dst.stride, FlatRun{}, row_in, at, count, accumulate, dst.cols / 8, first, step);
+      reduce_or_add_pairs(to + r * dst.stride, FlatRun{}, row_in, at, count, accumulate, dst.cols / 8, first, step);
     }
     return;
   }
