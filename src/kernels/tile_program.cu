@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "weft/kernels/tile_program.hpp"
 #include "weft/cuda/check.hpp"
@@ -37,10 +38,20 @@ __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_con
     const int64_t piece = unit - it.first_unit;
     if (threadIdx.x == 0) {
       bool ok = true;
-      // The steps' stream order: the item before must be complete (all of its pieces).
-      if (item > 0) {
-        ok = tile::wait_at_least<false>(launch.counters + item, kTileProgramOrderSignal, static_cast<uint64_t>(launch.items[item - 1].pieces), policy,
-                                       it.step) && ok;
+      // The earlier items it follows must be complete (all of their pieces). An item that follows
+      // every earlier one is complete only once those are: the walk back stops at the first.
+      if (it.after_all) {
+        for (int j = item - 1; j >= 0; --j) {
+          ok = tile::wait_at_least<false>(launch.counters + 1 + j, kTileProgramOrderSignal, static_cast<uint64_t>(launch.items[j].pieces), policy,
+                                         it.step) && ok;
+          if (launch.items[j].after_all) break;
+        }
+      } else {
+        for (int a = 0; a < it.after_count; ++a) {
+          const int j = it.after[a];
+          ok = tile::wait_at_least<false>(launch.counters + 1 + j, kTileProgramOrderSignal, static_cast<uint64_t>(launch.items[j].pieces), policy,
+                                         it.step) && ok;
+        }
       }
       for (int w = 0; w < it.wait_count; ++w)
         ok = tile::wait_at_least<true>(launch.wait_signals + it.wait_signal[w], it.wait_signal[w], it.wait_value[w], policy, it.step) && ok;
@@ -70,6 +81,61 @@ __global__ void __launch_bounds__(kThreads) tile_program_kernel(const __grid_con
 }
 
 }  // namespace
+
+namespace {
+
+bool overlap(const TileProgramRegion& x, const TileProgramRegion& y) {
+  if (x.base != y.base || x.rows <= 0 || x.cols <= 0 || y.rows <= 0 || y.cols <= 0) return false;
+  const int64_t x_end = x.offset + (x.rows - 1) * x.stride + x.cols, y_end = y.offset + (y.rows - 1) * y.stride + y.cols;
+  return x.offset < y_end && y.offset < x_end;
+}
+
+// Whether item `later` must follow item `earlier` for their data: one writes what the other reads
+// or writes.
+bool conflict(const TileProgramItem& earlier, const TileProgramItem& later) {
+  if (earlier.kind == TileProgramItem::sync || later.kind == TileProgramItem::sync) return false;
+  if (overlap(earlier.dst, later.dst)) return true;
+  for (int s = 0; s < later.source_count; ++s)
+    if (overlap(earlier.dst, later.srcs[s])) return true;
+  for (int s = 0; s < earlier.source_count; ++s)
+    if (overlap(later.dst, earlier.srcs[s])) return true;
+  return false;
+}
+
+}  // namespace
+
+void order_tile_program_items(std::vector<TileProgramItem>& items) {
+  // ancestors[i][j]: item i runs after item j is complete (directly or through others).
+  const size_t n = items.size();
+  std::vector<std::vector<bool>> ancestors(n, std::vector<bool>(n, false));
+  for (size_t i = 0; i < n; ++i) {
+    TileProgramItem& it = items[i];
+    it.after_all = 1;
+    it.after_count = 0;
+    std::vector<size_t> direct;
+    if (it.kind != TileProgramItem::sync && it.notify_count == 0) {
+      for (size_t j = 0; j < i; ++j)
+        if (conflict(items[j], it)) direct.push_back(j);
+      // Keep the latest of each chain: j goes where another kept item already follows it.
+      std::vector<size_t> kept;
+      for (size_t j : direct) {
+        bool covered = false;
+        for (size_t k : direct) covered = covered || (k != j && ancestors[k][j]);
+        if (!covered) kept.push_back(j);
+      }
+      if (kept.size() <= static_cast<size_t>(kTileProgramMaxAfter)) {
+        it.after_all = 0;
+        for (size_t j : kept) {
+          it.after[it.after_count++] = static_cast<int32_t>(j);
+          ancestors[i][j] = true;
+          for (size_t a = 0; a < j; ++a) ancestors[i][a] = ancestors[i][a] || ancestors[j][a];
+        }
+      }
+    }
+    if (it.after_all)
+      for (size_t j = 0; j < i; ++j) ancestors[i][j] = true;
+  }
+}
 
 int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int ctas, int64_t piece_bytes) {
   int64_t units = 0;

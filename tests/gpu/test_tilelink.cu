@@ -271,8 +271,8 @@ float bf16_value(uint16_t bits) {
 
 TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
   // Item 0 copies X into Y once signal 0 is raised (by a kernel on another stream, late); item 1
-  // reduces Y + X into Z (it must see item 0's copy: the stream order); item 2 accumulates X into Z
-  // and raises signal 1 twice. Rows and columns ragged against 16-byte vectors in one case.
+  // reduces Y + X into Z (it must see item 0's copy: it follows item 0, whose output it reads); item
+  // 2 accumulates X into Z and raises signal 1 twice (it follows every earlier item). Rows and columns ragged against 16-byte vectors in one case.
   for (const int64_t cols : {int64_t{512}, int64_t{100}}) {
     SCOPED_TRACE(cols);
     const int64_t rows = 300;
@@ -298,6 +298,9 @@ TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
     for (int i = 0; i < 3; ++i) items[i].step = i;
     TileProgramLaunch launch;
     launch.item_count = 3;
+    order_tile_program_items(items);  // 1 follows 0 alone (it reads Y), 2 every earlier item (it notifies)
+    ASSERT_EQ(items[1].after_all, 0);
+    ASSERT_EQ(items[2].after_all, 1);
     launch.unit_count = plan_tile_program_pieces(items, 6, 4096);
     EXPECT_GT(launch.unit_count, 3 * 8) << "each item in many pieces";
     TileProgramItem* d_items = nullptr;

@@ -1,11 +1,19 @@
 // The companion kernel of TileLink-style plans: a run of SM-driven copy and reduce steps of one
 // stream, executed by one resident launch on a chosen number of CTAs. Each item (a plan step) is cut
 // into row pieces that CTAs take in order from a ticket counter; the pieces of an item start once
-// the item's waits are met (bounded device-side spins, acquire at system scope) and once the item
-// before it is complete (the stream order of the steps it stands for); the CTA that completes an
-// item's last piece makes its notifies (release at system scope). So the steps keep their plan
-// semantics while waits and notifies cost no launch and no stream operation, and the SMs the
-// kernel holds are the communication's, beside a GEMM limited to the rest (GemmStep::sm_limit).
+// the item's waits are met (bounded device-side spins, acquire at system scope) and once the
+// earlier items it must follow are complete; the CTA that completes an item's last piece makes its
+// notifies (release at system scope). So the steps keep their plan semantics while waits and
+// notifies cost no launch and no stream operation, and the SMs the kernel holds are the
+// communication's, beside a GEMM limited to the rest (GemmStep::sm_limit).
+//
+// Which earlier items an item follows (order_tile_program_items): an item that notifies, or a join,
+// follows every earlier one (a notify says the steps before it are done: the stream order of the
+// steps it stands for); any other item follows only the earlier items whose regions overlap its
+// own where one of the two writes (the same buffer slot, overlapping element ranges; distinct
+// buffers of a plan never overlap), so that independent items' pieces run side by side instead of
+// each waiting for the last piece of the one before (tilelink's gemm_rs: the channels of one
+// source rank, each a chain over the sources).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,7 +29,8 @@ namespace weft {
 constexpr int kTileProgramMaxWaits = 4;
 constexpr int kTileProgramMaxNotifies = 4;
 constexpr int kTileProgramMaxBases = 32;
-// WaitRecord::signal when an item gave up waiting for the item before it to complete.
+constexpr int kTileProgramMaxAfter = 4;
+// WaitRecord::signal when an item gave up waiting for an earlier item to complete.
 constexpr int32_t kTileProgramOrderSignal = -4;
 
 // A region as an offset from one of the launch's base addresses (so that a caller's buffer may move
@@ -42,6 +51,9 @@ struct TileProgramItem {
   int32_t notify_count = 0;
   int32_t piece_rows = 1;  // rows per piece; pieces = ceil(dst.rows / piece_rows)
   int32_t step = 0;        // the plan step it stands for: what a timed-out wait reports (WaitRecord::where)
+  int32_t after_all = 1;   // 1: follows every earlier item; 0: only after[0..after_count)
+  int32_t after_count = 0;
+  int32_t after[kTileProgramMaxAfter] = {};
   int32_t wait_signal[kTileProgramMaxWaits] = {};
   uint64_t wait_value[kTileProgramMaxWaits] = {};
   uint64_t* notify[kTileProgramMaxNotifies] = {};  // a counter on this rank or a peer
@@ -64,6 +76,8 @@ struct TileProgramLaunch {
   int ctas = 16;
 };
 
+// Fills after_all, after_count and after (see above).
+void order_tile_program_items(std::vector<TileProgramItem>& items);
 // Fills first_unit, piece_rows and pieces (pieces of at most `piece_bytes`, at least one per CTA of
 // `ctas` where the item is large enough); returns the total piece count.
 int64_t plan_tile_program_pieces(std::vector<TileProgramItem>& items, int ctas, int64_t piece_bytes = 128 * 1024);

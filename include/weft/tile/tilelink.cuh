@@ -417,11 +417,13 @@ __device__ __forceinline__ void add_vector_pairs(uint16_t* out, Place out_at, co
   }
 }
 
-// reduce_vectors, or add_vector_pairs where there are two operands in all.
+// reduce_vectors, or add_vector_pairs where there are two operands in all, or copy_vectors for one.
 template <class Place>
 __device__ __forceinline__ void reduce_or_add_pairs(uint16_t* out, Place out_at, const uint16_t* const* in, const Place* in_at, int sources,
                                                     bool accumulate, int64_t count, int first, int step) {
-  if (accumulate && sources == 1)
+  if (!accumulate && sources == 1)  // a bf16 value through an fp32 sum is itself
+    copy_vectors(out, out_at, in[0], in_at[0], count, first, step);
+  else if (accumulate && sources == 1)
     add_vector_pairs(out, out_at, out, out_at, in[0], in_at[0], count, first, step);
   else if (!accumulate && sources == 2)
     add_vector_pairs(out, out_at, in[0], in_at[0], in[1], in_at[1], count, first, step);

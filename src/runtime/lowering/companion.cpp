@@ -73,6 +73,7 @@ Lowered lower_companion(const RankPlan& plan, const std::vector<int>& step_indic
   TileProgramLaunch launch;
   launch.item_count = static_cast<int>(items.size());
   launch.ctas = ctas > 0 ? ctas : 32;
+  order_tile_program_items(items);
   launch.unit_count = plan_tile_program_pieces(items, launch.ctas);
   launch.wait_signals = context.own_signals;
   launch.error = context.device_error;
