@@ -43,6 +43,7 @@ void make_split(OverlapGemmTile& e, int split, int splits) {
 
 OverlapGemmShape shape_of(OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_64x64: return {64, 64, 128};
     case OverlapGemmConfig::tile_64x128: return {64, 128, 128};
     case OverlapGemmConfig::tile_64x192: return {64, 192, 128};
     case OverlapGemmConfig::tile_64x256: return {64, 256, 64};
@@ -70,7 +71,7 @@ std::string to_string(OverlapGemmConfig config) {
 }
 
 std::vector<OverlapGemmConfig> overlap_gemm_configs() {
-  return {OverlapGemmConfig::tile_64x128, OverlapGemmConfig::tile_64x192, OverlapGemmConfig::tile_64x256, OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
+  return {OverlapGemmConfig::tile_64x64, OverlapGemmConfig::tile_64x128, OverlapGemmConfig::tile_64x192, OverlapGemmConfig::tile_64x256, OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
           OverlapGemmConfig::tile_128x256};
 }
 
@@ -326,6 +327,7 @@ namespace {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, OverlapGemmConfig config) {
   switch (config) {
+    case OverlapGemmConfig::tile_64x64: return overlap_gemm_detail::prepare_64x64(launch);
     case OverlapGemmConfig::tile_64x128: return overlap_gemm_detail::prepare_64x128(launch);
     case OverlapGemmConfig::tile_64x192: return overlap_gemm_detail::prepare_64x192(launch);
     case OverlapGemmConfig::tile_64x256: return overlap_gemm_detail::prepare_64x256(launch);

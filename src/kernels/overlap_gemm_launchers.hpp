@@ -6,6 +6,7 @@
 
 namespace weft::overlap_gemm_detail {
 
+std::unique_ptr<OverlapGemm::Prepared> prepare_64x64(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x128(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x192(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x256(const OverlapGemmLaunch& launch);

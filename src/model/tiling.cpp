@@ -63,6 +63,8 @@ double tile_rate(TileShape tile, const TileRates& rates) {
   }
 }
 
+// The rule's candidates. 64x64x128 is compiled (weft bench gemm times it) but not a candidate until
+// the sweep has measured it.
 const std::vector<TileShape>& overlap_gemm_tiles() {
   static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64},
                                                {64, 256, 64},  {64, 192, 128}, {64, 128, 128}};

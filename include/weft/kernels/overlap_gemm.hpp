@@ -128,7 +128,7 @@ struct OverlapGemmLaunch {
 };
 
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
-enum class OverlapGemmConfig { tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256 };
+enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256 };
 
 struct OverlapGemmShape {
   int tile_m, tile_n, tile_k;
