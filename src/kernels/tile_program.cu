@@ -114,8 +114,12 @@ void order_tile_program_items(std::vector<TileProgramItem>& items) {
     it.after_count = 0;
     std::vector<size_t> direct;
     if (it.kind != TileProgramItem::sync && it.notify_count == 0) {
-      for (size_t j = 0; j < i; ++j)
-        if (conflict(items[j], it)) direct.push_back(j);
+      for (size_t j = 0; j < i; ++j) {
+        // A join gates every step after it; an item that waits for nothing may rely on the waits of
+        // the steps before it (the data they wait for); and the data each item reads or writes.
+        const bool gates = items[j].kind == TileProgramItem::sync || (it.wait_count == 0 && items[j].wait_count > 0);
+        if (gates || conflict(items[j], it)) direct.push_back(j);
+      }
       // Keep the latest of each chain: j goes where another kept item already follows it.
       std::vector<size_t> kept;
       for (size_t j : direct) {

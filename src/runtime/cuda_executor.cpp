@@ -658,7 +658,7 @@ void CudaExecutor::check() {
     const auto& steps = rank_plan().steps;
     const std::string step = e.where >= 0 && static_cast<size_t>(e.where) < steps.size() ? steps[static_cast<size_t>(e.where)].label : "?";
     if (e.signal == kTileProgramOrderSignal)
-      throw DeviceWaitTimeout(rank + ": companion step '" + step + "' gave up waiting for the step before it in its launch to complete (" +
+      throw DeviceWaitTimeout(rank + ": companion step '" + step + "' gave up waiting for an earlier step of its launch to complete (" +
                               std::to_string(e.observed) + " of " + std::to_string(e.expected) + " pieces); the call's result is wrong");
     throw DeviceWaitTimeout(rank + ": companion step '" + step + "' gave up waiting for signal '" + signal_name(e.signal) + "' (#" +
                             std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " + std::to_string(e.observed) +

@@ -31,9 +31,15 @@ TEST(TileProgramOrder, TileLinksReduceScatterChainsEachChannelOverTheSourcesAlon
   // gemm_rs at world 4, 3 channels: for each source j (outer), each channel ch reduces the source's
   // partial rows into the channel's rows of C (base 0); sources' partials are bases 1..4.
   const int world = 4, channels = 3;
+  // Each waits for the partial sums it reads, as the plan's do.
   std::vector<TileProgramItem> items;
   for (int j = 0; j < world; ++j)
-    for (int ch = 0; ch < channels; ++ch) items.push_back(reduce_into(rows_of(0, ch * 64, 64), rows_of(1 + j, ch * 64, 64), j > 0));
+    for (int ch = 0; ch < channels; ++ch) {
+      items.push_back(reduce_into(rows_of(0, ch * 64, 64), rows_of(1 + j, ch * 64, 64), j > 0));
+      items.back().wait_count = 1;
+      items.back().wait_signal[0] = j * channels + ch;
+      items.back().wait_value[0] = 1;
+    }
   order_tile_program_items(items);
   for (int j = 0; j < world; ++j)
     for (int ch = 0; ch < channels; ++ch) {
@@ -85,7 +91,34 @@ TEST(TileProgramOrder, ANotifyOrAJoinFollowsEveryEarlierItem) {
   EXPECT_EQ(items[2].after_all, 1) << "its notify says every step before it is done";
   EXPECT_EQ(items[3].after_all, 1);
   EXPECT_EQ(items[4].after_all, 0) << "an item after a join that shares no rows with anyone";
-  EXPECT_TRUE(after_of(items[4]).empty());
+  EXPECT_EQ(after_of(items[4]), std::vector<int>{3}) << "but it follows the join: a join gates every step after it";
+}
+
+TEST(TileProgramOrder, AnItemThatWaitsForNothingFollowsTheItemsThatWait) {
+  // 0 waits for a signal, then copies X -> Y; 1 copies Z -> W and waits for nothing: it may rely on
+  // 0's wait (the data it covers), so it follows 0 though they share no rows; 2 waits itself.
+  std::vector<TileProgramItem> items(3);
+  for (int i = 0; i < 3; ++i) {
+    items[i].kind = TileProgramItem::copy;
+    items[i].dst = rows_of(2 * i + 1, 0, 64), items[i].srcs[0] = rows_of(2 * i, 0, 64);
+  }
+  items[0].wait_count = 1;
+  items[2].wait_count = 1, items[2].wait_signal[0] = 1;
+  order_tile_program_items(items);
+  EXPECT_EQ(after_of(items[1]), std::vector<int>{0});
+  EXPECT_EQ(items[2].after_all, 0);
+  EXPECT_TRUE(after_of(items[2]).empty()) << "it waits for its own data";
+}
+
+TEST(TileProgramOrder, AStridedRegionReachesItsLastRow) {
+  // X: 4 rows of 8 elements, 100 apart (elements 0-7, 100-107, 200-207, 300-307); Y writes elements
+  // 300-307 of the same buffer, X's last row: Y follows the item that reads X.
+  std::vector<TileProgramItem> items(2);
+  items[0].kind = items[1].kind = TileProgramItem::copy;
+  items[0].dst = rows_of(2, 0, 4, 8), items[0].srcs[0] = TileProgramRegion{1, 0, 0, 4, 8, 100};
+  items[1].dst = TileProgramRegion{1, 0, 300, 1, 8, 8}, items[1].srcs[0] = rows_of(3, 0, 1, 8);
+  order_tile_program_items(items);
+  EXPECT_EQ(after_of(items[1]), std::vector<int>{0});
 }
 
 TEST(TileProgramOrder, MoreChainsThanAnItemCanNameFollowEverything) {

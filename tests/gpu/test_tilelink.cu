@@ -271,8 +271,8 @@ float bf16_value(uint16_t bits) {
 
 TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
   // Item 0 copies X into Y once signal 0 is raised (by a kernel on another stream, late); item 1
-  // reduces Y + X into Z (it must see item 0's copy: it follows item 0, whose output it reads); item
-  // 2 accumulates X into Z and raises signal 1 twice (it follows every earlier item). Rows and columns ragged against 16-byte vectors in one case.
+  // reduces Y + X into Z (it must see item 0's copy: it follows item 0, whose output it reads); items
+  // 2 and 3 each accumulate X into Z and raise signal 1 (they follow every earlier item: Z = 4X). Rows and columns ragged against 16-byte vectors in one case.
   for (const int64_t cols : {int64_t{512}, int64_t{100}}) {
     SCOPED_TRACE(cols);
     const int64_t rows = 300;
@@ -283,10 +283,10 @@ TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint16_t>(0x3f80 + (i % 7) * 0x10);  // 1.0 .. 1.375
     WEFT_CUDA_CHECK(cudaMemcpy(x, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
     uint64_t* signals = device_zeros<uint64_t>(2);
-    uint64_t* counters = device_zeros<uint64_t>(4);
+    uint64_t* counters = device_zeros<uint64_t>(5);
     WaitRecord* record = mapped_record();
     auto region = [&](int base) { return TileProgramRegion{base, 0, 0, rows, cols, cols}; };
-    std::vector<TileProgramItem> items(3);
+    std::vector<TileProgramItem> items(4);
     items[0].kind = TileProgramItem::copy;
     items[0].dst = region(1), items[0].srcs[0] = region(0);
     items[0].wait_count = 1, items[0].wait_signal[0] = 0, items[0].wait_value[0] = 1;
@@ -295,14 +295,17 @@ TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
     items[2].kind = TileProgramItem::reduce;
     items[2].dst = region(2), items[2].source_count = 1, items[2].srcs[0] = region(0), items[2].accumulate = 1;
     items[2].notify_count = 1, items[2].notify[0] = signals + 1, items[2].notify_increment[0] = 2;
-    for (int i = 0; i < 3; ++i) items[i].step = i;
+    items[3] = items[2];  // follows every earlier item: its walk back stops at item 2
+    items[3].notify_increment[0] = 1;
+    for (int i = 0; i < 4; ++i) items[i].step = i;
     TileProgramLaunch launch;
-    launch.item_count = 3;
-    order_tile_program_items(items);  // 1 follows 0 alone (it reads Y), 2 every earlier item (it notifies)
+    launch.item_count = 4;
+    order_tile_program_items(items);  // 1 follows 0 alone (it reads Y), 2 and 3 every earlier item (they notify)
     ASSERT_EQ(items[1].after_all, 0);
     ASSERT_EQ(items[2].after_all, 1);
+    ASSERT_EQ(items[3].after_all, 1);
     launch.unit_count = plan_tile_program_pieces(items, 6, 4096);
-    EXPECT_GT(launch.unit_count, 3 * 8) << "each item in many pieces";
+    EXPECT_GT(launch.unit_count, 4 * 8) << "each item in many pieces";
     TileProgramItem* d_items = nullptr;
     WEFT_CUDA_CHECK(cudaMalloc(&d_items, items.size() * sizeof(TileProgramItem)));
     WEFT_CUDA_CHECK(cudaMemcpy(d_items, items.data(), items.size() * sizeof(TileProgramItem), cudaMemcpyHostToDevice));
@@ -324,8 +327,8 @@ TEST(TileProgram, KeepsItsItemsOrderWaitsForSignalsAndNotifies) {
       WEFT_CUDA_CHECK(cudaDeviceSynchronize());
       EXPECT_EQ(record->failed, 0u);
       const auto got = to_host(z, host.size());
-      for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(bf16_value(got[i]), 3 * bf16_value(host[i])) << "call " << call << " element " << i;
-      EXPECT_EQ(to_host(signals, 2)[1], 2u);
+      for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(bf16_value(got[i]), 4 * bf16_value(host[i])) << "call " << call << " element " << i;
+      EXPECT_EQ(to_host(signals, 2)[1], 3u);
     }
     cudaStreamDestroy(late);
     cudaFree(x), cudaFree(y), cudaFree(z), cudaFree(signals), cudaFree(counters), cudaFree(d_items), cudaFreeHost(record);

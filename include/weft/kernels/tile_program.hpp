@@ -9,11 +9,13 @@
 //
 // Which earlier items an item follows (order_tile_program_items): an item that notifies, or a join,
 // follows every earlier one (a notify says the steps before it are done: the stream order of the
-// steps it stands for); any other item follows only the earlier items whose regions overlap its
-// own where one of the two writes (the same buffer slot, overlapping element ranges; distinct
-// buffers of a plan never overlap), so that independent items' pieces run side by side instead of
-// each waiting for the last piece of the one before (tilelink's gemm_rs: the channels of one
-// source rank, each a chain over the sources).
+// steps it stands for). Any other item follows the earlier joins (a join gates every step after
+// it), every earlier item that waits where it waits for nothing itself (it may rely on their
+// waits), and the earlier items whose regions overlap its own where one of the two writes (the
+// same buffer slot, overlapping element ranges; distinct buffers of a plan never overlap); so
+// independent items that wait for their own data run side by side instead of each waiting for the
+// last piece of the one before (tilelink's gemm_rs: the channels of one source rank, each a chain
+// over the sources, each reduction waiting for the partial sums it reads).
 #pragma once
 
 #include <cuda_runtime_api.h>

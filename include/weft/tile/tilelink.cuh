@@ -421,7 +421,7 @@ __device__ __forceinline__ void add_vector_pairs(uint16_t* out, Place out_at, co
 template <class Place>
 __device__ __forceinline__ void reduce_or_add_pairs(uint16_t* out, Place out_at, const uint16_t* const* in, const Place* in_at, int sources,
                                                     bool accumulate, int64_t count, int first, int step) {
-  if (!accumulate && sources == 1)  // a bf16 value through an fp32 sum is itself
+  if (!accumulate && sources == 1)  // a bf16 value through an fp32 sum is itself (but -0 stays -0)
     copy_vectors(out, out_at, in[0], in_at[0], count, first, step);
   else if (accumulate && sources == 1)
     add_vector_pairs(out, out_at, out, out_at, in[0], in_at[0], count, first, step);
