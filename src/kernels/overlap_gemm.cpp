@@ -234,6 +234,8 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     if (!launch.targets[t].data || launch.targets[t].stride < launch.targets[t].cols)
       reject("store target " + std::to_string(t) + " has no data or a row stride shorter than its rows");
   if (launch.tile_count < 0 || (launch.tile_count > 0 && !launch.tiles)) reject("tile table missing");
+  if (launch.store_transposed && (launch.b_n_major || launch.a2))
+    reject("the exchanged product (store_transposed) reads K-major operands and no second A operand");
 }
 
 void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table) {
@@ -259,8 +261,9 @@ void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     if (e.tile_m < 0 || e.tile_m >= tiles_m || e.tile_n < 0 || e.tile_n >= tiles_n)
       reject(where + "names tile (" + std::to_string(e.tile_m) + ", " + std::to_string(e.tile_n) + ") outside the " +
              std::to_string(tiles_m) + "x" + std::to_string(tiles_n) + " grid of " + to_string(config) + " tiles");
-    const int64_t rows_there = std::min<int64_t>(s.tile_m, launch.m - int64_t{e.tile_m} * s.tile_m);
-    const int64_t cols_there = std::min<int64_t>(s.tile_n, launch.n - int64_t{e.tile_n} * s.tile_n);
+    int64_t rows_there = std::min<int64_t>(s.tile_m, launch.m - int64_t{e.tile_m} * s.tile_m);
+    int64_t cols_there = std::min<int64_t>(s.tile_n, launch.n - int64_t{e.tile_n} * s.tile_n);
+    if (launch.store_transposed) std::swap(rows_there, cols_there);  // the entry's extent is C's
     if (e.rows <= 0 || e.rows > rows_there || e.cols <= 0 || e.cols > cols_there)
       reject(where + "stores " + std::to_string(e.rows) + "x" + std::to_string(e.cols) + " of a tile that has " +
              std::to_string(rows_there) + "x" + std::to_string(cols_there) + " elements");

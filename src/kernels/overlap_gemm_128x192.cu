@@ -7,7 +7,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x192(const OverlapGemmLaunch& launch) {
-  return prepare_with_tile<128, 192, 64>(launch);
+  return prepare_with_tile<128, 192, 64, /*Exchangeable=*/true>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

@@ -6,7 +6,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x96(const OverlapGemmLaunch& launch) {
-  return prepare_with_tile<128, 96, 64>(launch);
+  return prepare_with_tile<128, 96, 64, /*Exchangeable=*/true>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

@@ -38,6 +38,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <cute/tensor.hpp>
@@ -74,7 +76,12 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // differs: CUTLASS's collective is built for a row-major [K, N] B (CUTLASS's names it by the K x N
 // matrix: RowMajor is N-major), whose TMA loads N-contiguous boxes into an MN-major shared-memory
 // layout that bf16 WGMMA reads as it is; the table walk, waits, stores and notifies are the same.
-template <int TileM, int TileN, int TileK, bool BNMajor>
+// Transposed: the launch computes the exchanged product C^T = B A^T (OverlapGemmLaunch::store_transposed:
+// its A is the caller's B, its B the caller's A, m and n exchanged) and each tile is staged
+// transposed, so that the storers write rows of C: a tile of the kernel's TileM x TileN is TileN
+// rows by TileM columns of C. For small m, where the m rows fit in one tile column and B is read
+// once (cuBLASLt runs such products this way).
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false>
 struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
@@ -89,10 +96,15 @@ struct OverlapGemmKernel {
   // rows by a warp fall in 32 distinct banks (a row is 4 banks on from the last: TileN + 8 elements
   // is 4 words more than a multiple of 32 for every compiled width). Its bytes are carved out of
   // what the main loop's pipeline stages may use.
-  static constexpr int kStagingStride = TileN + 8;
+  // Transposed: staged as TileN rows of TileM (a warp's writes of one column pair then fall in 16
+  // distinct words of 8 rows' columns, two lanes to a word).
+  static_assert(!Transposed || !BNMajor, "the exchanged product reads the caller's B as its A: K-major only");
+  static constexpr int kStagingRows = Transposed ? TileN : TileM;
+  static constexpr int kStagingCols = Transposed ? TileM : TileN;
+  static constexpr int kStagingStride = kStagingCols + 8;
   static_assert((kStagingStride / 2) % 32 == 4 || (kStagingStride / 2) % 32 == 20, "staging rows must spread a warp's writes over all banks");
   static_assert(kStagingStride * 2 % 16 == 0, "a bulk copy reads a 16-byte aligned staging row");
-  static constexpr int kStagingBytes = TileM * kStagingStride * 2;
+  static constexpr int kStagingBytes = kStagingRows * kStagingStride * 2;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignment, Element,
@@ -120,7 +132,7 @@ struct OverlapGemmKernel {
   struct SharedStorage {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
-    alignas(128) Element staging[TileM * kStagingStride];
+    alignas(128) Element staging[kStagingRows * kStagingStride];
     // The store hand-off: every consumer thread arrives on tile_staged once its part of a tile is
     // in the staging buffer; every storing thread arrives on staging_free once it has copied its
     // part out.
@@ -184,8 +196,15 @@ struct OverlapGemmKernel {
         const auto first = make_coord(make_coord(0, half, group), 0, 0);
         const auto second = make_coord(make_coord(1, half, group), 0, 0);
         const int row = get<0>(where(first)), col = get<1>(where(first));
-        *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
-            __floats2bfloat162_rn(accumulators(first), accumulators(second));
+        if constexpr (Transposed) {
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(accumulators(first), accumulators(second));
+          auto* raw = reinterpret_cast<__nv_bfloat16*>(staging);
+          raw[col * kStagingStride + row] = pair.x;
+          raw[(col + 1) * kStagingStride + row] = pair.y;
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
+              __floats2bfloat162_rn(accumulators(first), accumulators(second));
+        }
       }
   }
 
@@ -213,10 +232,10 @@ struct OverlapGemmKernel {
         return;
       }
     }
-    constexpr int kRunsPerRow = TileN / 8;
-    static_assert(TileM * kRunsPerRow % kStorerThreads == 0, "every storing thread copies the same number of runs");
+    constexpr int kRunsPerRow = kStagingCols / 8;
+    static_assert(kStagingRows * kRunsPerRow % kStorerThreads == 0, "every storing thread copies the same number of runs");
 #pragma unroll 4
-    for (int pass = 0; pass < TileM * kRunsPerRow / kStorerThreads; ++pass) {
+    for (int pass = 0; pass < kStagingRows * kRunsPerRow / kStorerThreads; ++pass) {
       const int run = pass * kStorerThreads + storer_idx;
       const int row = run / kRunsPerRow, col = (run % kRunsPerRow) * 8;
       if (row >= entry.rows) break;  // runs are in row order: the rest are past the tile's rows too
@@ -479,10 +498,10 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
 // shared-memory attribute and the grid size. A call only enqueues.
-template <int TileM, int TileN, int TileK, bool BNMajor>
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
-  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor>;
+  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed>;
 
   explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
     int device = 0, sm_count = 0;
@@ -506,9 +525,16 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
 };
 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
-// pointers only).
-template <int TileM, int TileN, int TileK>
+// pointers only), and for the exchanged product where the tile is compiled for it (Exchangeable).
+template <int TileM, int TileN, int TileK, bool Exchangeable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
+  if (launch.store_transposed) {
+    if constexpr (Exchangeable) {
+      if (!launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, true>>(launch);
+    }
+    throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
+                                " kernel stores its tiles transposed (the exchanged product: 128x96, 128x128 and 128x192, K-major operands)");
+  }
   if (launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, true>>(launch);
   return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false>>(launch);
 }

@@ -303,5 +303,41 @@ TEST(OverlapGemmTable, SplitsOutOfOrderOverlappingOrMissingAndBusyPaddingAreReje
   rejects(padded, "does no work");
 }
 
+TEST(OverlapGemmTable, TheExchangedProductsEntriesHaveCsExtent) {
+  // C is 200 x 700; the kernel runs the exchanged product (its m = 700, its n = 200) on 128x96 tiles:
+  // kernel tile (i, j) is C's rows [96 j, 96 j + 96) and columns [128 i, 128 i + 128).
+  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x96;
+  OverlapGemmLaunch l = launch_for(700, 200, 64, 1);  // the kernel's m and n
+  l.targets[0] = OverlapGemmTarget{reinterpret_cast<void*>(uintptr_t{0x30000}), 700, 200, 700};
+  l.store_transposed = true;
+  std::vector<OverlapGemmTile> table;
+  for (int32_t i = 0; i * 128 < 700; ++i)
+    for (int32_t j = 0; j * 96 < 200; ++j) {
+      OverlapGemmTile e;
+      e.tile_m = i;
+      e.tile_n = j;
+      e.rows = std::min(96, 200 - j * 96);
+      e.cols = std::min(128, 700 - i * 128);
+      e.store_row = j * 96;
+      e.store_col = i * 128;
+      table.push_back(e);
+    }
+  l.tile_count = static_cast<int>(table.size());
+  l.tiles = table.data();
+  EXPECT_NO_THROW(require_valid_table(l, config, table));
+  // The last kernel tile column holds 8 of C's rows: 96 there is outside the tile.
+  std::vector<OverlapGemmTile> wide = table;
+  wide[2].rows = 96;
+  EXPECT_THROW(require_valid_table(l, config, wide), std::invalid_argument);
+  // Without the flag the same entries have the kernel's extent, and C's is refused.
+  l.store_transposed = false;
+  EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);
+  // Only K-major operands and no second A operand.
+  l.store_transposed = true;
+  l.b_n_major = true;
+  l.ldb = 200;
+  EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

@@ -507,6 +507,70 @@ TEST(OverlapGemm, StreamKPiecesMatchTheHostGemmOnEveryTile) {
   }
 }
 
+TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
+  // C = A B^T computed as C^T = B A^T by the kernels compiled for it (store_transposed: the kernel's
+  // A is B, its B is A), each tile stored transposed into C: ragged m (one and several tile columns),
+  // n and K, unsplit and split along K, a notify per tile that fires once per call, two calls into a
+  // poisoned C.
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192}) {
+    const OverlapGemmShape tile = shape_of(config);
+    for (auto [m, n, k, splits] : {std::tuple{200, 700, 264, 1}, {64, 512, 2048, 2}, {192, 136, 72, 1}, {8, 24, 16, 1}, {300, 1000, 520, 3}}) {
+      const std::string what = to_string(config) + " exchanged, " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " / " +
+                               std::to_string(splits);
+      Fixture f(config, m, n, k, static_cast<uint64_t>(m * 3 + n + splits));
+      f.table.clear();
+      for (int64_t i = 0; i * tile.tile_m < n; ++i)     // the kernel's rows: C's columns
+        for (int64_t j = 0; j * tile.tile_n < m; ++j) {  // the kernel's columns: C's rows
+          OverlapGemmTile e;
+          e.tile_m = static_cast<int32_t>(i);
+          e.tile_n = static_cast<int32_t>(j);
+          e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, m - j * tile.tile_n));
+          e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, n - i * tile.tile_m));
+          e.store_row = j * tile.tile_n;
+          e.store_col = i * tile.tile_m;
+          e.notify_rank = 0;
+          e.notify_signal = 1;
+          e.notify_increment = 1;
+          f.table.push_back(e);
+        }
+      const size_t tiles = f.table.size();
+      if (splits > 1) f.table = split_along_k(f.table, splits, k, config);
+      OverlapGemmLaunch l = f.launch();
+      l.a = f.b.data;
+      l.lda = f.b.cols;
+      l.b = f.a.data;
+      l.ldb = f.a.cols;
+      l.m = n;
+      l.n = m;
+      l.store_transposed = true;
+      l.k_splits = splits;
+      l.wait_timeout_ns = 2'000'000'000ull;
+      f.upload(l);
+      OverlapGemm gemm(l, config);
+      for (int call = 0; call < 2; ++call) {
+        fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
+        gemm.launch(f.stream);
+        ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << what;
+        EXPECT_EQ(f.read_error().failed, 0u) << what;
+        EXPECT_TRUE(f.matches(download(f.c.region(), f.stream))) << what << ", call " << call;
+        EXPECT_EQ(f.read_signals()[1], static_cast<uint64_t>(call + 1) * tiles) << what;
+      }
+    }
+  }
+  // The tiles not compiled for it say so.
+  Fixture f(OverlapGemmConfig::tile_128x256, 64, 256, 64, 5);
+  OverlapGemmLaunch l = f.launch();
+  l.store_transposed = true;
+  f.table.clear();
+  OverlapGemmTile e;
+  e.rows = 64;
+  e.cols = 128;
+  f.table.push_back(e);
+  l.m = 256, l.n = 64, l.a = f.b.data, l.lda = f.b.cols, l.b = f.a.data, l.ldb = f.a.cols;
+  f.upload(l);
+  EXPECT_THROW(OverlapGemm(l, OverlapGemmConfig::tile_128x256), std::invalid_argument);
+}
+
 TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {
   Fixture f(OverlapGemmConfig::tile_128x128, 256, 256, 128, 1);
   OverlapGemmLaunch l = f.launch();

@@ -4,7 +4,8 @@
 //   empty    : the overlap GEMM with an empty table (every tile in place, no waits, no notifies),
 //              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
 //              tile's column its best; where the last wave is partial, also with stream-K on each
-//              128-row tile), so the tile rule's pick can be judged;
+//              128-row tile; for m <= 256, also the exchanged product C^T = B A^T on each tile
+//              compiled for it, "/x"), so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
 //              also each of the two alone (CSV and summary), to trace a cost to one of them;
@@ -40,7 +41,13 @@ namespace {
 
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
-Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1, bool stream_k = false) {
+Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1, bool stream_k = false,
+               bool exchanged = false) {
+  if (exchanged) {  // the kernel's tile, transposed onto C, and the exchanged product
+    Plan plan = gemm_plan(s, TileShape{tile.tile_n, tile.tile_m, tile.tile_k}, splits, o, tail_splits, stream_k);
+    for (Step& step : plan.ranks.at(0).steps) std::get<GemmStep>(step.body).exchanged = true;
+    return plan;
+  }
   PlanOptions options;
   options.tail_splits = tail_splits;
   options.stream_k = stream_k;
@@ -152,8 +159,9 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
               "notify+", "peer+", "err", "check");
   std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads, peer_overheads;
   int failures = 0, chose_best = 0;
-  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1, bool stream_k = false) {
-    return to_string(c) + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") + (stream_k ? "/sk" : "");
+  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1, bool stream_k = false, bool exchanged = false) {
+    return to_string(c) + (exchanged ? "/x" : "") + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") +
+           (stream_k ? "/sk" : "");
   };
   for (const auto& [name, s] : shapes) {
     const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
@@ -173,6 +181,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       int splits;
       int tail = 1;
       bool stream_k = false;
+      bool exchanged = false;  // not in the tile's column: a kernel of its own
     };
     std::vector<Variant> variants;
     for (size_t c = 0; c < configs.size(); ++c) {
@@ -189,17 +198,22 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
         variants.push_back({c, 1, 1, true});
       else if (configs[c] == chosen && tiling.stream_k)
         variants.push_back({c, 1, 1, true});
+      // The exchanged product where m fits a few tile columns (m <= 256) on the tiles compiled for it.
+      if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192))
+        for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count))
+          variants.push_back({c, split, 1, false, true});
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (const Variant& v : variants) {
       const OverlapGemmShape t = shape_of(configs[v.config]);
-      empties.push_back(std::make_unique<CudaExecutor>(comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail, v.stream_k),
-                                                       ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
+      empties.push_back(std::make_unique<CudaExecutor>(
+          comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail, v.stream_k, v.exchanged),
+          ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
-      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail, v.stream_k));
+      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail, v.stream_k, v.exchanged));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
@@ -246,13 +260,13 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     std::string best_name;
     for (size_t v = 0; v < variants.size(); ++v) {
       const double t = medians[1 + kWorkCount + v];
-      t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
+      if (!variants[v].exchanged) t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
       if (t < t_best) {
         t_best = t;
-        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k);
+        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k, variants[v].exchanged);
       }
       if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits &&
-          variants[v].stream_k == tiling.stream_k)
+          variants[v].stream_k == tiling.stream_k && !variants[v].exchanged)
         t_chosen = t;
     }
 
@@ -278,7 +292,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     if (variants.size() > configs.size()) {  // splits swept or a tail split: each (tile, split) on its own
       std::printf("  %-28s", "each tile and split, ms:");
       for (size_t v = 0; v < variants.size(); ++v)
-        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k).c_str(),
+        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k, variants[v].exchanged).c_str(),
                     medians[1 + kWorkCount + v]);
       std::printf("\n");
     }

@@ -110,6 +110,12 @@ struct OverlapGemmLaunch {
   int64_t ldb = 0;
   bool b_n_major = false;
   int64_t m = 0, n = 0, k = 0;
+  // The exchanged product: a, b, m and n are the caller's B, A, n and m (so C^T = B A^T is computed,
+  // the caller's m along the kernel's N), and each tile is stored transposed into C: an entry's
+  // rows, cols, store_row and store_col are C's (rows along the kernel's N, up to its tile_n), its
+  // tile_m and tile_n the kernel's grid. K-major operands, no second A operand; compiled for
+  // 128x96, 128x128 and 128x192 (small m: the m rows in one tile column, B read once).
+  bool store_transposed = false;
   const void* a2 = nullptr;  // optional second A operand, [m2, k] bf16, row stride lda2 (entries with a_operand 1)
   int64_t lda2 = 0;
   int64_t m2 = 0;

@@ -16,19 +16,24 @@ static_assert(kMaxGemmTileTargets <= kMaxStoreTargets, "every plan the structure
 Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context) {
   auto reject = [&](const std::string& why) -> void { throw std::invalid_argument("overlap GEMM for step '" + label + "': " + why); };
   if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
-  const OverlapGemmConfig config = config_for(gemm.tile_m, gemm.tile_n);
+  // The exchanged product: the kernel's tile is the plan's transposed, its A the plan's B.
+  const bool exchanged = gemm.exchanged;
+  const OverlapGemmConfig config = exchanged ? config_for(gemm.tile_n, gemm.tile_m) : config_for(gemm.tile_m, gemm.tile_n);
   const OverlapGemmShape shape = shape_of(config);
+  const int64_t rows_per_tile = exchanged ? shape.tile_n : shape.tile_m, cols_per_tile = exchanged ? shape.tile_m : shape.tile_n;
 
   const BoundRegion a = context.region(gemm.a), b = context.region(gemm.b);
+  if (exchanged && b.column_major) reject("the exchanged product reads B as its A operand: B must be stored [N, K] (layout nk)");
   OverlapGemmLaunch launch;
-  launch.a = a.resolve().data;
-  launch.lda = a.stride;
-  launch.b = b.resolve().data;
-  launch.ldb = b.stride;
+  launch.a = (exchanged ? b : a).resolve().data;
+  launch.lda = exchanged ? b.stride : a.stride;
+  launch.b = (exchanged ? a : b).resolve().data;
+  launch.ldb = exchanged ? a.stride : b.stride;
   launch.b_n_major = b.column_major;  // B in layout kn: its memory is B^T [K, N] row-major
-  launch.m = a.rows;
-  launch.n = b.rows;
+  launch.m = exchanged ? b.rows : a.rows;
+  launch.n = exchanged ? a.rows : b.rows;
   launch.k = a.cols;
+  launch.store_transposed = exchanged;
   launch.wait_signals = context.own_signals;
   launch.error = context.device_error;
   launch.wait_timeout_ns = context.device_wait_timeout_ns;
@@ -58,9 +63,11 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
     return it->second;
   };
   for (const GemmTile& t : gemm.tiles) {
-    if (t.tile.row % shape.tile_m != 0 || t.tile.col % shape.tile_n != 0)
-      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) + " grid");
+    if (t.tile.row % rows_per_tile != 0 || t.tile.col % cols_per_tile != 0)
+      reject("tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is not on the " + to_string(config) +
+             (exchanged ? " grid (exchanged)" : " grid"));
     OverlapGemmTile e;
+    if (t.a_rows && exchanged) reject("a tile of the exchanged product reads its A rows in place");
     if (t.a_rows) {
       // Rows read in place: a second A operand over the K columns of their buffer, whole rows of
       // tiles of it.
@@ -95,8 +102,9 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
       e.addend_col = first.box.col;
     }
     const int store_target = target_index(t.store);
-    e.tile_m = static_cast<int32_t>(t.tile.row / shape.tile_m);
-    e.tile_n = static_cast<int32_t>(t.tile.col / shape.tile_n);
+    // The kernel's grid: C's row blocks along its N where the product is exchanged.
+    e.tile_m = static_cast<int32_t>(exchanged ? t.tile.col / shape.tile_m : t.tile.row / shape.tile_m);
+    e.tile_n = static_cast<int32_t>(exchanged ? t.tile.row / shape.tile_n : t.tile.col / shape.tile_n);
     e.rows = static_cast<int32_t>(t.store.box.rows);
     e.cols = static_cast<int32_t>(t.store.box.cols);
     e.store_row = t.store.box.row;
@@ -144,7 +152,9 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   // A caller's operand or target may have moved since the last call: the launch follows it.
   const bool has_a2 = a2_buffer >= 0;
   const bool follows = a.moves || b.moves || (has_a2 && a2.moves) || std::any_of(targets.begin(), targets.end(), [](const BoundRegion& r) { return r.moves; });
-  return {[prepared, device_table, a, b, a2, has_a2, targets, follows](cudaStream_t stream) {
+  // The kernel's operands, in its order.
+  const BoundRegion kernel_a = exchanged ? b : a, kernel_b = exchanged ? a : b;
+  return {[prepared, device_table, a = kernel_a, b = kernel_b, a2, has_a2, targets, follows](cudaStream_t stream) {
             if (follows) {
               const OverlapGemmLaunch& now = prepared->arguments();
               OverlapGemmTarget moved[kMaxStoreTargets];
