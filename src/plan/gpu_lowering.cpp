@@ -92,8 +92,26 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 
 }  // namespace
 
+// The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 128 or
+// 192 rows by 128 columns (kernel tiles 128x96, 128x128, 128x192), bf16, B stored [N, K], no tile
+// reading its A rows in place (kernels/overlap_gemm.hpp, OverlapGemmLaunch::store_transposed).
+std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
+  const std::string step = "GEMM step '" + label + "' runs the exchanged product (C^T = B A^T)";
+  if (gemm.tile_n != 128 || (gemm.tile_m != 96 && gemm.tile_m != 128 && gemm.tile_m != 192))
+    return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
+           " tiles of C; the overlap GEMM has it for 96x128, 128x128 and 192x128 only";
+  if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); it reads B as its A operand, [N, K] only";
+  for (const Region& r : {gemm.a, gemm.b})
+    if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";
+  for (const GemmTile& t : gemm.tiles)
+    if (t.a_rows) return step + " and a tile reads its A rows in place, which it does not";
+  return std::nullopt;
+}
+
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
   if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
+  if (const auto* gemm = std::get_if<GemmStep>(&step.body); gemm && gemm->exchanged)
+    if (auto gap = exchanged_gemm_gap(plan, *gemm, step.label)) return gap;
   // NCCL's all-gather and the copies of FP8 rows with tensor or row scales: the rows' bytes, and
   // the scales with them (runtime/lowering/collective.cpp, data_movement.cpp). Block scales are laid
   // out K-block-major over the buffer's rows, which moving rows does not keep.

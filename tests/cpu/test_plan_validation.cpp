@@ -4,6 +4,7 @@
 
 #include "../support/plan_options.hpp"
 #include "weft/plan/strategies.hpp"
+#include "weft/plan/gpu_lowering.hpp"
 #include "weft/plan/validation.hpp"
 
 namespace weft {
@@ -239,6 +240,32 @@ TEST(Validation, RequireValidThrowsWithTheSummary) {
   } catch (const std::logic_error& e) {
     EXPECT_NE(std::string(e.what()).find("[liveness]"), std::string::npos);
   }
+}
+
+TEST(GpuLoweringGate, TheExchangedProductRunsWhereTheOverlapGemmHasIt) {
+  // sequential's GEMM at m = 200 on C tiles of 96x128 (kernel tiles 128x96), exchanged: lowers.
+  PlanOptions o;
+  o.tile_m = 96;
+  o.tile_n = 128;
+  const Problem p{OpKind::gemm_ar, 200, 700, 256, 1, DType::bf16, DType::bf16, {}};
+  Plan plan = make_plan(find_strategy("sequential"), p, o);
+  GemmStep* gemm = nullptr;
+  for (Step& step : plan.ranks.at(0).steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) gemm = g;
+  ASSERT_NE(gemm, nullptr);
+  gemm->exchanged = true;
+  EXPECT_FALSE(gpu_lowering_gap(plan, {true}));
+  // Tiles of C the kernel has no exchanged instantiation for.
+  gemm->tile_m = 64;
+  const auto gap = gpu_lowering_gap(plan, {true});
+  ASSERT_TRUE(gap);
+  EXPECT_NE(gap->find("64x128 tiles of C"), std::string::npos) << *gap;
+  // A tile reading its A rows in place.
+  gemm->tile_m = 96;
+  gemm->tiles.front().a_rows = gemm->a;
+  const auto in_place = gpu_lowering_gap(plan, {true});
+  ASSERT_TRUE(in_place);
+  EXPECT_NE(in_place->find("reads its A rows in place"), std::string::npos) << *in_place;
 }
 
 }  // namespace
