@@ -346,6 +346,9 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
 
 OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config) : config_(config), launch_(launch) {
   OverlapGemmLaunch& prepared = launch_;
+  // A kernel for the launch first: it may refuse one (an exchanged product on a tile not compiled
+  // for it), and a constructor that throws frees nothing it allocated.
+  prepared_ = prepare(prepared, config);
   if (launch.k_splits > 1) {
     // One partial-sum tile and one counter per output tile; the counters start at zero and the
     // last split of each tile puts its counter back to zero.
@@ -356,8 +359,8 @@ OverlapGemm::OverlapGemm(const OverlapGemmLaunch& launch, OverlapGemmConfig conf
     WEFT_CUDA_CHECK(cudaMemset(static_cast<char*>(split_memory_) + partial_bytes, 0, tiles * sizeof(uint32_t)));
     prepared.split_workspace = static_cast<float*>(split_memory_);
     prepared.split_counters = reinterpret_cast<uint32_t*>(static_cast<char*>(split_memory_) + partial_bytes);
+    prepared_->update(prepared);
   }
-  prepared_ = prepare(prepared, config);
 }
 // Frees only when the launch split K (launch_overlap_gemm of a table without splits frees nothing,
 // so it never waits for a kernel that waits for the caller).

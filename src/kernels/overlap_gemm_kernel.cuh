@@ -530,10 +530,13 @@ template <int TileM, int TileN, int TileK, bool Exchangeable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
   if (launch.store_transposed) {
     if constexpr (Exchangeable) {
-      if (!launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, true>>(launch);
+      if (launch.b_n_major)
+        throw std::invalid_argument("overlap GEMM: the exchanged product reads the caller's B as its A operand: B must be K-major ([N, K])");
+      return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, true>>(launch);
+    } else {
+      throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
+                                  " kernel stores its tiles transposed (the exchanged product has 128x96, 128x128 and 128x192)");
     }
-    throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
-                                " kernel stores its tiles transposed (the exchanged product: 128x96, 128x128 and 128x192, K-major operands)");
   }
   if (launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, true>>(launch);
   return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false>>(launch);

@@ -82,6 +82,7 @@ Plan split_gemms(const Plan& plan, GemmSplitAxis axis, int parts) {
                              ? detail::gemm_into(rows_of(gemm->a, begin, end - begin), gemm->b, rows_of(c, begin, end - begin), options)
                              : detail::gemm_into(cols_of(gemm->a, begin, end - begin), cols_of(gemm->b, begin, end - begin), c, options);
         piece.accumulate = axis == GemmSplitAxis::k && p > 0;
+        piece.exchanged = gemm->exchanged;
         Step s = step;
         s.label = step.label + (axis == GemmSplitAxis::rows ? " rows " : " k ") + std::to_string(p + 1) + "/" + std::to_string(pieces);
         s.body = std::move(piece);

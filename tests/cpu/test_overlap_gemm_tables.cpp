@@ -325,15 +325,24 @@ TEST(OverlapGemmTable, TheExchangedProductsEntriesHaveCsExtent) {
   l.tile_count = static_cast<int>(table.size());
   l.tiles = table.data();
   EXPECT_NO_THROW(require_valid_table(l, config, table));
-  // The last kernel tile column holds 8 of C's rows: 96 there is outside the tile.
+  // A kernel tile is at most 128 of C's columns (its TileM) and 96 of C's rows (its TileN), inside
+  // C's bounds either way.
   std::vector<OverlapGemmTile> wide = table;
-  wide[2].rows = 96;
+  wide[3].cols = 129;  // kernel tile (1, 0): C's columns 128-256, C's rows 0-96
   EXPECT_THROW(require_valid_table(l, config, wide), std::invalid_argument);
+  std::vector<OverlapGemmTile> tall = table;
+  tall[0].rows = 97;
+  EXPECT_THROW(require_valid_table(l, config, tall), std::invalid_argument);
   // Without the flag the same entries have the kernel's extent, and C's is refused.
   l.store_transposed = false;
   EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);
   // Only K-major operands and no second A operand.
   l.store_transposed = true;
+  l.a2 = reinterpret_cast<const void*>(uintptr_t{0x50000});
+  l.lda2 = 64;
+  l.m2 = 700;
+  EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);
+  l.a2 = nullptr;
   l.b_n_major = true;
   l.ldb = 200;
   EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);

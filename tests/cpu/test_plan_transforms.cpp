@@ -46,6 +46,29 @@ TEST(PlanTransforms, KCutsStayOnMultiplesOf64AndNeverExceedTheSlices) {
   EXPECT_TRUE(prove_on_cpu(split, 3).passed());
 }
 
+TEST(PlanTransforms, PiecesOfAnExchangedGemmStayExchanged) {
+  // The overlap GEMM runs an exchanged step's C tiles (96x128 here) as its 128x96 kernel: a piece
+  // that lost the flag would ask for a 96x128 kernel, or run a 128x128 one unexchanged.
+  const Problem p{OpKind::gemm_ar, 200, 256, 128, 1, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.tile_m = 96;
+  o.tile_n = 128;
+  Plan plan = plan_sequential(p, o);
+  for (Step& s : plan.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&s.body)) g->exchanged = true;
+  for (GemmSplitAxis axis : {GemmSplitAxis::rows, GemmSplitAxis::k}) {
+    const Plan split = split_gemms(plan, axis, 2);
+    int pieces = 0;
+    for (const Step& s : split.ranks[0].steps)
+      if (const auto* g = std::get_if<GemmStep>(&s.body)) {
+        ++pieces;
+        EXPECT_TRUE(g->exchanged) << s.label;
+        EXPECT_EQ(g->tile_m, 96);
+      }
+    EXPECT_EQ(pieces, 2);
+  }
+}
+
 TEST(PlanTransforms, SplitRefusesTablesWithNotifies) {
   Plan plan = plan_sequential(problems(1)[2], PlanOptions{});
   for (Step& s : plan.ranks[0].steps)

@@ -557,6 +557,42 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
       }
     }
   }
+  // C in a buffer with padded rows (stride 304, 16-byte aligned): whole C rows of a tile leave as bulk
+  // copies, the last kernel tile row (300 - 256 = 44 of C's columns, not a multiple of 8) through the
+  // storing warps' 16-byte runs; the padding must stay untouched.
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192}) {
+    const OverlapGemmShape tile = shape_of(config);
+    const int64_t m = 200, n = 300, k = 64, stride = 304;
+    Fixture f(config, m, n, k, 29);
+    DeviceMatrix padded(m, stride);
+    fill_u16(padded.data, m * stride, kBf16Nan, f.stream);
+    f.table.clear();
+    for (int64_t i = 0; i * tile.tile_m < n; ++i)
+      for (int64_t j = 0; j * tile.tile_n < m; ++j) {
+        OverlapGemmTile e;
+        e.tile_m = static_cast<int32_t>(i);
+        e.tile_n = static_cast<int32_t>(j);
+        e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, m - j * tile.tile_n));
+        e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, n - i * tile.tile_m));
+        e.store_row = j * tile.tile_n;
+        e.store_col = i * tile.tile_m;
+        f.table.push_back(e);
+      }
+    OverlapGemmLaunch l = f.launch();
+    l.a = f.b.data, l.lda = f.b.cols, l.b = f.a.data, l.ldb = f.a.cols, l.m = n, l.n = m;
+    l.store_transposed = true;
+    l.targets[0] = OverlapGemmTarget{padded.data, stride, m, n};
+    f.run(l);
+    ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << to_string(config);
+    const HostMatrix whole = download(padded.region(), f.stream);
+    HostMatrix got(m, n);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < stride; ++c) {
+        if (c < n) got.at(r, c) = whole.at(r, c);
+        else ASSERT_TRUE(std::isnan(whole.at(r, c))) << to_string(config) << ": padding overwritten at row " << r << ", column " << c;
+      }
+    EXPECT_TRUE(f.matches(got)) << to_string(config) << " exchanged into a padded C";
+  }
   // The tiles not compiled for it say so.
   Fixture f(OverlapGemmConfig::tile_128x256, 64, 256, 64, 5);
   OverlapGemmLaunch l = f.launch();
