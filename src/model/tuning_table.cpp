@@ -147,6 +147,7 @@ PlanOptions apply_candidate(const PlanOptions& base, const TunedCandidate& c) {
     if (knob == "template") o.chunked.shape = parse_schedule_shape(value);
     else if (knob == "chunks") o.chunked.chunks = knob_integer(knob, value);
     else if (knob == "backend") o.chunked.backend = parse_chunk_backend(value);
+    else if (knob == "comm_sms" && c.strategy == "tilelink") o.tilelink.comm_sms = knob_integer(knob, value);  // its companion's CTAs
     else if (knob == "comm_sms") o.chunked.comm_sms = knob_integer(knob, value);
     else if (knob == "comm_chunks") o.comm_chunks = knob_integer(knob, value);
     else if (knob == "gemm_sms") o.gemm_sms = knob_integer(knob, value);

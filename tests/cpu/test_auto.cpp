@@ -45,6 +45,11 @@ TEST(TuningTable, ReadsWhatItWritesAndFindsTheNearestShape) {
   EXPECT_EQ(o.chunked.chunks, 4);
   EXPECT_EQ(o.chunked.backend, ChunkBackend::sm);
   EXPECT_THROW(apply_candidate(PlanOptions{}, TunedCandidate{"fused", {{"colour", "red"}}, 1}), std::invalid_argument);
+  // comm_sms is the strategy's own: tilelink's companion CTAs, chunked's copy SMs.
+  const PlanOptions tilelink = apply_candidate(PlanOptions{}, TunedCandidate{"tilelink", {{"comm_sms", "32"}}, 1});
+  EXPECT_EQ(tilelink.tilelink.comm_sms, 32);
+  EXPECT_EQ(tilelink.chunked.comm_sms, PlanOptions{}.chunked.comm_sms);
+  EXPECT_EQ(apply_candidate(PlanOptions{}, TunedCandidate{"chunked", {{"comm_sms", "24"}}, 1}).chunked.comm_sms, 24);
   EXPECT_THROW(parse_tuning_table(R"({"entries": [{"op": "gemm_rs", "world": 0, "m": 1, "n": 1, "k": 1, "candidates": []}]})"),
                std::invalid_argument);
 }
