@@ -507,6 +507,37 @@ TEST(OverlapGemm, StreamKPiecesMatchTheHostGemmOnEveryTile) {
   }
 }
 
+// The table of the exchanged product of an m x n C on `tile` (the kernel's): kernel tile (i, j) is
+// C's rows [j tile_n, ...) and columns [i tile_m, ...), each notifying signal 1 where asked.
+std::vector<OverlapGemmTile> exchanged_table(int64_t m, int64_t n, OverlapGemmShape tile, bool notify) {
+  std::vector<OverlapGemmTile> table;
+  for (int64_t i = 0; i * tile.tile_m < n; ++i)     // the kernel's rows: C's columns
+    for (int64_t j = 0; j * tile.tile_n < m; ++j) {  // the kernel's columns: C's rows
+      OverlapGemmTile e;
+      e.tile_m = static_cast<int32_t>(i);
+      e.tile_n = static_cast<int32_t>(j);
+      e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, m - j * tile.tile_n));
+      e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, n - i * tile.tile_m));
+      e.store_row = j * tile.tile_n;
+      e.store_col = i * tile.tile_m;
+      if (notify) {
+        e.notify_rank = 0;
+        e.notify_signal = 1;
+        e.notify_increment = 1;
+      }
+      table.push_back(e);
+    }
+  return table;
+}
+
+// The fixture's launch turned into the exchanged product's: the kernel's A is B, its B is A.
+OverlapGemmLaunch exchanged_launch(Fixture& f) {
+  OverlapGemmLaunch l = f.launch();
+  l.a = f.b.data, l.lda = f.b.cols, l.b = f.a.data, l.ldb = f.a.cols, l.m = f.b.rows, l.n = f.a.rows;
+  l.store_transposed = true;
+  return l;
+}
+
 TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
   // C = A B^T computed as C^T = B A^T by the kernels compiled for it (store_transposed: the kernel's
   // A is B, its B is A), each tile stored transposed into C: ragged m (one and several tile columns),
@@ -518,31 +549,10 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
       const std::string what = to_string(config) + " exchanged, " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " / " +
                                std::to_string(splits);
       Fixture f(config, m, n, k, static_cast<uint64_t>(m * 3 + n + splits));
-      f.table.clear();
-      for (int64_t i = 0; i * tile.tile_m < n; ++i)     // the kernel's rows: C's columns
-        for (int64_t j = 0; j * tile.tile_n < m; ++j) {  // the kernel's columns: C's rows
-          OverlapGemmTile e;
-          e.tile_m = static_cast<int32_t>(i);
-          e.tile_n = static_cast<int32_t>(j);
-          e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, m - j * tile.tile_n));
-          e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, n - i * tile.tile_m));
-          e.store_row = j * tile.tile_n;
-          e.store_col = i * tile.tile_m;
-          e.notify_rank = 0;
-          e.notify_signal = 1;
-          e.notify_increment = 1;
-          f.table.push_back(e);
-        }
+      f.table = exchanged_table(m, n, tile, /*notify=*/true);
       const size_t tiles = f.table.size();
       if (splits > 1) f.table = split_along_k(f.table, splits, k, config);
-      OverlapGemmLaunch l = f.launch();
-      l.a = f.b.data;
-      l.lda = f.b.cols;
-      l.b = f.a.data;
-      l.ldb = f.a.cols;
-      l.m = n;
-      l.n = m;
-      l.store_transposed = true;
+      OverlapGemmLaunch l = exchanged_launch(f);
       l.k_splits = splits;
       l.wait_timeout_ns = 2'000'000'000ull;
       f.upload(l);
@@ -566,21 +576,8 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
     Fixture f(config, m, n, k, 29);
     DeviceMatrix padded(m, stride);
     fill_u16(padded.data, m * stride, kBf16Nan, f.stream);
-    f.table.clear();
-    for (int64_t i = 0; i * tile.tile_m < n; ++i)
-      for (int64_t j = 0; j * tile.tile_n < m; ++j) {
-        OverlapGemmTile e;
-        e.tile_m = static_cast<int32_t>(i);
-        e.tile_n = static_cast<int32_t>(j);
-        e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, m - j * tile.tile_n));
-        e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, n - i * tile.tile_m));
-        e.store_row = j * tile.tile_n;
-        e.store_col = i * tile.tile_m;
-        f.table.push_back(e);
-      }
-    OverlapGemmLaunch l = f.launch();
-    l.a = f.b.data, l.lda = f.b.cols, l.b = f.a.data, l.ldb = f.a.cols, l.m = n, l.n = m;
-    l.store_transposed = true;
+    f.table = exchanged_table(m, n, tile, /*notify=*/false);
+    OverlapGemmLaunch l = exchanged_launch(f);
     l.targets[0] = OverlapGemmTarget{padded.data, stride, m, n};
     f.run(l);
     ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << to_string(config);
@@ -595,14 +592,8 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
   }
   // The tiles not compiled for it say so.
   Fixture f(OverlapGemmConfig::tile_128x256, 64, 256, 64, 5);
-  OverlapGemmLaunch l = f.launch();
-  l.store_transposed = true;
-  f.table.clear();
-  OverlapGemmTile e;
-  e.rows = 64;
-  e.cols = 128;
-  f.table.push_back(e);
-  l.m = 256, l.n = 64, l.a = f.b.data, l.lda = f.b.cols, l.b = f.a.data, l.ldb = f.a.cols;
+  OverlapGemmLaunch l = exchanged_launch(f);
+  f.table = exchanged_table(64, 256, shape_of(OverlapGemmConfig::tile_128x256), /*notify=*/false);
   f.upload(l);
   EXPECT_THROW(OverlapGemm(l, OverlapGemmConfig::tile_128x256), std::invalid_argument);
 }

@@ -36,8 +36,8 @@ std::vector<TunedCandidate> knob_grid(const std::string& strategy, const Problem
         for (const char* sms : {"16", "32"}) grid.push_back({strategy, {{"template", shape}, {"chunks", chunks}, {"backend", "sm"}, {"comm_sms", sms}}, 0});
       }
   } else if (strategy == "tilelink") {
-    // The companion's CTAs: the best count depends on the shape (world 4, MLP-1 RS: 32 beat 20 by
-    // 1.29x; MLP-5 RS: 20 beat 32 by 1.08x; bench/results/2026-11-28h_*_tilelink_rs_comm_sms.txt).
+    // The companion's CTAs: the best count depends on the shape (a memory-bound GEMM gives SMs up
+    // cheaply, a compute-bound one does not; bench/results).
     for (const char* sms : {"16", "20", "32", "48"}) grid.push_back({strategy, {{"comm_sms", sms}}, 0});
   } else if (strategy == "fused" && p.op == OpKind::ag_gemm) {
     for (const char* chunks : {"1", "2", "4", "8"}) grid.push_back({strategy, {{"comm_chunks", chunks}}, 0});

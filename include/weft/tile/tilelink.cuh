@@ -387,9 +387,9 @@ __device__ __forceinline__ void reduce_vectors(uint16_t* out, Place out_at, cons
 // out = a + b over `count` 16-byte vectors of bf16 (fp32 sum), each side placed by its own Place:
 // the two-operand case (one source accumulated into out: the companion's chained gemm_rs items;
 // or two sources), with kPairUnroll vectors of both operands loaded before any is added, so that a
-// thread has 2 * kPairUnroll loads in flight. Peer reads over NVLink take microseconds: with
-// reduce_vectors' two loads per operand in flight a CTA moved ~9 GB/s (the 2026-11-28 world-4
-// tilelink rows).
+// thread has 2 * kPairUnroll loads in flight. Peer reads over NVLink take microseconds, so a CTA's
+// rate follows the bytes it has in flight: reduce_vectors' two loads per operand, one operand
+// after the other, left the companion's reductions several times slower (bench/results).
 constexpr int kPairUnroll = 8;
 template <class Place>
 __device__ __forceinline__ void add_vector_pairs(uint16_t* out, Place out_at, const uint16_t* a, Place a_at, const uint16_t* b, Place b_at,
