@@ -20,7 +20,6 @@ double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int 
 constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
 constexpr int kSmallTileRows = 64;
-constexpr int kMaxSmallMSplits = 4;
 constexpr int kMaxTailSplits = 4;
 // What each split of a tail tile adds in K-tiles of work: the splits of a tile run side by side, so
 // each waits little; it writes or reads one fp32 partial tile through L2. An estimate until measured.
@@ -29,13 +28,6 @@ constexpr double kTailFixupKTiles = 4.0;
 // and its last piece's read back, each through L2 (the pieces it reads finished long before). An
 // estimate until measured.
 constexpr double kStreamKFixupKTiles = 6.0;
-// The overlap GEMM's shared memory per CTA (Hopper: 227 KiB) and what its barriers take besides
-// the pipeline stages and the epilogue's staging buffer (overlap_gemm_kernel.cuh).
-constexpr int kSharedMemoryPerSm = 232448;
-constexpr int kSharedMemoryReserved = 1024;
-// Bytes a GPU must have in flight to stream HBM at its rate: ~4.8 TB/s x ~1.7 us of latency on H200
-// (3.35 TB/s on H100 needs less).
-constexpr double kHbmBytesInFlight = 8.0 * (1 << 20);
 
 }  // namespace
 
@@ -63,11 +55,10 @@ double tile_rate(TileShape tile, const TileRates& rates) {
   }
 }
 
-// The rule's candidates. 64x64x128 is compiled (weft bench gemm times it) but not a candidate until
-// the sweep has measured it.
+// The rule's candidates, each height widest first.
 const std::vector<TileShape>& overlap_gemm_tiles() {
   static const std::vector<TileShape> tiles = {{128, 256, 64}, {128, 192, 64}, {128, 128, 64}, {128, 96, 64},
-                                               {64, 256, 64},  {64, 192, 128}, {64, 128, 128}};
+                                               {64, 256, 64},  {64, 192, 128}, {64, 128, 128}, {64, 64, 128}};
   return tiles;
 }
 
@@ -92,38 +83,29 @@ int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileSha
 
 namespace {
 
-// Few rows (m <= 64): 64-row tiles (a 128-row tile would do twice the MMA work), and the widest
-// one, unsplit where it can, that keeps enough bytes of B in flight to stream HBM at full rate:
-// (CTAs) x (pipeline stages but the one being consumed) x (bytes of B per stage). Wider tiles and
-// fewer splits re-read A less and add no partial-sum round trips. The 64-row tiles are 128 deep in
-// K (256-byte runs of each row of B per load instead of 128). Measured on H200, m = 64,
-// n = k = 12288 (`weft bench gemm`, interleaved against 64-deep tiles): 64x128x128 unsplit (96 CTAs,
-// 3 stages loading) 0.080-0.082 ms, 64x192x128/k2 0.081, 64x192x128 unsplit (64 CTAs, 2 stages
-// loading) 0.088-0.090; 64-deep 64x192 0.082-0.084 (cuBLASLt 0.077-0.079).
-int pipeline_stages(const TileShape& s) {
-  const int staging = s.tile_m * (s.tile_n + 8) * 2;  // the whole tile, rows padded by 8 elements
-  const int stage = (s.tile_m + s.tile_n) * s.tile_k * 2;
-  return (kSharedMemoryPerSm - staging - kSharedMemoryReserved) / stage;
-}
+// Few rows (m <= 64): 64-row tiles (a 128-row tile would do twice the MMA work). Time follows the
+// bytes of B streamed from HBM, and a GEMM needs most SMs pulling at once: the narrowest 64-row tile
+// whose tiles fit in one wave (a wider tile leaves SMs idle; more tiles than SMs add a second round),
+// split in two along K where its tiles fill less than kSmallMSplitFill of the SMs (two, not more:
+// each split re-reads A and adds a partial tile). Fitted to the H200 GEMM sweep's 29 shapes at m = 64
+// with every tile and split timed (bench/results/2026-11-28j_h200x1gpu_gemm_sweep): the pick is the
+// fastest or within one 1-us step of it on each.
+constexpr double kSmallMSplitFill = 0.9;
 
 GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
-  GemmTiling most{overlap_gemm_tiles().front(), 1};
-  double most_in_flight = -1;
-  for (int splits = 1; splits <= kMaxSmallMSplits; ++splits)
-    for (const TileShape& s : overlap_gemm_tiles()) {  // widest first
-      if (s.tile_m != kSmallTileRows) continue;
-      if (splits > 1 && ceil_div(k, s.tile_k) / splits < kMinKTilesPerSplit) continue;
-      const int64_t entries = ceil_div(n, s.tile_n) * splits;
-      if (splits > 1 && entries > sm_count) continue;  // a split that adds a wave never pays
-      const double in_flight =
-          static_cast<double>(std::min<int64_t>(entries, sm_count)) * (pipeline_stages(s) - 1) * s.tile_n * s.tile_k * 2;
-      if (in_flight >= kHbmBytesInFlight) return {s, splits};
-      if (in_flight > most_in_flight) {
-        most = {s, splits};
-        most_in_flight = in_flight;
-      }
-    }
-  return most;
+  const int sms = std::max(sm_count, 1);
+  const std::vector<TileShape>& tiles = overlap_gemm_tiles();
+  // overlap_gemm_tiles() lists each height widest first: walk the 64-row tiles from the narrowest.
+  GemmTiling pick{tiles.front(), 1};
+  for (auto it = tiles.rbegin(); it != tiles.rend(); ++it) {
+    if (it->tile_m != kSmallTileRows) continue;
+    pick = {*it, 1};
+    if (ceil_div(n, it->tile_n) <= sms) break;
+  }
+  const int64_t count = ceil_div(n, pick.tile.tile_n);
+  if (2.0 * static_cast<double>(count) <= kSmallMSplitFill * sms && ceil_div(k, pick.tile.tile_k) / 2 >= kMinKTilesPerSplit)
+    pick.k_splits = 2;
+  return pick;
 }
 
 // Memory-bound GEMMs above 64 rows (m ~ 100-250 at the suites' widths): time follows the bytes of

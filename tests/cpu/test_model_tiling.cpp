@@ -22,19 +22,25 @@ TEST(Tiling, SplitsKOnlyWhereTilesCannotFillTheGpu) {
   EXPECT_EQ(choose_k_splits(100, 4096, 4096, 64, TileShape{128, 256, 64}, 132), 1) << "one K-tile cannot be split";
 }
 
-TEST(Tiling, AtMost64RowsTake64RowTilesWithEnoughBytesInFlight) {
+TEST(Tiling, AtMost64RowsTakeTheNarrowest64RowTileThatFillsOneWave) {
+  // The H200 sweep at m = 64 (2026-11-28j): 64x64x128 where n / 64 tiles fit in one wave of 132 SMs,
+  // split in two where they fill under 90% of it twice over; 64x128 and 64x192 above.
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 7168, 4096, 132), (GemmTiling{TileShape{64, 64, 128}, 1})) << "112 tiles";
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 4096, 4096, 132), (GemmTiling{TileShape{64, 64, 128}, 1})) << "64 tiles: 128 split";
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 3584, 4096, 132), (GemmTiling{TileShape{64, 64, 128}, 2})) << "56 tiles";
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 1792, 4096, 132), (GemmTiling{TileShape{64, 64, 128}, 2})) << "28 tiles: two, not four";
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 9216, 4608, 132), (GemmTiling{TileShape{64, 128, 128}, 1})) << "144 of 64x64";
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 18432, 4608, 132), (GemmTiling{TileShape{64, 192, 128}, 1})) << "144 of 64x128";
   // m = 64, n = k = 12288 (Flux GPT-3 AG at world 4): 96 unsplit 64x128x128 tiles, measured the
-  // fastest on H200; 48 of 64x256 and 64 of 64x192x128 (3 stages) keep too little in flight.
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).tile, (TileShape{64, 128, 128}));
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132).k_splits, 1);
+  // fastest on H200.
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 12288, 12288, 132), (GemmTiling{TileShape{64, 128, 128}, 1}));
+  // Wider than any 64-row tile fits in one wave: the widest.
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 65536, 4096, 132), (GemmTiling{TileShape{64, 256, 64}, 1}));
   for (int64_t m : {1, 8, 33, 64}) EXPECT_EQ(choose_overlap_gemm_tiling(m, 4096, 4096, 132).tile.tile_m, 64) << m;
   EXPECT_EQ(choose_overlap_gemm_tiling(65, 4096, 4096, 132).tile.tile_m, 128);
-  // n = 4096: 32 tiles of 64x128 at most, too few; K is split until enough is in flight, in one wave.
-  const GemmTiling narrow = choose_overlap_gemm_tiling(64, 4096, 4096, 132);
-  EXPECT_GT(narrow.k_splits, 1);
-  EXPECT_LE((4096 + narrow.tile.tile_n - 1) / narrow.tile.tile_n * narrow.k_splits, 132);
   // Few K-tiles: never below 4 K-tiles per split.
-  EXPECT_EQ(choose_overlap_gemm_tiling(64, 4096, 192, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 1792, 768, 132).k_splits, 1);
+  EXPECT_EQ(choose_overlap_gemm_tiling(64, 1792, 1024, 132).k_splits, 2);
 }
 
 TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
