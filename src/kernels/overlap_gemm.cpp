@@ -76,22 +76,24 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs() {
 }
 
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
-                                           OverlapGemmConfig config) {
+                                           OverlapGemmConfig config, int group) {
   const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
   if (splits < 1 || splits > k_tiles)
     reject("cannot split " + std::to_string(k_tiles) + " K-tiles " + std::to_string(splits) + " ways");
+  if (group < 1 || table.size() % static_cast<size_t>(group) != 0)
+    reject("split_along_k: " + std::to_string(table.size()) + " entries are not groups of " + std::to_string(group));
   std::vector<OverlapGemmTile> split;
   split.reserve(table.size() * static_cast<size_t>(splits));
-  for (const OverlapGemmTile& entry : table) {
-    if (entry.splits != 1) reject("split_along_k: the table is split already");
-    for (int part = 0; part < splits; ++part) {
-      OverlapGemmTile e = entry;
-      e.k_begin = static_cast<int32_t>(k_tiles * part / splits);
-      e.k_tiles = static_cast<int32_t>(k_tiles * (part + 1) / splits) - e.k_begin;
-      make_split(e, part, splits);
-      split.push_back(e);
-    }
-  }
+  for (size_t first = 0; first < table.size(); first += static_cast<size_t>(group))
+    for (int part = 0; part < splits; ++part)
+      for (size_t i = first; i < first + static_cast<size_t>(group); ++i) {
+        if (table[i].splits != 1) reject("split_along_k: the table is split already");
+        OverlapGemmTile e = table[i];
+        e.k_begin = static_cast<int32_t>(k_tiles * part / splits);
+        e.k_tiles = static_cast<int32_t>(k_tiles * (part + 1) / splits) - e.k_begin;
+        make_split(e, part, splits);
+        split.push_back(e);
+      }
   return split;
 }
 
@@ -236,10 +238,47 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   if (launch.tile_count < 0 || (launch.tile_count > 0 && !launch.tiles)) reject("tile table missing");
   if (launch.store_transposed && (launch.b_n_major || launch.a2))
     reject("the exchanged product (store_transposed) reads K-major operands and no second A operand");
+  const bool clustered = launch.cluster_m != 1 || launch.cluster_n != 1;
+  if (clustered && !((launch.cluster_m == 2 && launch.cluster_n == 1) || (launch.cluster_m == 1 && launch.cluster_n == 2)))
+    reject("clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " CTAs; 2x1 and 1x2 are compiled");
+  if (clustered && (launch.store_transposed || launch.b_n_major))
+    reject("clusters of two run the K-major (B stored [N, K]), untransposed product only");
+  if (clustered && config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256)
+    reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64 and 128x256x64 do");
 }
+
+namespace {
+
+// Clusters of two (OverlapGemmLaunch::cluster_m / cluster_n): the table in pairs that share a tile
+// of B (2x1) or of A (1x2) over the same K-tiles, neither waiting nor split nor padding.
+void require_cluster_pairs(const OverlapGemmLaunch& launch, const std::vector<OverlapGemmTile>& table) {
+  if (launch.cluster_m == 1 && launch.cluster_n == 1) return;
+  const bool share_b = launch.cluster_m == 2;
+  if (table.size() % 2 != 0)
+    reject("a table for clusters of two has an even number of entries, this one " + std::to_string(table.size()));
+  for (size_t i = 0; i < table.size(); i += 2) {
+    const OverlapGemmTile &x = table[i], &y = table[i + 1];
+    const std::string pair = "tile table entries " + std::to_string(i) + " and " + std::to_string(i + 1) + " (a cluster's pair) ";
+    for (const OverlapGemmTile* e : {&x, &y})
+      if (e->k_tiles == kNoWorkKTiles || e->wait_signal >= 0)
+        reject(pair + "must both do work and wait for nothing: a wait holds the peer's loads too");
+    if (x.k_begin != y.k_begin || x.k_tiles != y.k_tiles) reject(pair + "cover different K-tiles; the pair loads its shared tile once");
+    // Splits of a pair's tiles in step (split_along_k with group 2): a split waits only for earlier
+    // splits of its tile, which both CTAs of the earlier pair ran, so the pairing adds no cycle.
+    if (x.split != y.split || x.splits != y.splits) reject(pair + "are different splits; a pair's tiles are split in step (split_along_k, group 2)");
+    if (share_b && x.tile_n != y.tile_n)
+      reject(pair + "are in tile columns " + std::to_string(x.tile_n) + " and " + std::to_string(y.tile_n) +
+             "; clusters of 2x1 share B's tile (order the table along N with an even swizzle)");
+    if (!share_b && (x.tile_m != y.tile_m || x.a_operand != y.a_operand || (x.a_operand == 1 && x.a_tile_m != y.a_tile_m)))
+      reject(pair + "read different rows of A; clusters of 1x2 share A's tile (order the table along M with an even swizzle)");
+  }
+}
+
+}  // namespace
 
 void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table) {
   require_launchable(launch, config);
+  require_cluster_pairs(launch, table);
   const OverlapGemmShape s = shape_of(config);
   const int64_t tiles_m = ceil_div(launch.m, s.tile_m), tiles_n = ceil_div(launch.n, s.tile_n);
   const int64_t k_tiles = ceil_div(launch.k, s.tile_k);

@@ -81,10 +81,22 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // transposed, so that the storers write rows of C: a tile of the kernel's TileM x TileN is TileN
 // rows by TileM columns of C. For small m, where the m rows fit in one tile column and B is read
 // once (cuBLASLt runs such products this way).
-template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false>
+// ClusterM x ClusterN (1x1, 2x1 or 1x2): CTAs run in clusters of two whose entries share a B tile
+// (2x1: the same tile column) or an A tile (1x2: the same tile row), loaded once from L2 by TMA
+// multicast, each CTA loading half and both receiving it (OverlapGemmLaunch::cluster_m/cluster_n:
+// the table comes in such pairs). The grid is clusters of two along x (2x1) or y (1x2), so that
+// CuTe's block_id_in_cluster() is the CTA's place in CUTLASS's cluster layout; the CTA's index in
+// the table walk is its linear block index either way.
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1>
 struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
+  static constexpr int kClusterSize = ClusterM * ClusterN;
+  static_assert(kClusterSize <= 2, "clusters of one or two CTAs");
+  static_assert(kClusterSize == 1 || (!Transposed && !BNMajor), "clusters for the K-major, untransposed product only");
+  // The CTA's place in the table walk: CTA c takes entries c, c + ctas, c + 2 ctas, ...
+  CUTLASS_DEVICE static int cta_index() { return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); }
+  CUTLASS_DEVICE static int cta_count() { return static_cast<int>(gridDim.x * gridDim.y); }
   using Element = cutlass::bfloat16_t;
   static constexpr int kAlignment = 8;  // elements: TMA wants 16-byte rows
   static_assert(TileM == 64 || TileM == 128, "a tile has one or two 64-row consumer warp groups");
@@ -333,7 +345,7 @@ struct OverlapGemmKernel {
   // waits (bounded) until the consumers have stored it, then makes the release and frees its slot.
   CUTLASS_DEVICE static void notify_stored_tiles(const OverlapGemmLaunch& launch, SharedStorage& shared) {
     uint32_t handed = 0;
-    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+    for (int t = cta_index(); t < launch.tile_count; t += cta_count()) {
       const OverlapGemmTile& entry = launch.tiles[t];
       if (entry.notify_rank < 0 || entry.k_tiles == kNoWorkKTiles) continue;
       const uint32_t slot = handed % kNotifySlots, use = handed / kNotifySlots;
@@ -357,7 +369,7 @@ struct OverlapGemmKernel {
   // the storers' barrier orders the others' addend loads after it), off the consumers' path.
   CUTLASS_DEVICE static void store_staged_tiles(const OverlapGemmLaunch& launch, SharedStorage& shared, int storer_idx) {
     uint32_t staged = 0, handed = 0;
-    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+    for (int t = cta_index(); t < launch.tile_count; t += cta_count()) {
       const OverlapGemmTile& entry = launch.tiles[t];
       if (!stores(entry)) continue;
       if (entry.addend_count > 0 && entry.wait_signal >= 0) {
@@ -423,7 +435,14 @@ struct OverlapGemmKernel {
       }
     }
     cutlass::arch::fence_barrier_init();
-    __syncthreads();  // barriers initialised before anyone uses them
+    // Barriers initialised before anyone uses them; in a cluster, the peer's too (its consumers
+    // release this CTA's stages and its multicast loads complete on this CTA's barriers).
+    if constexpr (kClusterSize > 1) {
+      cute::cluster_arrive_relaxed();
+      cute::cluster_wait();
+    } else {
+      __syncthreads();
+    }
 
     const auto problem = make_shape(static_cast<int>(launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
     const int k_tiles = static_cast<int>((launch.k + TileK - 1) / TileK);
@@ -442,7 +461,7 @@ struct OverlapGemmKernel {
       const auto problem_a2 = make_shape(static_cast<int>(launch.a2 ? launch.m2 : launch.m), static_cast<int>(launch.n), static_cast<int>(launch.k), 1);
       const auto load_inputs = mainloop.load_init(problem, params.mainloop);
       PipelineState write_state = cutlass::make_producer_start_state<MainloopPipeline>();
-      for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+      for (int t = cta_index(); t < launch.tile_count; t += cta_count()) {
         const OverlapGemmTile entry = launch.tiles[t];
         if (entry.k_tiles == kNoWorkKTiles) continue;  // padding: every role skips it
         if (entry.wait_signal >= 0 && entry.addend_count == 0) wait_for_signal(launch, t, entry);  // else in the epilogue
@@ -451,10 +470,10 @@ struct OverlapGemmKernel {
         // The entry's A rows: its own tile row of A, or tile a_tile_m of the second A operand.
         if (entry.a_operand == 0)
           mainloop.load(params.mainloop, pipeline, write_state, load_inputs, make_coord(entry.tile_m, entry.tile_n, _, 0), k_iterator, count,
-                        lane, 0u, shared.tensors);
+                        lane, cute::block_rank_in_cluster(), shared.tensors);
         else
           mainloop.load(params.mainloop_a2, pipeline, write_state, mainloop.load_init(problem_a2, params.mainloop_a2),
-                        make_coord(entry.a_tile_m, entry.tile_n, _, 0), k_iterator, count, lane, 0u, shared.tensors);
+                        make_coord(entry.a_tile_m, entry.tile_n, _, 0), k_iterator, count, lane, cute::block_rank_in_cluster(), shared.tensors);
         write_state.advance(count);
       }
       mainloop.load_tail(pipeline, write_state);
@@ -466,7 +485,7 @@ struct OverlapGemmKernel {
     PipelineState read_state;
     TiledMma tiled_mma;
     uint32_t staged = 0;  // tiles staged so far (every consumer thread counts)
-    for (int t = static_cast<int>(blockIdx.x); t < launch.tile_count; t += static_cast<int>(gridDim.x)) {
+    for (int t = cta_index(); t < launch.tile_count; t += cta_count()) {
       const OverlapGemmTile entry = launch.tiles[t];
       if (entry.k_tiles == kNoWorkKTiles) continue;
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
@@ -498,10 +517,10 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
 // shared-memory attribute and the grid size. A call only enqueues.
-template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false>
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
-  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed>;
+  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN>;
 
   explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
     int device = 0, sm_count = 0;
@@ -509,25 +528,75 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(&overlap_gemm_entry<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
     ctas_ = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
+    if constexpr (Kernel::kClusterSize > 1) {
+      // Whole clusters, no more than fit at once (an SM pair per cluster within a GPC).
+      cudaLaunchConfig_t config = launch_config(ctas_, nullptr);
+      cudaLaunchAttribute attribute = cluster_attribute();
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      WEFT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, &overlap_gemm_entry<Kernel>, &config));
+      ctas_ = std::max(1, std::min(ctas_ / Kernel::kClusterSize, clusters)) * Kernel::kClusterSize;
+    }
   }
 
   void update(const OverlapGemmLaunch& launch) override { params_ = Kernel::make_params(launch); }
 
   void launch(cudaStream_t stream) override {
     if (params_.launch.tile_count == 0) return;
-    overlap_gemm_entry<Kernel><<<ctas_, Kernel::kThreads, Kernel::kSharedBytes, stream>>>(params_);
-    WEFT_CUDA_CHECK(cudaGetLastError());
+    if constexpr (Kernel::kClusterSize > 1) {
+      cudaLaunchConfig_t config = launch_config(ctas_, stream);
+      cudaLaunchAttribute attribute = cluster_attribute();
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      WEFT_CUDA_CHECK(cudaLaunchKernelEx(&config, &overlap_gemm_entry<Kernel>, params_));
+    } else {
+      overlap_gemm_entry<Kernel><<<ctas_, Kernel::kThreads, Kernel::kSharedBytes, stream>>>(params_);
+      WEFT_CUDA_CHECK(cudaGetLastError());
+    }
   }
 
  private:
+  // The grid: `ctas` along x, or along y for clusters along N (Kernel's cluster layout).
+  static cudaLaunchConfig_t launch_config(int ctas, cudaStream_t stream) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = ClusterN > 1 ? dim3(1, ctas, 1) : dim3(ctas, 1, 1);
+    config.blockDim = dim3(Kernel::kThreads, 1, 1);
+    config.dynamicSmemBytes = Kernel::kSharedBytes;
+    config.stream = stream;
+    return config;
+  }
+  static cudaLaunchAttribute cluster_attribute() {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = ClusterM;
+    attribute.val.clusterDim.y = ClusterN;
+    attribute.val.clusterDim.z = 1;
+    return attribute;
+  }
+
   typename Kernel::Params params_;
   int ctas_ = 0;
 };
 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
-// pointers only), and for the exchanged product where the tile is compiled for it (Exchangeable).
-template <int TileM, int TileN, int TileK, bool Exchangeable = false>
+// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and
+// in clusters of two where it is compiled for them (Clusterable).
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
+  if (launch.cluster_m * launch.cluster_n > 1) {
+    if constexpr (Clusterable) {
+      if (launch.store_transposed || launch.b_n_major)
+        throw std::invalid_argument("overlap GEMM: clusters run the K-major, untransposed product only");
+      if (launch.cluster_m == 2 && launch.cluster_n == 1) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 2, 1>>(launch);
+      if (launch.cluster_m == 1 && launch.cluster_n == 2) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 1, 2>>(launch);
+      throw std::invalid_argument("overlap GEMM: clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) +
+                                  " CTAs; 2x1 and 1x2 are compiled");
+    } else {
+      throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
+                                  " kernel runs in clusters (128x128 and 128x256 do)");
+    }
+  }
   if (launch.store_transposed) {
     if constexpr (Exchangeable) {
       if (launch.b_n_major)

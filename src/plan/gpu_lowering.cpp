@@ -108,10 +108,33 @@ std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& 
   return std::nullopt;
 }
 
+// Clusters of two (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
+// 128x128 or 128x256 tiles, bf16, B stored [N, K], untransposed, no tail splits or stream-K, no tile
+// waiting. Whether
+// the table comes in pairs is the kernel layer's check at lowering (require_valid_table).
+std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
+  const std::string step = "GEMM step '" + label + "' runs in clusters of " + std::to_string(gemm.cluster_m) + "x" + std::to_string(gemm.cluster_n);
+  if (!((gemm.cluster_m == 2 && gemm.cluster_n == 1) || (gemm.cluster_m == 1 && gemm.cluster_n == 2)))
+    return step + "; the overlap GEMM has clusters of 2x1 and 1x2 only";
+  if (gemm.tile_m != 128 || (gemm.tile_n != 128 && gemm.tile_n != 256))
+    return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; compiled for 128x128 and 128x256 only";
+  if (gemm.exchanged) return step + " and the exchanged product; clusters run the untransposed product only";
+  if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); clusters read B [N, K] only";
+  for (const Region& r : {gemm.a, gemm.b})
+    if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";
+  if (gemm.tail_splits != 1 || gemm.stream_k)
+    return step + " with its last wave cut along K (tail splits or stream-K); clusters split every tile in step (k_splits) only";
+  for (const GemmTile& t : gemm.tiles)
+    if (t.wait) return step + " and a tile waits; a wait would hold the peer's loads too";
+  return std::nullopt;
+}
+
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
   if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
   if (const auto* gemm = std::get_if<GemmStep>(&step.body); gemm && gemm->exchanged)
     if (auto gap = exchanged_gemm_gap(plan, *gemm, step.label)) return gap;
+  if (const auto* gemm = std::get_if<GemmStep>(&step.body); gemm && (gemm->cluster_m != 1 || gemm->cluster_n != 1))
+    if (auto gap = clustered_gemm_gap(plan, *gemm, step.label)) return gap;
   // NCCL's all-gather and the copies of FP8 rows with tensor or row scales: the rows' bytes, and
   // the scales with them (runtime/lowering/collective.cpp, data_movement.cpp). Block scales are laid
   // out K-block-major over the buffer's rows, which moving rows does not keep.

@@ -348,5 +348,92 @@ TEST(OverlapGemmTable, TheExchangedProductsEntriesHaveCsExtent) {
   EXPECT_THROW(require_valid_table(l, config, table), std::invalid_argument);
 }
 
+TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
+  // 600 x 1000 on 128x256 tiles: 5 tile rows, 4 tile columns. Row by row, consecutive entries share
+  // their tile row (A's tile: 1x2); column by column with rows paired, their tile column (B's: 2x1).
+  OverlapGemmLaunch l = launch_for(512, 1000, 256, 1);  // 4 tile rows
+  std::vector<OverlapGemmTile> by_rows = whole_table(512, 1000);
+  for (OverlapGemmTile& e : by_rows) e.wait_signal = -1;
+  std::vector<OverlapGemmTile> by_columns;
+  for (int32_t j = 0; j < 4; ++j)
+    for (int32_t i = 0; i < 4; ++i) by_columns.push_back(by_rows[static_cast<size_t>(i * 4 + j)]);
+  auto check = [&](int cm, int cn, const std::vector<OverlapGemmTile>& table) {
+    OverlapGemmLaunch c = l;
+    c.cluster_m = cm, c.cluster_n = cn;
+    c.tiles = table.data();
+    c.tile_count = static_cast<int>(table.size());
+    require_valid_table(c, kConfig, table);
+  };
+  auto rejects = [&](int cm, int cn, const std::vector<OverlapGemmTile>& table, const std::string& why) {
+    try {
+      check(cm, cn, table);
+      ADD_FAILURE() << "accepted; expected: " << why;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_NO_THROW(check(1, 2, by_rows));
+  EXPECT_NO_THROW(check(2, 1, by_columns));
+  rejects(2, 1, by_rows, "tile columns");
+  rejects(1, 2, by_columns, "different rows of A");
+  // An odd count, a wait, a split or padding, and different K-tiles in a pair.
+  rejects(1, 2, std::vector<OverlapGemmTile>(by_rows.begin(), by_rows.end() - 1), "even number of entries");
+  std::vector<OverlapGemmTile> waiting = by_rows;
+  waiting[5].wait_signal = 0;
+  rejects(1, 2, waiting, "wait for nothing");
+  std::vector<OverlapGemmTile> padded = by_rows;
+  padded[2].k_tiles = kNoWorkKTiles;
+  rejects(1, 2, padded, "both do work");
+  std::vector<OverlapGemmTile> shorter = by_rows;
+  shorter[1].k_tiles = 2;
+  rejects(1, 2, shorter, "different K-tiles");
+  // Split in step, pairs stay pairs (split 0 of both, then split 1 of both); split entry by entry,
+  // a pair would be two splits of one tile.
+  OverlapGemmLaunch split_launch = l;
+  split_launch.k_splits = 2;
+  split_launch.cluster_n = 2;
+  const std::vector<OverlapGemmTile> in_step = split_along_k(by_rows, 2, 256, kConfig, 2);
+  ASSERT_EQ(in_step.size(), 2 * by_rows.size());
+  EXPECT_EQ(in_step[0].tile_n + 1, in_step[1].tile_n);
+  EXPECT_EQ(in_step[0].split, in_step[1].split);
+  EXPECT_EQ(in_step[2].tile_n, in_step[0].tile_n);
+  EXPECT_EQ(in_step[2].split, 1);
+  split_launch.tiles = in_step.data();
+  split_launch.tile_count = static_cast<int>(in_step.size());
+  EXPECT_NO_THROW(require_valid_table(split_launch, kConfig, in_step));
+  const std::vector<OverlapGemmTile> entry_by_entry = split_along_k(by_rows, 2, 256, kConfig);
+  EXPECT_THROW(require_valid_table(split_launch, kConfig, entry_by_entry), std::invalid_argument);
+  std::vector<OverlapGemmTile> mixed = in_step;
+  std::swap(mixed[1].split, mixed[3].split);
+  std::swap(mixed[1].k_begin, mixed[3].k_begin);
+  std::swap(mixed[1].k_tiles, mixed[3].k_tiles);
+  rejects(1, 2, mixed, "");
+  EXPECT_THROW(split_along_k(std::vector<OverlapGemmTile>(by_rows.begin(), by_rows.end() - 1), 2, 256, kConfig, 2), std::invalid_argument);
+  // Reading a second A operand: both entries of a 1x2 pair the same rows of it.
+  std::vector<OverlapGemmTile> second_a = by_rows;
+  OverlapGemmLaunch with_a2 = l;
+  with_a2.a2 = reinterpret_cast<const void*>(uintptr_t{0x50000});
+  with_a2.lda2 = 256;
+  with_a2.m2 = 512;
+  with_a2.cluster_n = 2;
+  second_a[0].a_operand = second_a[1].a_operand = 1;
+  second_a[0].a_tile_m = 0, second_a[1].a_tile_m = 1;
+  with_a2.tiles = second_a.data();
+  with_a2.tile_count = static_cast<int>(second_a.size());
+  EXPECT_THROW(require_valid_table(with_a2, kConfig, second_a), std::invalid_argument);
+  second_a[1].a_tile_m = 0;
+  EXPECT_NO_THROW(require_valid_table(with_a2, kConfig, second_a));
+  // Shapes and tiles without a compiled cluster kernel.
+  rejects(2, 2, by_rows, "2x1 and 1x2 are compiled");
+  OverlapGemmLaunch n_major = l;
+  n_major.b_n_major = true;
+  n_major.ldb = 1000;
+  n_major.cluster_n = 2;
+  EXPECT_THROW(require_launchable(n_major, kConfig), std::invalid_argument);
+  OverlapGemmLaunch narrow = l;
+  narrow.cluster_n = 2;
+  EXPECT_THROW(require_launchable(narrow, OverlapGemmConfig::tile_128x192), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace weft

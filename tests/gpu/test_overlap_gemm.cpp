@@ -53,6 +53,7 @@ struct Fixture {
   uint64_t* signals = nullptr;  // 4 counters
   WaitRecord* error = nullptr;
   cudaStream_t stream{};
+  int cluster_m = 1, cluster_n = 1;  // the launch's clusters
 
   Fixture(OverlapGemmConfig cfg, int64_t m, int64_t n, int64_t k, uint64_t seed)
       : config(cfg), tile(shape_of(cfg)), a(m, k), b(n, k), c(m, n) {
@@ -103,6 +104,8 @@ struct Fixture {
     l.wait_signals = signals;
     l.notify_signals[0] = signals;
     l.error = error;
+    l.cluster_m = cluster_m;
+    l.cluster_n = cluster_n;
     return l;
   }
   // Uploads `table`, points `l` at it and checks it.
@@ -503,6 +506,48 @@ TEST(OverlapGemm, StreamKPiecesMatchTheHostGemmOnEveryTile) {
       ASSERT_GT(most_splits(f.table), 1) << "the tiles are cut into pieces";
       f.expect_two_calls_match(most_splits(f.table), tiles,
                                "stream-K, " + to_string(config) + ", " + std::to_string(tiles) + " tiles, " + std::to_string(no_work) + " padding entries");
+    }
+  }
+}
+
+// Clusters of two on the tiles compiled for them: 2x1 (pairs in one tile column share B's tile) and
+// 1x2 (pairs in one tile row share A's), on fewer tiles than SMs (m = 200: two tile rows, as the
+// small-M GEMMs have) and on more (each CTA walks several pairs), ragged M, N and K, unsplit and
+// each pair split three ways in step; every tile notifies once, after its last split; two calls
+// into poisoned C. A pair's halves of the shared tile come from both CTAs:
+// a wrong multicast mask or slice leaves a half of it stale or zero, which the comparison sees.
+TEST(OverlapGemm, ClustersOfTwoShareTheirTilesAndMatchTheHostGemm) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256}) {
+    const OverlapGemmShape tile = shape_of(config);
+    for (const int64_t tiles_m : {int64_t{2}, int64_t{6}}) {
+      const int64_t tiles_n = tiles_m == 2 ? 8 : (sms + 5) / 6 * 2;  // 16 tiles; over the SM count
+      const int64_t m = tiles_m * 128 - 56, n = tiles_n * tile.tile_n - 40, k = 584;
+      for (const auto& [cm, cn] : {std::pair{2, 1}, std::pair{1, 2}}) {
+        Fixture f(config, m, n, k, static_cast<uint64_t>(131 + tiles_m * 3 + cm));
+        f.cluster_m = cm, f.cluster_n = cn;
+        if (cm == 2) {  // column by column, rows in pairs
+          std::vector<OverlapGemmTile> by_columns;
+          for (int64_t j = 0; j < tiles_n; ++j)
+            for (int64_t i = 0; i < tiles_m; ++i) by_columns.push_back(f.table[static_cast<size_t>(i * tiles_n + j)]);
+          f.table = by_columns;
+        }
+        for (auto& e : f.table) {
+          e.notify_rank = 0;
+          e.notify_signal = 1;
+          e.notify_increment = 1;
+        }
+        const size_t tiles = f.table.size();
+        const std::vector<OverlapGemmTile> whole = f.table;
+        for (const int splits : {1, 3}) {  // 10 K-tiles: 3, 3 and 4
+          f.table = split_along_k(whole, splits, k, config, /*group=*/2);
+          f.expect_two_calls_match(splits, tiles, "clusters of " + std::to_string(cm) + "x" + std::to_string(cn) + ", " + to_string(config) + ", " +
+                                                      std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ", " +
+                                                      std::to_string(splits) + " splits in step");
+        }
+      }
     }
   }
 }

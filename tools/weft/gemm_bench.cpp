@@ -42,10 +42,21 @@ namespace {
 // The GEMM-only plan of one rank computing C [m, n] = A [m, k] B [n, k]^T with `tile`, split
 // `splits` ways along K.
 Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1, bool stream_k = false,
-               bool exchanged = false) {
+               bool exchanged = false, int cluster_m = 1, int cluster_n = 1) {
   if (exchanged) {  // the kernel's tile, transposed onto C, and the exchanged product
     Plan plan = gemm_plan(s, TileShape{tile.tile_n, tile.tile_m, tile.tile_k}, splits, o, tail_splits, stream_k);
     for (Step& step : plan.ranks.at(0).steps) std::get<GemmStep>(step.body).exchanged = true;
+    return plan;
+  }
+  if (cluster_m * cluster_n > 1) {  // pairs of tiles in one column (2x1) or one row (1x2), in that order
+    GemmBenchOptions paired = o;
+    paired.raster = cluster_m > 1 ? Raster::along_n : Raster::along_m;
+    paired.swizzle = 8;
+    Plan plan = gemm_plan(s, tile, splits, paired, tail_splits, stream_k);
+    for (Step& step : plan.ranks.at(0).steps) {
+      std::get<GemmStep>(step.body).cluster_m = cluster_m;
+      std::get<GemmStep>(step.body).cluster_n = cluster_n;
+    }
     return plan;
   }
   PlanOptions options;
@@ -159,9 +170,9 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
               "notify+", "peer+", "err", "check");
   std::vector<double> chosen_ratios, best_ratios, overheads, notify_only_overheads, remap_only_overheads, peer_overheads;
   int failures = 0, chose_best = 0;
-  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1, bool stream_k = false, bool exchanged = false) {
-    return to_string(c) + (exchanged ? "/x" : "") + (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") +
-           (stream_k ? "/sk" : "");
+  auto name_of = [](OverlapGemmConfig c, int splits, int tail = 1, bool stream_k = false, bool exchanged = false, int cluster_m = 1, int cluster_n = 1) {
+    return to_string(c) + (exchanged ? "/x" : "") + (cluster_m * cluster_n > 1 ? "/c" + std::to_string(cluster_m) + "x" + std::to_string(cluster_n) : "") +
+           (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") + (stream_k ? "/sk" : "");
   };
   for (const auto& [name, s] : shapes) {
     const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
@@ -182,6 +193,10 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       int tail = 1;
       bool stream_k = false;
       bool exchanged = false;  // not in the tile's column: a kernel of its own
+      int cluster_m = 1, cluster_n = 1;  // clusters of two: kernels of their own, apart like exchanged
+      std::string name(const std::vector<OverlapGemmConfig>& configs, decltype(name_of)& named) const {
+        return named(configs[config], splits, tail, stream_k, exchanged, cluster_m, cluster_n);
+      }
     };
     std::vector<Variant> variants;
     for (size_t c = 0; c < configs.size(); ++c) {
@@ -202,18 +217,26 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192))
         for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count))
           variants.push_back({c, split, 1, false, true});
+      // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),
+      // with the tile's splits (in step), on the tiles compiled for them.
+      if (configs[c] == OverlapGemmConfig::tile_128x128 || configs[c] == OverlapGemmConfig::tile_128x256) {
+        for (int split : splits) {
+          if ((s.m + t.tile_m - 1) / t.tile_m % 2 == 0) variants.push_back({c, split, 1, false, false, 2, 1});
+          if ((s.n + t.tile_n - 1) / t.tile_n % 2 == 0) variants.push_back({c, split, 1, false, false, 1, 2});
+        }
+      }
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;
     for (const Variant& v : variants) {
       const OverlapGemmShape t = shape_of(configs[v.config]);
       empties.push_back(std::make_unique<CudaExecutor>(
-          comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail, v.stream_k, v.exchanged),
+          comm, gemm_plan(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, v.splits, o, v.tail, v.stream_k, v.exchanged, v.cluster_m, v.cluster_n),
           ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::overlap}));
       CudaExecutor& empty = *empties.back();
       fill_buffers(empty, 0, o.seed, stream);
       empty.run(stream);
-      finish_or_explain(empty, stream, "overlap " + name_of(configs[v.config], v.splits, v.tail, v.stream_k, v.exchanged));
+      finish_or_explain(empty, stream, "overlap " + v.name(configs, name_of));
       error_empty = std::max(error_empty, relative_difference(empty.output().data, want.data, s.m * s.n, sums, stream));
     }
 
@@ -260,13 +283,13 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     std::string best_name;
     for (size_t v = 0; v < variants.size(); ++v) {
       const double t = medians[1 + kWorkCount + v];
-      // The exchanged product (not yet a choice of the rule) stands apart: in the 'each tile and
-      // split' line only, so that the best and the rule's hits stay comparable with earlier sweeps.
-      if (variants[v].exchanged) continue;
+      // The exchanged product and clusters (not yet choices of the rule) stand apart: in the 'each
+      // tile and split' line only, so that the best and the rule's hits stay comparable with earlier sweeps.
+      if (variants[v].exchanged || variants[v].cluster_m * variants[v].cluster_n > 1) continue;
       t_configs[variants[v].config] = std::min(t_configs[variants[v].config], t);
       if (t < t_best) {
         t_best = t;
-        best_name = name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k, variants[v].exchanged);
+        best_name = variants[v].name(configs, name_of);
       }
       if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits &&
           variants[v].stream_k == tiling.stream_k && !variants[v].exchanged)
@@ -295,7 +318,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     if (variants.size() > configs.size()) {  // splits swept or a tail split: each (tile, split) on its own
       std::printf("  %-28s", "each tile and split, ms:");
       for (size_t v = 0; v < variants.size(); ++v)
-        std::printf(" %s %.3f", name_of(configs[variants[v].config], variants[v].splits, variants[v].tail, variants[v].stream_k, variants[v].exchanged).c_str(),
+        std::printf(" %s %.3f", variants[v].name(configs, name_of).c_str(),
                     medians[1 + kWorkCount + v]);
       std::printf("\n");
     }

@@ -156,6 +156,14 @@ struct GemmStep {
   // (OverlapGemmLaunch::store_transposed). Invisible to everything but the overlap GEMM's lowering;
   // the tiling rule does not choose it yet (weft bench gemm times it).
   bool exchanged = false;
+  // 2x1 or 1x2: the overlap GEMM runs in clusters of two CTAs that load each shared B tile (2x1:
+  // pairs of tiles in one tile column) or A tile (1x2: in one tile row) once from L2 by TMA multicast
+  // (OverlapGemmLaunch::cluster_m / cluster_n). The tile table must come in such pairs (raster and
+  // swizzle: along N with an even swizzle for 2x1, along M for 1x2), without waits, tail splits or
+  // stream-K (k_splits split each pair in step).
+  // Invisible to everything but the overlap GEMM's lowering; the tiling rule does not choose it yet
+  // (weft bench gemm times it).
+  int cluster_m = 1, cluster_n = 1;
 
   bool operator==(const GemmStep&) const = default;
 };

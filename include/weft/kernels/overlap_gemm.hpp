@@ -116,6 +116,14 @@ struct OverlapGemmLaunch {
   // tile_m and tile_n the kernel's grid. K-major operands, no second A operand; compiled for
   // 128x96, 128x128 and 128x192 (small m: the m rows in one tile column, B read once).
   bool store_transposed = false;
+  // Clusters of two CTAs that load each shared tile once from L2 and multicast it (TMA): 2x1 (cluster_m
+  // 2) pairs entries 2i and 2i + 1 of the table with the same tile column (they share B's tile), 1x2
+  // (cluster_n 2) with the same tile row and A rows (they share A's). Either way both entries of a
+  // pair cover the same K-tiles as the same split (split_along_k with group 2), do work and wait for
+  // nothing (a wait would hold the peer's loads too), and the table has an even number of entries;
+  // require_valid_table checks it.
+  // Compiled for the K-major, untransposed product on 128x128 and 128x256 tiles.
+  int cluster_m = 1, cluster_n = 1;
   const void* a2 = nullptr;  // optional second A operand, [m2, k] bf16, row stride lda2 (entries with a_operand 1)
   int64_t lda2 = 0;
   int64_t m2 = 0;
@@ -147,9 +155,11 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs();
 OverlapGemmConfig config_for(int tile_m, int tile_n);
 // Each entry becomes `splits` consecutive entries over K; waits stay on every split (each loads A
 // and B), stores and notifies stay on the last; an entry with addends keeps them and its wait (an
-// epilogue wait) on its last split only.
+// epilogue wait) on its last split only. With `group` > 1 the table is taken in groups of that many
+// consecutive entries, each group becoming `splits` consecutive groups (split 0 of every entry of
+// the group, then split 1, ...): a cluster's pairs stay pairs.
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
-                                           OverlapGemmConfig config);
+                                           OverlapGemmConfig config, int group = 1);
 // The entries after the table's last whole wave of `ctas` persistent CTAs split `splits` ways
 // (split_along_k), where they still fit in one wave; the table unchanged otherwise. Each CTA then
 // runs at most one entry of that last round, so a split never waits for an entry its own CTA has

@@ -34,6 +34,8 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   launch.n = exchanged ? a.rows : b.rows;
   launch.k = a.cols;
   launch.store_transposed = exchanged;
+  launch.cluster_m = gemm.cluster_m;
+  launch.cluster_n = gemm.cluster_n;
   launch.wait_signals = context.own_signals;
   launch.error = context.device_error;
   launch.wait_timeout_ns = context.device_wait_timeout_ns;
@@ -128,7 +130,8 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
     launch.m2 = a2.rows;
   }
   launch.k_splits = gemm.k_splits;
-  if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config);
+  // A cluster's pairs split in step (their splits stay pairs).
+  if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config, launch.cluster_m * launch.cluster_n);
   // SMs left to peer copies: the GEMM runs on fewer CTAs than SMs, which a wave's split must know.
   const bool leaves_sms = context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); });
   if (gemm.k_splits == 1 && (gemm.tail_splits > 1 || gemm.stream_k) && gemm.persistent && gemm.sm_limit == 0) {
