@@ -245,6 +245,11 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     reject("clusters of two run the K-major (B stored [N, K]), untransposed product only");
   if (clustered && config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256)
     reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64 and 128x256x64 do");
+  // Both CTAs of a cluster walk as many entries (an unpaired one would wait for its peer's half of a
+  // tile forever); require_valid_table checks the pairs themselves.
+  if (clustered && launch.tile_count % 2 != 0)
+    reject("a table for clusters of two has an even number of entries, this one " + std::to_string(launch.tile_count));
+  if (clustered && launch.max_ctas == 1) reject("max_ctas 1 leaves no room for a cluster of two CTAs");
 }
 
 namespace {

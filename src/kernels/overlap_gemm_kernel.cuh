@@ -529,8 +529,9 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(&overlap_gemm_entry<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
     ctas_ = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
     if constexpr (Kernel::kClusterSize > 1) {
-      // Whole clusters, no more than fit at once (an SM pair per cluster within a GPC).
-      cudaLaunchConfig_t config = launch_config(ctas_, nullptr);
+      // Whole clusters, no more than fit at once (an SM pair per cluster within a GPC); the query's
+      // grid is one cluster, as CUTLASS's max-active-clusters query makes it.
+      cudaLaunchConfig_t config = launch_config(Kernel::kClusterSize, nullptr);
       cudaLaunchAttribute attribute = cluster_attribute();
       config.attrs = &attribute;
       config.numAttrs = 1;

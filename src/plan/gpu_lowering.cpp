@@ -124,6 +124,11 @@ std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& 
     if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";
   if (gemm.tail_splits != 1 || gemm.stream_k)
     return step + " with its last wave cut along K (tail splits or stream-K); clusters split every tile in step (k_splits) only";
+  // A split waits for its tile's earlier split in another cluster, so every cluster must be resident
+  // at once: on SMs shared with other kernels (sm_limit) free SM pairs may be fewer than the clusters.
+  if (gemm.k_splits > 1 && gemm.sm_limit != 0)
+    return step + " split " + std::to_string(gemm.k_splits) + " ways on " + std::to_string(gemm.sm_limit) +
+           " SMs; split clusters need the whole GPU (free SM pairs beside other kernels may not hold every cluster)";
   for (const GemmTile& t : gemm.tiles)
     if (t.wait) return step + " and a tile waits; a wait would hold the peer's loads too";
   return std::nullopt;

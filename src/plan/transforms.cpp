@@ -83,6 +83,8 @@ Plan split_gemms(const Plan& plan, GemmSplitAxis axis, int parts) {
                              : detail::gemm_into(cols_of(gemm->a, begin, end - begin), cols_of(gemm->b, begin, end - begin), c, options);
         piece.accumulate = axis == GemmSplitAxis::k && p > 0;
         piece.exchanged = gemm->exchanged;
+        piece.cluster_m = gemm->cluster_m;  // the lowering refuses pieces whose tiles no longer pair
+        piece.cluster_n = gemm->cluster_n;
         Step s = step;
         s.label = step.label + (axis == GemmSplitAxis::rows ? " rows " : " k ") + std::to_string(p + 1) + "/" + std::to_string(pieces);
         s.body = std::move(piece);

@@ -349,7 +349,7 @@ TEST(OverlapGemmTable, TheExchangedProductsEntriesHaveCsExtent) {
 }
 
 TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
-  // 600 x 1000 on 128x256 tiles: 5 tile rows, 4 tile columns. Row by row, consecutive entries share
+  // 512 x 1000 on 128x256 tiles: 4 tile rows, 4 tile columns. Row by row, consecutive entries share
   // their tile row (A's tile: 1x2); column by column with rows paired, their tile column (B's: 2x1).
   OverlapGemmLaunch l = launch_for(512, 1000, 256, 1);  // 4 tile rows
   std::vector<OverlapGemmTile> by_rows = whole_table(512, 1000);
@@ -407,7 +407,7 @@ TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
   std::swap(mixed[1].split, mixed[3].split);
   std::swap(mixed[1].k_begin, mixed[3].k_begin);
   std::swap(mixed[1].k_tiles, mixed[3].k_tiles);
-  rejects(1, 2, mixed, "");
+  EXPECT_THROW(check(1, 2, mixed), std::invalid_argument) << "pairs of different splits";
   EXPECT_THROW(split_along_k(std::vector<OverlapGemmTile>(by_rows.begin(), by_rows.end() - 1), 2, 256, kConfig, 2), std::invalid_argument);
   // Reading a second A operand: both entries of a 1x2 pair the same rows of it.
   std::vector<OverlapGemmTile> second_a = by_rows;
@@ -433,6 +433,16 @@ TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
   OverlapGemmLaunch narrow = l;
   narrow.cluster_n = 2;
   EXPECT_THROW(require_launchable(narrow, OverlapGemmConfig::tile_128x192), std::invalid_argument);
+  // The launch alone: an odd entry count, or room for one CTA only.
+  OverlapGemmLaunch odd = l;
+  odd.cluster_m = 2;
+  odd.tiles = by_columns.data();
+  odd.tile_count = 15;
+  EXPECT_THROW(require_launchable(odd, kConfig), std::invalid_argument);
+  odd.tile_count = 16;
+  EXPECT_NO_THROW(require_launchable(odd, kConfig));
+  odd.max_ctas = 1;
+  EXPECT_THROW(require_launchable(odd, kConfig), std::invalid_argument);
 }
 
 }  // namespace

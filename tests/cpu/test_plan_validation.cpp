@@ -268,5 +268,45 @@ TEST(GpuLoweringGate, TheExchangedProductRunsWhereTheOverlapGemmHasIt) {
   EXPECT_NE(in_place->find("reads its A rows in place"), std::string::npos) << *in_place;
 }
 
+TEST(GpuLoweringGate, ClustersRunWhereTheOverlapGemmHasThem) {
+  // sequential's GEMM at m = 256 on 128x128 tiles in clusters of 2x1: lowers.
+  PlanOptions o;
+  o.tile_m = 128;
+  o.tile_n = 128;
+  const Problem p{OpKind::gemm_ar, 256, 512, 256, 1, DType::bf16, DType::bf16, {}};
+  Plan plan = make_plan(find_strategy("sequential"), p, o);
+  GemmStep* gemm = nullptr;
+  for (Step& step : plan.ranks.at(0).steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) gemm = g;
+  ASSERT_NE(gemm, nullptr);
+  gemm->cluster_m = 2;
+  EXPECT_FALSE(gpu_lowering_gap(plan, {true}));
+  auto gap_names = [&](const std::string& words) {
+    const auto gap = gpu_lowering_gap(plan, {true});
+    ASSERT_TRUE(gap) << words;
+    EXPECT_NE(gap->find(words), std::string::npos) << *gap;
+  };
+  gemm->k_splits = 2;  // split in step on the whole GPU: lowers; beside other kernels' SMs: refused
+  EXPECT_FALSE(gpu_lowering_gap(plan, {true}));
+  gemm->sm_limit = 100;
+  gap_names("need the whole GPU");
+  gemm->sm_limit = 0;
+  gemm->k_splits = 1;
+  gemm->cluster_n = 2;
+  gap_names("2x1 and 1x2 only");
+  gemm->cluster_n = 1;
+  gemm->tile_n = 192;
+  gap_names("128x128 and 128x256 only");
+  gemm->tile_n = 128;
+  gemm->tail_splits = 2;
+  gap_names("tail splits or stream-K");
+  gemm->tail_splits = 1;
+  gemm->exchanged = true;
+  gap_names("untransposed product only");
+  gemm->exchanged = false;
+  gemm->tiles.front().wait = Wait{};
+  gap_names("a tile waits");
+}
+
 }  // namespace
 }  // namespace weft
