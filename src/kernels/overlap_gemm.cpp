@@ -205,8 +205,10 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     reject("m, n, k must be positive (m=" + std::to_string(launch.m) + " n=" + std::to_string(launch.n) + " k=" +
            std::to_string(launch.k) + ")");
   if (launch.m > INT32_MAX || launch.n > INT32_MAX || launch.k > INT32_MAX) reject("m, n and k must fit in 32 bits");
-  if (launch.k % 8 != 0)
-    reject("k=" + std::to_string(launch.k) + " is not a multiple of 8: TMA needs 16-byte rows; pad K");
+  // Elements per 16 bytes: TMA moves rows of whole 16-byte units from 16-byte aligned addresses.
+  const int64_t per_16_bytes = launch.fp8 ? 16 : 8;
+  if (launch.k % per_16_bytes != 0)
+    reject("k=" + std::to_string(launch.k) + " is not a multiple of " + std::to_string(per_16_bytes) + ": TMA needs 16-byte rows; pad K");
   struct Operand {
     const char* name;
     const void* pointer;
@@ -226,9 +228,9 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0)
       reject(std::string(name) + " starts at an address that is not 16-byte aligned; TMA needs it (a region starting at an "
                                  "odd row or column of a buffer can cause this)");
-    if (stride % 8 != 0 || stride < row)
-      reject(std::string(name) + "'s row stride " + std::to_string(stride) + " must be a multiple of 8 elements and >= " + row_name + "=" +
-             std::to_string(row));
+    if (stride % per_16_bytes != 0 || stride < row)
+      reject(std::string(name) + "'s row stride " + std::to_string(stride) + " must be a multiple of " + std::to_string(per_16_bytes) +
+             " elements and >= " + row_name + "=" + std::to_string(row));
   }
   if (launch.target_count < 1 || launch.target_count > kMaxStoreTargets)
     reject("target_count must be 1.." + std::to_string(kMaxStoreTargets) + ", is " + std::to_string(launch.target_count));
@@ -250,6 +252,16 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   if (clustered && launch.tile_count % 2 != 0)
     reject("a table for clusters of two has an even number of entries, this one " + std::to_string(launch.tile_count));
   if (clustered && launch.max_ctas == 1) reject("max_ctas 1 leaves no room for a cluster of two CTAs");
+  if (launch.fp8) {
+    if (launch.store_transposed || launch.b_n_major || clustered)
+      reject("FP8 operands run the K-major (B stored [N, K]), untransposed, unclustered product only");
+    if (config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256)
+      reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x64 and 128x256x64 do");
+    if (!launch.a_scales || !launch.b_scales || (launch.a2 && !launch.a2_scales))
+      reject("FP8 operands without their scales (a_scales, b_scales, and a2_scales with a second A operand)");
+  } else if (launch.row_scales || launch.a_scales || launch.a2_scales || launch.b_scales) {
+    reject("scales given for bf16 operands; they are FP8's (OverlapGemmLaunch::fp8)");
+  }
 }
 
 namespace {

@@ -87,7 +87,12 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // the table comes in such pairs). The grid is clusters of two along x (2x1) or y (1x2), so that
 // CuTe's block_id_in_cluster() is the CTA's place in CUTLASS's cluster layout; the CTA's index in
 // the table walk is its linear block index either way.
-template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1>
+// ElementIn: the operands' type, bf16 or FP8 (e4m3; OverlapGemmLaunch::fp8): FP8 operands go through
+// CUTLASS's FP8 main loop (fp32 accumulators promoted every few MMAs, as cuBLASLt does with fast
+// accumulation off), and the epilogue multiplies each accumulator by its row's and column's
+// dequantization scales before rounding to bf16.
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1,
+          class ElementIn = cutlass::bfloat16_t>
 struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -97,8 +102,10 @@ struct OverlapGemmKernel {
   // The CTA's place in the table walk: CTA c takes entries c, c + ctas, c + 2 ctas, ...
   CUTLASS_DEVICE static int cta_index() { return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); }
   CUTLASS_DEVICE static int cta_count() { return static_cast<int>(gridDim.x * gridDim.y); }
-  using Element = cutlass::bfloat16_t;
-  static constexpr int kAlignment = 8;  // elements: TMA wants 16-byte rows
+  using Element = cutlass::bfloat16_t;  // C, staging and addends
+  static constexpr bool kFp8 = !std::is_same_v<ElementIn, cutlass::bfloat16_t>;
+  static_assert(!kFp8 || (!BNMajor && !Transposed && kClusterSize == 1), "FP8 for the K-major, untransposed, unclustered product only");
+  static constexpr int kAlignment = 16 / static_cast<int>(sizeof(ElementIn));  // elements: TMA wants 16-byte rows
   static_assert(TileM == 64 || TileM == 128, "a tile has one or two 64-row consumer warp groups");
   static constexpr int kConsumerGroups = TileM / 64;
   using MainloopSchedule = std::conditional_t<kConsumerGroups == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
@@ -119,7 +126,7 @@ struct OverlapGemmKernel {
   static constexpr int kStagingBytes = kStagingRows * kStagingStride * 2;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cutlass::layout::RowMajor, kAlignment, Element,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, cutlass::layout::RowMajor, kAlignment, ElementIn,
       std::conditional_t<BNMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>, kAlignment, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>, MainloopSchedule>::CollectiveOp;
   using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
@@ -178,7 +185,7 @@ struct OverlapGemmKernel {
     StrideB stride_b;
     if constexpr (BNMajor) stride_b = make_stride(Int<1>{}, launch.ldb, int64_t{0});
     else stride_b = make_stride(launch.ldb, Int<1>{}, int64_t{0});
-    typename CollectiveMainloop::Arguments arguments{static_cast<const Element*>(a), stride_a, static_cast<const Element*>(launch.b), stride_b};
+    typename CollectiveMainloop::Arguments arguments{static_cast<const ElementIn*>(a), stride_a, static_cast<const ElementIn*>(launch.b), stride_b};
     return CollectiveMainloop::to_underlying_arguments(problem, arguments, nullptr);
   }
 
@@ -187,9 +194,25 @@ struct OverlapGemmKernel {
     return Params{main, launch.a2 ? mainloop_params(launch.a2, launch.lda2, launch.m2, launch) : main, launch};
   }
 
-  // Called by every consumer thread: its accumulators, rounded to bf16, into the staging buffer.
+  // FP8: the dequantization scale of the tile's row `row` of A (one for the operand, or its row's) and
+  // of its column `col` of C (B's row); 0 outside the operands (such rows and columns are not stored).
+  CUTLASS_DEVICE static float a_scale(const OverlapGemmLaunch& launch, const OverlapGemmTile& entry, int row) {
+    const float* scales = entry.a_operand == 1 ? launch.a2_scales : launch.a_scales;
+    if (!launch.row_scales) return scales[0];
+    const int64_t at = int64_t{entry.a_operand == 1 ? entry.a_tile_m : entry.tile_m} * TileM + row;
+    return at < (entry.a_operand == 1 ? launch.m2 : launch.m) ? scales[at] : 0.0f;
+  }
+  CUTLASS_DEVICE static float b_scale(const OverlapGemmLaunch& launch, const OverlapGemmTile& entry, int col) {
+    if (!launch.row_scales) return launch.b_scales[0];
+    const int64_t at = int64_t{entry.tile_n} * TileN + col;
+    return at < launch.n ? launch.b_scales[at] : 0.0f;
+  }
+
+  // Called by every consumer thread: its accumulators, rounded to bf16, into the staging buffer
+  // (FP8: each scaled by its row's and column's scales first).
   template <class Accumulators>
-  CUTLASS_DEVICE static void stage_tile(const Accumulators& accumulators, int mma_thread_idx, Element* staging) {
+  CUTLASS_DEVICE static void stage_tile(const Accumulators& accumulators, int mma_thread_idx, Element* staging,
+                                        const OverlapGemmLaunch& launch, const OverlapGemmTile& entry) {
     using namespace cute;
     // The WGMMA fragment of a 64-row warp group: per thread ((2 columns, 2 rows, TileN/8 column groups), 1, 1).
     using FragmentShape = decltype(shape(accumulators.layout()));
@@ -208,14 +231,19 @@ struct OverlapGemmKernel {
         const auto first = make_coord(make_coord(0, half, group), 0, 0);
         const auto second = make_coord(make_coord(1, half, group), 0, 0);
         const int row = get<0>(where(first)), col = get<1>(where(first));
+        float x = accumulators(first), y = accumulators(second);
+        if constexpr (kFp8) {
+          const float row_scale = a_scale(launch, entry, row);
+          x *= row_scale * b_scale(launch, entry, col);
+          y *= row_scale * b_scale(launch, entry, col + 1);
+        }
         if constexpr (Transposed) {
-          const __nv_bfloat162 pair = __floats2bfloat162_rn(accumulators(first), accumulators(second));
+          const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
           auto* raw = reinterpret_cast<__nv_bfloat16*>(staging);
           raw[col * kStagingStride + row] = pair.x;
           raw[(col + 1) * kStagingStride + row] = pair.y;
         } else {
-          *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) =
-              __floats2bfloat162_rn(accumulators(first), accumulators(second));
+          *reinterpret_cast<__nv_bfloat162*>(staging + row * kStagingStride + col) = __floats2bfloat162_rn(x, y);
         }
       }
   }
@@ -489,6 +517,9 @@ struct OverlapGemmKernel {
       const OverlapGemmTile entry = launch.tiles[t];
       if (entry.k_tiles == kNoWorkKTiles) continue;
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
+      // CUTLASS's FP8 main loop adds its promoted partial sums into the accumulators (the bf16 one
+      // overwrites them with its first MMA).
+      if constexpr (kFp8) clear(accumulators);
       const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
       mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);
       mainloop.mma_tail(pipeline, read_state, count);
@@ -498,7 +529,7 @@ struct OverlapGemmKernel {
       // to the storing warps (the arrive releases this thread's writes to them).
       if (staged > 0 && !wait_for_phase(&shared.staging_free, (staged - 1) & 1, launch.wait_timeout_ns))
         record_timeout(launch, t, kStoreHandoffSignal, staged, staged - 1);
-      stage_tile(accumulators, mma_thread_idx, shared.staging);
+      stage_tile(accumulators, mma_thread_idx, shared.staging, launch, entry);
       cute::tma_store_fence();  // the staging writes (generic proxy) before the bulk copies' reads
       cutlass::arch::ClusterBarrier::arrive(&shared.tile_staged);
       ++staged;
@@ -517,10 +548,11 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
 // shared-memory attribute and the grid size. A call only enqueues.
-template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1>
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1,
+          class ElementIn = cutlass::bfloat16_t>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
-  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN>;
+  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, ElementIn>;
 
   explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
     int device = 0, sm_count = 0;
@@ -581,10 +613,21 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
 };
 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
-// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and
-// in clusters of two where it is compiled for them (Clusterable).
-template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false>
+// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), in
+// clusters of two where it is compiled for them (Clusterable), and with FP8 (e4m3) operands where
+// it is compiled for them (Fp8able).
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Fp8able = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
+  if (launch.fp8) {
+    if constexpr (Fp8able) {
+      if (launch.store_transposed || launch.b_n_major || launch.cluster_m * launch.cluster_n > 1)
+        throw std::invalid_argument("overlap GEMM: FP8 runs the K-major, untransposed, unclustered product only");
+      return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 1, 1, cutlass::float_e4m3_t>>(launch);
+    } else {
+      throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
+                                  " kernel has FP8 operands (128x128 and 128x256 do)");
+    }
+  }
   if (launch.cluster_m * launch.cluster_n > 1) {
     if constexpr (Clusterable) {
       if (launch.store_transposed || launch.b_n_major)

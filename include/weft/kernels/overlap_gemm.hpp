@@ -124,6 +124,17 @@ struct OverlapGemmLaunch {
   // require_valid_table checks it.
   // Compiled for the K-major, untransposed product on 128x128 and 128x256 tiles.
   int cluster_m = 1, cluster_n = 1;
+  // FP8 operands: a, a2 and b hold e4m3 elements (K-major, K a multiple of 16), accumulated in fp32
+  // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
+  // rounded to bf16: one scale per operand (a_scales[0], a2_scales[0], b_scales[0]), or with
+  // row_scales one per row of A (a_scales[i] for row i of a, a2_scales for a2's rows) and one per
+  // row of B ([N, K]: one per column of C). Compiled for 128x128 and 128x256 tiles, untransposed,
+  // unclustered.
+  bool fp8 = false;
+  bool row_scales = false;
+  const float* a_scales = nullptr;
+  const float* a2_scales = nullptr;
+  const float* b_scales = nullptr;
   const void* a2 = nullptr;  // optional second A operand, [m2, k] bf16, row stride lda2 (entries with a_operand 1)
   int64_t lda2 = 0;
   int64_t m2 = 0;

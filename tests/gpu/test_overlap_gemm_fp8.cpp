@@ -1,0 +1,138 @@
+// The overlap GEMM's FP8 main loop on one GPU: e4m3 A and B with one scale per operand or one per
+// row, on the tiles compiled for it, ragged shapes and split K, against the double-precision product
+// of the dequantized operands (what the GPU multiplies: the elements are exact in FP8, so the only
+// error is fp32 accumulation and the bf16 output); C poisoned (NaN) before each of two calls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "check_against_host.hpp"
+#include "element_check.hpp"
+#include "weft/cuda/check.hpp"
+#include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/overlap_gemm.hpp"
+#include "weft/reference/fp8.hpp"
+
+namespace weft {
+namespace {
+
+struct DeviceBytes {
+  void* data = nullptr;
+  explicit DeviceBytes(size_t bytes) { WEFT_CUDA_CHECK(cudaMalloc(&data, bytes)); }
+  ~DeviceBytes() { cudaFree(data); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+// An FP8 operand: random values over a few orders of magnitude per row (so that row scales differ),
+// their scales (amax / 448 per row, or over the operand), the e4m3 bytes, and the dequantized values.
+struct Fp8Operand {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  HostMatrix dequantized, magnitude;  // magnitude: |dequantized|, for the error bound
+};
+
+Fp8Operand make_operand(int64_t rows, int64_t cols, bool row_scales, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  HostMatrix x(rows, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float row_size = std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (int64_t c = 0; c < cols; ++c) x.at(r, c) = normal(random) * row_size;
+  }
+  Fp8Operand op;
+  op.scales.assign(row_scales ? static_cast<size_t>(rows) : 1, 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float& s = op.scales[row_scales ? static_cast<size_t>(r) : 0];
+      s = std::max(s, std::fabs(x.at(r, c)) / fp8_max(DType::e4m3));
+    }
+  op.bytes.resize(static_cast<size_t>(rows * cols));
+  op.dequantized = HostMatrix(rows, cols);
+  op.magnitude = HostMatrix(rows, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float s = op.scales[row_scales ? static_cast<size_t>(r) : 0];
+      const uint8_t bits = fp8_bits(x.at(r, c) / s, DType::e4m3);
+      op.bytes[static_cast<size_t>(r * cols + c)] = bits;
+      op.dequantized.at(r, c) = fp8_value(bits, DType::e4m3) * s;
+      op.magnitude.at(r, c) = std::fabs(op.dequantized.at(r, c));
+    }
+  return op;
+}
+
+HostMatrix host_gemm(const HostMatrix& a, const HostMatrix& b) {
+  HostMatrix c(a.rows, b.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < a.cols; ++p) sum += static_cast<double>(a.at(i, p)) * b.at(j, p);
+      c.at(i, j) = static_cast<float>(sum);
+    }
+  return c;
+}
+
+void upload(const DeviceBytes& to, const void* from, size_t bytes) { WEFT_CUDA_CHECK(cudaMemcpy(to.data, from, bytes, cudaMemcpyHostToDevice)); }
+
+TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
+  cudaStream_t stream{};
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256})
+    for (const bool row_scales : {false, true})
+      for (const auto& [m, n, k, splits] : {std::tuple{256, 512, 1024, 1}, {200, 136, 272, 1}, {300, 700, 528, 1}, {384, 1024, 2048, 3}}) {
+        const OverlapGemmShape tile = shape_of(config);
+        const std::string what = to_string(config) + (row_scales ? " row" : " tensor") + " scales, " + std::to_string(m) + "x" +
+                                 std::to_string(n) + "x" + std::to_string(k) + ", " + std::to_string(splits) + " splits";
+        const Fp8Operand a = make_operand(m, k, row_scales, 17 + m), b = make_operand(n, k, row_scales, 29 + n);
+        const HostMatrix want = host_gemm(a.dequantized, b.dequantized), bound = host_gemm(a.magnitude, b.magnitude);
+        DeviceBytes da(a.bytes.size()), db(b.bytes.size()), sa(a.scales.size() * 4), sb(b.scales.size() * 4), dc(static_cast<size_t>(m * n) * 2);
+        upload(da, a.bytes.data(), a.bytes.size());
+        upload(db, b.bytes.data(), b.bytes.size());
+        upload(sa, a.scales.data(), a.scales.size() * 4);
+        upload(sb, b.scales.data(), b.scales.size() * 4);
+        std::vector<OverlapGemmTile> table;
+        for (int64_t i = 0; i * tile.tile_m < m; ++i)
+          for (int64_t j = 0; j * tile.tile_n < n; ++j) {
+            OverlapGemmTile e;
+            e.tile_m = static_cast<int32_t>(i);
+            e.tile_n = static_cast<int32_t>(j);
+            e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
+            e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
+            e.store_row = i * tile.tile_m;
+            e.store_col = j * tile.tile_n;
+            table.push_back(e);
+          }
+        if (splits > 1) table = split_along_k(table, splits, k, config);
+        DeviceBytes dtable(table.size() * sizeof(OverlapGemmTile));
+        upload(dtable, table.data(), table.size() * sizeof(OverlapGemmTile));
+        OverlapGemmLaunch l;
+        l.a = da.data, l.lda = k, l.b = db.data, l.ldb = k, l.m = m, l.n = n, l.k = k;
+        l.fp8 = true;
+        l.row_scales = row_scales;
+        l.a_scales = static_cast<const float*>(sa.data);
+        l.b_scales = static_cast<const float*>(sb.data);
+        l.targets[0] = OverlapGemmTarget{dc.data, n, m, n};
+        l.target_count = 1;
+        l.tiles = static_cast<const OverlapGemmTile*>(dtable.data);
+        l.tile_count = static_cast<int>(table.size());
+        l.k_splits = splits;
+        l.wait_timeout_ns = 2'000'000'000ull;
+        require_valid_table(l, config, table);
+        OverlapGemm gemm(l, config);
+        for (int call = 0; call < 2; ++call) {
+          fill_u16(dc.data, m * n, kBf16Nan, stream);
+          gemm.launch(stream);
+          WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          const HostMatrix got = bench::download(DeviceRegion{dc.data, m, n, n}, stream);
+          const Problem gemm_problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}};
+          const bench::ElementCheck check = bench::check_elements(got, want, bound, bench::bf16_error_factor(gemm_problem));
+          EXPECT_TRUE(check.passed()) << what << ", call " << call << ": " << check.explain();
+        }
+      }
+  WEFT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace weft
