@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "weft/ir/topology.hpp"
 #include "weft/model/shipped_defaults.hpp"
 #include "weft/model/simulator.hpp"
 #include "weft/model/tuning_table.hpp"
@@ -92,6 +93,34 @@ TEST(TuningTable, MoeEntriesAreFoundByTheirExpertsAndTopk) {
 TEST(Auto, AWorldOfOneRunsSequential) {
   const AutoChoice c = choose_strategy(Problem{OpKind::ag_gemm, 8192, 4096, 4096, 1, DType::bf16, DType::bf16, {}}, PlanOptions{});
   EXPECT_EQ(c.candidate.strategy, "sequential");
+}
+
+TEST(Auto, AttentionTakesTilelinkWhereItRunsAndNoEntryIsMeasured) {
+  Problem p;
+  p.op = OpKind::ag_attention;
+  p.world_size = 4;
+  p.m = 4096;
+  p.batch = 1;
+  p.heads = 32;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  for (const bool causal : {false, true}) {
+    p.causal = causal;
+    PlanOptions o;
+    use_default_auto_inputs(o);
+    const AutoChoice c = choose_strategy(p, o);
+    EXPECT_EQ(c.candidate.strategy, "tilelink") << c.reason;
+    EXPECT_NE(c.reason.find("attention"), std::string::npos) << c.reason;
+    EXPECT_EQ(plan_auto(p, o).strategy, "auto=tilelink");
+  }
+  // Where tilelink cannot reach its peers (no load/store between the ranks), the candidates are
+  // judged as before and sequential runs.
+  PlanOptions nccl_only;
+  nccl_only.topology = Topology::no_load_store(4);
+  EXPECT_EQ(choose_strategy(p, nccl_only).candidate.strategy, "sequential");
+  // A world of one is the kernel alone.
+  p.world_size = 1;
+  EXPECT_EQ(choose_strategy(p, PlanOptions{}).candidate.strategy, "sequential");
 }
 
 TEST(Auto, AMeasuredShapeNearbyDecidesAndItsKnobsComeAlong) {
