@@ -12,8 +12,10 @@ namespace weft::bench {
 
 namespace {
 
-using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int>;
-ShapeKey key_of(const Problem& p) { return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k, p.experts, p.topk}; }
+using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, int, int, bool>;
+ShapeKey key_of(const Problem& p) {
+  return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k, p.experts, p.topk, p.batch, p.heads, p.kv_heads, p.head_dim, p.causal};
+}
 
 }  // namespace
 
@@ -30,6 +32,13 @@ TuningTable tuning_table_from(const std::vector<RecordedRow>& rows, const std::s
     if (is_moe(r.problem.op)) {
       e.experts = r.problem.experts;
       e.topk = r.problem.topk;
+    }
+    if (is_attention(r.problem.op)) {
+      e.batch = r.problem.batch;
+      e.heads = r.problem.heads;
+      e.kv_heads = r.problem.kv_heads;
+      e.head_dim = r.problem.head_dim;
+      e.causal = r.problem.causal;
     }
     if (e.source.find(r.file) == std::string::npos) e.source += (e.source.empty() ? "weft bench, bench/results/" : ", ") + r.file;
     e.candidates.push_back({r.strategy, {}, r.t_ms});

@@ -6,15 +6,6 @@
 
 namespace weft {
 
-namespace {
-
-// An ag_attention row's bounds, the command line's (--heads, --kv-heads, --head-dim, --batch).
-constexpr int kMaxRowHeads = 1024;
-constexpr int kMaxRowHeadDim = 1024;
-constexpr int kMaxRowBatch = 1 << 24;
-
-}  // namespace
-
 BenchSuite parse_suite(std::string_view text, const std::string& name) {
   return read_json_text(text, name, [](const Json& json) {
     json.only_members({"name", "description", "rows"});
@@ -32,10 +23,10 @@ BenchSuite parse_suite(std::string_view text, const std::string& name) {
       row.m = r["m"].integer(1, kMaxFileDimension);
       if (is_attention(row.op)) {
         if (r.find("n") || r.find("k")) r.reject("an ag_attention row has no n and k: heads, kv_heads, head_dim and batch give its columns");
-        row.heads = r["heads"].to_int(1, kMaxRowHeads);
-        row.head_dim = r["head_dim"].to_int(1, kMaxRowHeadDim);
+        row.heads = r["heads"].to_int(1, kMaxFileHeads);
+        row.head_dim = r["head_dim"].to_int(1, kMaxFileHeadDim);
         row.kv_heads = r.find("kv_heads") ? r["kv_heads"].to_int(1, row.heads) : row.heads;
-        row.batch = r.find("batch") ? r["batch"].to_int(1, kMaxRowBatch) : 1;
+        row.batch = r.find("batch") ? r["batch"].to_int(1, kMaxFileBatch) : 1;
         if (const Json* v = r.find("causal")) row.causal = v->boolean();
       } else {
         for (const char* field : {"batch", "heads", "kv_heads", "head_dim", "causal"})

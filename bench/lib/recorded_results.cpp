@@ -78,7 +78,8 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     if (r.problem.world_size < min_world || r.t_ms <= 0 || r.strategy.starts_with("auto")) return;
     std::ostringstream key;
     key << to_string(r.problem.op) << ' ' << r.problem.m << ' ' << r.problem.n << ' ' << r.problem.k << ' ' << r.problem.experts << ' '
-        << r.problem.topk << ' ' << r.problem.world_size << ' ' << r.strategy;
+        << r.problem.topk << ' ' << r.problem.batch << ' ' << r.problem.heads << ' ' << r.problem.kv_heads << ' ' << r.problem.head_dim << ' '
+        << r.problem.causal << ' ' << r.problem.world_size << ' ' << r.strategy;
     latest[key.str()] = std::move(r);
   };
   for (const std::string& path : files) {
@@ -92,10 +93,24 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
         if (!rows) return 0;  // another table
         for (const Json& r : rows->items()) {
           if (!r.has("t_ms") || !r.has("strategy") || !r.has("world")) continue;  // a row of another kind (no timing)
-          // Attention rows (n and k 0: their shape is heads and head dim) are not judged by auto or
-          // fitted by the simulator from recorded rows yet.
+          // Attention rows: their shape is heads and head dimension (n and k are 0), which rows of
+          // an older weft bench do not record: those stand for no known problem.
           const OpKind op = r["op"].text_as(parse_op);
-          if (op == OpKind::ag_attention) continue;
+          if (is_attention(op)) {
+            if (!r.has("heads")) continue;
+            RecordedRow row = make_row(name, r["row"].text(), op, r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
+                                       r["m"].integer(1, kMaxFileDimension), 0, 0, 0, 0, r["t_ms"].number(0, kMaxRecordedMs),
+                                       r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
+                                       r["t_seq_ms"].number(0, kMaxRecordedMs));
+            row.problem.batch = r["batch"].to_int(1, kMaxFileBatch);
+            row.problem.heads = r["heads"].to_int(1, kMaxFileHeads);
+            row.problem.kv_heads = r["kv_heads"].to_int(1, row.problem.heads);
+            if (row.problem.heads % row.problem.kv_heads != 0) r.reject("kv_heads must divide heads");
+            row.problem.head_dim = r["head_dim"].to_int(1, kMaxFileHeadDim);
+            row.problem.causal = r["causal"].boolean();
+            keep(std::move(row));
+            continue;
+          }
           // An MoE row that does not say its experts and topk (an older weft bench's) stands
           // for no known problem: rows of one m, n and k differ by them.
           if (is_moe(op) && !(r.has("experts") && r.has("topk"))) continue;

@@ -625,7 +625,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch
       return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 1, 1, cutlass::float_e4m3_t>>(launch);
     } else {
       throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
-                                  " kernel has FP8 operands (128x128 and 128x256 do)");
+                                  " kernel has FP8 operands (128x128 does)");
     }
   }
   if (launch.cluster_m * launch.cluster_n > 1) {

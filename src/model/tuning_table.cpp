@@ -38,8 +38,14 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
     // with other experts or topk is another problem, and an entry that does not say is no guide.
     if (moe && (e.experts < 1 || e.topk < 1 || p.experts < 1 || p.topk < 1)) continue;
     auto term = [](double a, double b) { return std::pow(std::log(a / b), 2); };
-    double squared = term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
-                     term(static_cast<double>(e.k), static_cast<double>(p.k));
+    // An attention entry stands for the same heads, head dimension and masking at another length.
+    const bool attention = is_attention(p.op);
+    if (attention && (e.heads < 1 || e.batch != p.batch || e.heads != p.heads || e.kv_heads != p.kv_heads || e.head_dim != p.head_dim ||
+                      e.causal != p.causal || p.m < 1))
+      continue;
+    double squared = attention ? term(static_cast<double>(e.m), static_cast<double>(p.m))
+                               : term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
+                                     term(static_cast<double>(e.k), static_cast<double>(p.k));
     if (moe) squared += term(e.experts, p.experts) + term(e.topk, p.topk);
     const double d = std::sqrt(squared);
     if (d < best_distance) {
@@ -76,6 +82,13 @@ std::string tuning_table_json(const TuningTable& t) {
       o["experts"] = e.experts;
       o["topk"] = e.topk;
     }
+    if (e.heads > 0) {
+      o["batch"] = e.batch;
+      o["heads"] = e.heads;
+      o["kv_heads"] = e.kv_heads;
+      o["head_dim"] = e.head_dim;
+      o["causal"] = e.causal;
+    }
     o["source"] = e.source;
     o["candidates"] = Json(std::move(candidates));
     entries.push_back(Json(std::move(o)));
@@ -92,13 +105,25 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& name) {
     TuningTable t;
     t.machine = doc.has("machine") ? doc["machine"].text() : "";
     for (const Json& e : doc["entries"].items()) {
-      e.only_members({"op", "world", "m", "n", "k", "experts", "topk", "source", "candidates"});
+      e.only_members({"op", "world", "m", "n", "k", "experts", "topk", "batch", "heads", "kv_heads", "head_dim", "causal", "source", "candidates"});
       TuningEntry entry;
       entry.op = e["op"].text_as(parse_op);
       entry.world = e["world"].to_int(1, kMaxFileWorld);
       entry.m = e["m"].integer(1, kMaxFileDimension);
-      entry.n = e["n"].integer(1, kMaxFileDimension);
-      entry.k = e["k"].integer(1, kMaxFileDimension);
+      // An attention entry's shape is its heads and head dimension: its n and k are 0.
+      const bool attention = is_attention(entry.op);
+      entry.n = e["n"].integer(attention ? 0 : 1, attention ? 0 : kMaxFileDimension);
+      entry.k = e["k"].integer(attention ? 0 : 1, attention ? 0 : kMaxFileDimension);
+      if (attention) {
+        entry.batch = e["batch"].to_int(1, kMaxFileBatch);
+        entry.heads = e["heads"].to_int(1, kMaxFileHeads);
+        entry.kv_heads = e["kv_heads"].to_int(1, entry.heads);
+        if (entry.heads % entry.kv_heads != 0) e.reject("kv_heads must divide heads");
+        entry.head_dim = e["head_dim"].to_int(1, kMaxFileHeadDim);
+        entry.causal = e["causal"].boolean();
+      } else if (e.has("batch") || e.has("heads") || e.has("kv_heads") || e.has("head_dim") || e.has("causal")) {
+        e.reject("batch, heads, kv_heads, head_dim and causal are ag_attention's");
+      }
       if (const Json* v = e.find("experts")) entry.experts = v->to_int(1, kMaxFileExperts);
       if (const Json* v = e.find("topk")) entry.topk = v->to_int(1, entry.experts > 0 ? entry.experts : kMaxFileExperts);
       if ((entry.experts > 0) != (entry.topk > 0)) e.reject("experts and topk come together");

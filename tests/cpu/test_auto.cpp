@@ -90,6 +90,64 @@ TEST(TuningTable, MoeEntriesAreFoundByTheirExpertsAndTopk) {
                std::invalid_argument);
 }
 
+Problem attention_problem(int64_t tokens, int heads, bool causal) {
+  Problem p;
+  p.op = OpKind::ag_attention;
+  p.world_size = 4;
+  p.m = tokens;
+  p.batch = 1;
+  p.heads = heads;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.causal = causal;
+  return p;
+}
+
+TuningEntry attention_entry(int64_t tokens, int heads, bool causal, std::vector<TunedCandidate> candidates) {
+  TuningEntry e;
+  e.op = OpKind::ag_attention;
+  e.world = 4;
+  e.m = tokens;
+  e.batch = 1;
+  e.heads = heads;
+  e.kv_heads = 8;
+  e.head_dim = 128;
+  e.causal = causal;
+  e.source = "a test";
+  e.candidates = std::move(candidates);
+  return e;
+}
+
+// An attention entry stands for the same heads, head dimension and masking at another length (its n
+// and k are 0), and the file says its shape.
+TEST(TuningTable, AttentionEntriesAreFoundByTheirHeadsAndMasking) {
+  TuningTable t;
+  t.entries = {attention_entry(4096, 32, true, {{"sequential", {}, 2.2}, {"decomposed", {}, 2.0}}),
+               attention_entry(4096, 64, true, {{"sequential", {}, 4.4}, {"tilelink", {}, 4.0}}),
+               attention_entry(8192, 32, false, {{"sequential", {}, 9.0}})};
+  EXPECT_EQ(parse_tuning_table(tuning_table_json(t)), t);
+  double distance = 0;
+  const TuningEntry* e = t.nearest(attention_problem(8192, 32, true), &distance);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->m, 4096);
+  EXPECT_EQ(e->heads, 32);
+  EXPECT_TRUE(e->causal);
+  EXPECT_NEAR(distance, std::log(2.0), 1e-9);
+  EXPECT_EQ(t.nearest(attention_problem(4096, 64, false)), nullptr) << "no non-causal 64-head entry";
+  EXPECT_THROW(parse_tuning_table(R"({"entries": [{"op": "ag_attention", "world": 4, "m": 4096, "n": 0, "k": 0, "candidates": []}]})"),
+               std::invalid_argument)
+      << "an attention entry without its heads";
+  EXPECT_THROW(parse_tuning_table(R"({"entries": [{"op": "gemm_rs", "world": 4, "m": 1, "n": 1, "k": 1, "heads": 8, "candidates": []}]})"),
+               std::invalid_argument)
+      << "heads on a GEMM entry";
+  // A measured entry decides for auto, over its fallback for attention.
+  PlanOptions o;
+  o.tuning = std::make_shared<const TuningTable>(t);
+  const AutoChoice c = choose_strategy(attention_problem(4096, 32, true), o);
+  EXPECT_EQ(c.candidate.strategy, "decomposed") << c.reason;
+  EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+}
+
 TEST(Auto, AWorldOfOneRunsSequential) {
   const AutoChoice c = choose_strategy(Problem{OpKind::ag_gemm, 8192, 4096, 4096, 1, DType::bf16, DType::bf16, {}}, PlanOptions{});
   EXPECT_EQ(c.candidate.strategy, "sequential");

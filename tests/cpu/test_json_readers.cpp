@@ -268,6 +268,40 @@ TEST(RecordedResultsReader, MoeRowsCarryTheirExpertsAndTopk) {
   EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "a.csv: line 2: topk: '9' is not a number in 1..8");
 }
 
+// An attention row carries its shape (batch, heads, kv_heads, head_dim, causal; n and k are 0): rows
+// of one length differ by it, and auto's table and the simulator take the whole problem. One without
+// it (an older weft bench's) stands for no known problem and is left out; a CSV's are left out too
+// (its columns have no heads).
+TEST(RecordedResultsReader, AttentionRowsCarryTheirShape) {
+  const auto dir = scratch("results_attention");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string shape = R"("batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128)";
+  auto row = [&](const std::string& strategy, const std::string& extra) {
+    return R"({"row": "L3-8B 16k", "op": "ag_attention", "strategy": ")" + strategy + R"(", "world": 4, "m": 4096, "n": 0, "k": 0,
+               "t_ms": 2, "t_gemm_ms": 1.9, "t_comm_ms": 0.2, "t_seq_ms": 2.1)" + extra + "}";
+  };
+  write(dir / "a.json", R"({"rows": [)" + row("sequential", ", " + shape + R"(, "causal": true)") + ", " +
+                            row("tilelink", ", " + shape + R"(, "causal": true)") + ", " + row("sequential", ", " + shape + R"(, "causal": false)") +
+                            ", " + row("decomposed", "") + "]}");
+  write(dir / "b.csv", "row,op,strategy,world,m,n,k,t_ms,t_gemm_ms,t_comm_ms,t_seq_ms\nr,ag_attention,sequential,4,4096,0,0,1,0.5,0.5,1\n");
+  const auto rows = bench::read_recorded_rows(dir.string());
+  ASSERT_EQ(rows.size(), 3u) << "causal and not kept apart; not the row without its shape, nor the CSV's";
+  int causal = 0;
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.problem.op, OpKind::ag_attention);
+    EXPECT_EQ(r.problem.heads, 32);
+    EXPECT_EQ(r.problem.kv_heads, 8);
+    EXPECT_EQ(r.problem.head_dim, 128);
+    EXPECT_EQ(r.problem.batch, 1);
+    causal += r.problem.causal;
+    EXPECT_NO_THROW(check_problem(r.problem)) << describe(r.problem);
+  }
+  EXPECT_EQ(causal, 2);
+  write(dir / "a.json", R"({"rows": [)" + row("sequential", R"(, "batch": 1, "heads": 32, "kv_heads": 5, "head_dim": 128, "causal": true)") + "]}");
+  EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "kv_heads must divide heads");
+}
+
 TEST(RecordedResultsReader, RefusesNarrowingInJsonAndCsv) {
   const auto dir = scratch("results");
   std::filesystem::remove_all(dir);

@@ -462,6 +462,7 @@ TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {
   l.a_scales = l.b_scales = &scale;
   EXPECT_EQ(refusal(l, OverlapGemmConfig::tile_128x128), "");
   EXPECT_NE(refusal(l, OverlapGemmConfig::tile_64x128).find("no 64x128x128 kernel has FP8"), std::string::npos);
+  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x256).find("no 128x256x64 kernel has FP8"), std::string::npos);
   OverlapGemmLaunch short_k = l;
   short_k.k = 56;
   EXPECT_NE(refusal(short_k, OverlapGemmConfig::tile_128x128).find("multiple of 16"), std::string::npos);

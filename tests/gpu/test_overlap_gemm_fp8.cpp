@@ -1,5 +1,6 @@
 // The overlap GEMM's FP8 main loop on one GPU: e4m3 A and B with one scale per operand or one per
-// row, on the tiles compiled for it, ragged shapes and split K, against the double-precision product
+// row, on the 128x128 tile compiled for it, ragged shapes, split K, a second A operand with scales of
+// its own, and CTAs that walk many tiles, against the double-precision product
 // of the dequantized operands (what the GPU multiplies: the elements are exact in FP8, so the only
 // error is fp32 accumulation and the bf16 output); C poisoned (NaN) before each of two calls.
 #include <gtest/gtest.h>
@@ -76,61 +77,84 @@ HostMatrix host_gemm(const HostMatrix& a, const HostMatrix& b) {
 
 void upload(const DeviceBytes& to, const void* from, size_t bytes) { WEFT_CUDA_CHECK(cudaMemcpy(to.data, from, bytes, cudaMemcpyHostToDevice)); }
 
+// Each case twice: on one CTA per tile, and on 3 CTAs (each walks many tiles: the pipeline carried
+// from tile to tile, the accumulators cleared between them). Tiles of even tile rows read their A
+// rows from a second operand (the same bytes, scales twice A's), so those rows of C come out doubled.
 TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
+  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x128;
+  const OverlapGemmShape tile = shape_of(config);
   cudaStream_t stream{};
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x256})
-    for (const bool row_scales : {false, true})
-      for (const auto& [m, n, k, splits] : {std::tuple{256, 512, 1024, 1}, {200, 136, 272, 1}, {300, 700, 528, 1}, {384, 1024, 2048, 3}}) {
-        const OverlapGemmShape tile = shape_of(config);
-        const std::string what = to_string(config) + (row_scales ? " row" : " tensor") + " scales, " + std::to_string(m) + "x" +
-                                 std::to_string(n) + "x" + std::to_string(k) + ", " + std::to_string(splits) + " splits";
-        const Fp8Operand a = make_operand(m, k, row_scales, 17 + m), b = make_operand(n, k, row_scales, 29 + n);
-        const HostMatrix want = host_gemm(a.dequantized, b.dequantized), bound = host_gemm(a.magnitude, b.magnitude);
-        DeviceBytes da(a.bytes.size()), db(b.bytes.size()), sa(a.scales.size() * 4), sb(b.scales.size() * 4), dc(static_cast<size_t>(m * n) * 2);
-        upload(da, a.bytes.data(), a.bytes.size());
-        upload(db, b.bytes.data(), b.bytes.size());
-        upload(sa, a.scales.data(), a.scales.size() * 4);
-        upload(sb, b.scales.data(), b.scales.size() * 4);
-        std::vector<OverlapGemmTile> table;
-        for (int64_t i = 0; i * tile.tile_m < m; ++i)
-          for (int64_t j = 0; j * tile.tile_n < n; ++j) {
-            OverlapGemmTile e;
-            e.tile_m = static_cast<int32_t>(i);
-            e.tile_n = static_cast<int32_t>(j);
-            e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
-            e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
-            e.store_row = i * tile.tile_m;
-            e.store_col = j * tile.tile_n;
-            table.push_back(e);
+  for (const bool row_scales : {false, true})
+    for (const auto& [m, n, k, splits] : {std::tuple{256, 512, 1024, 1}, {200, 136, 272, 1}, {300, 700, 528, 1}, {384, 1024, 2048, 3}}) {
+      const Fp8Operand a = make_operand(m, k, row_scales, 17 + m), b = make_operand(n, k, row_scales, 29 + n);
+      HostMatrix want = host_gemm(a.dequantized, b.dequantized), bound = host_gemm(a.magnitude, b.magnitude);
+      for (int64_t i = 0; i < m; ++i)
+        if ((i / tile.tile_m) % 2 == 0)
+          for (int64_t j = 0; j < n; ++j) {
+            want.at(i, j) *= 2;
+            bound.at(i, j) *= 2;
           }
-        if (splits > 1) table = split_along_k(table, splits, k, config);
-        DeviceBytes dtable(table.size() * sizeof(OverlapGemmTile));
-        upload(dtable, table.data(), table.size() * sizeof(OverlapGemmTile));
+      std::vector<float> a2_scales = a.scales;
+      for (float& v : a2_scales) v *= 2;
+      DeviceBytes da(a.bytes.size()), da2(a.bytes.size()), db(b.bytes.size()), sa(a.scales.size() * 4), sa2(a2_scales.size() * 4),
+          sb(b.scales.size() * 4), dc(static_cast<size_t>(m * n) * 2);
+      upload(da, a.bytes.data(), a.bytes.size());
+      upload(da2, a.bytes.data(), a.bytes.size());
+      upload(db, b.bytes.data(), b.bytes.size());
+      upload(sa, a.scales.data(), a.scales.size() * 4);
+      upload(sa2, a2_scales.data(), a2_scales.size() * 4);
+      upload(sb, b.scales.data(), b.scales.size() * 4);
+      std::vector<OverlapGemmTile> table;
+      for (int64_t i = 0; i * tile.tile_m < m; ++i)
+        for (int64_t j = 0; j * tile.tile_n < n; ++j) {
+          OverlapGemmTile e;
+          e.tile_m = static_cast<int32_t>(i);
+          e.tile_n = static_cast<int32_t>(j);
+          e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
+          e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
+          e.store_row = i * tile.tile_m;
+          e.store_col = j * tile.tile_n;
+          if (i % 2 == 0) {
+            e.a_operand = 1;
+            e.a_tile_m = static_cast<int32_t>(i);
+          }
+          table.push_back(e);
+        }
+      if (splits > 1) table = split_along_k(table, splits, k, config);
+      DeviceBytes dtable(table.size() * sizeof(OverlapGemmTile));
+      upload(dtable, table.data(), table.size() * sizeof(OverlapGemmTile));
+      for (const int ctas : {0, 3}) {
+        const std::string what = std::string(row_scales ? "row" : "tensor") + " scales, " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                                 std::to_string(k) + ", " + std::to_string(splits) + " splits, " + (ctas ? std::to_string(ctas) + " CTAs" : "a CTA per tile");
         OverlapGemmLaunch l;
         l.a = da.data, l.lda = k, l.b = db.data, l.ldb = k, l.m = m, l.n = n, l.k = k;
+        l.a2 = da2.data, l.lda2 = k, l.m2 = m;
         l.fp8 = true;
         l.row_scales = row_scales;
         l.a_scales = static_cast<const float*>(sa.data);
+        l.a2_scales = static_cast<const float*>(sa2.data);
         l.b_scales = static_cast<const float*>(sb.data);
         l.targets[0] = OverlapGemmTarget{dc.data, n, m, n};
         l.target_count = 1;
         l.tiles = static_cast<const OverlapGemmTile*>(dtable.data);
         l.tile_count = static_cast<int>(table.size());
         l.k_splits = splits;
+        l.max_ctas = ctas;
         l.wait_timeout_ns = 2'000'000'000ull;
         require_valid_table(l, config, table);
         OverlapGemm gemm(l, config);
         for (int call = 0; call < 2; ++call) {
           fill_u16(dc.data, m * n, kBf16Nan, stream);
           gemm.launch(stream);
-          WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          ASSERT_TRUE(synchronize_with_timeout(stream, 20000)) << what;
           const HostMatrix got = bench::download(DeviceRegion{dc.data, m, n, n}, stream);
           const Problem gemm_problem{OpKind::gemm_ar, m, n, k, 1, DType::bf16, DType::bf16, {}};
           const bench::ElementCheck check = bench::check_elements(got, want, bound, bench::bf16_error_factor(gemm_problem));
           EXPECT_TRUE(check.passed()) << what << ", call " << call << ": " << check.explain();
         }
       }
+    }
   WEFT_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

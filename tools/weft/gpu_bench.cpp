@@ -39,6 +39,8 @@ struct Measured {
   int world = 0;
   int64_t m = 0, n = 0, k = 0;
   int experts = 0, topk = 0;  // the MoE ops' (0 for the others)
+  int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;  // ag_attention's (0 for the others)
+  bool causal = false;
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
   double t_in_place = 0;  // the producer's output already in the strategy's symmetric A (no copy-in); t where none
   double host_us = 0;             // host time to enqueue one call after a wait for the last (the slowest rank's median)
@@ -78,6 +80,13 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
       if (r.experts > 0) {  // the MoE ops: rows of one m, n and k differ by these
         j["experts"] = r.experts;
         j["topk"] = r.topk;
+      }
+      if (r.heads > 0) {  // ag_attention: its shape (n and k are 0)
+        j["batch"] = r.batch;
+        j["heads"] = r.heads;
+        j["kv_heads"] = r.kv_heads;
+        j["head_dim"] = r.head_dim;
+        j["causal"] = r.causal;
       }
       j["t_gemm_ms"] = r.t_gemm;
       j["t_comm_ms"] = r.t_comm;
@@ -328,6 +337,13 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.k = problem.k;
         m.experts = problem.experts;
         m.topk = problem.topk;
+        if (is_attention(problem.op)) {
+          m.batch = problem.batch;
+          m.heads = problem.heads;
+          m.kv_heads = problem.kv_heads;
+          m.head_dim = problem.head_dim;
+          m.causal = problem.causal;
+        }
         m.t_gemm = worst(0);
         m.t_comm = worst(1);
         m.t_seq = worst(2);

@@ -91,6 +91,11 @@ int dtype_bytes(DType dtype);  // 1 for FP8 (its scales are counted apart: scale
 constexpr int64_t kMaxFileDimension = int64_t{1} << 32;
 constexpr int kMaxFileWorld = 1024;
 constexpr int kMaxFileExperts = 1024;
+// ag_attention's heads, head dimension and batch as the command line bounds them (--heads, --kv-heads,
+// --head-dim, --batch).
+constexpr int kMaxFileHeads = 1024;
+constexpr int kMaxFileHeadDim = 1024;
+constexpr int kMaxFileBatch = 1 << 24;
 
 struct Problem {
   OpKind op = OpKind::gemm_ar;

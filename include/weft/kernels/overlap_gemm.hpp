@@ -128,8 +128,8 @@ struct OverlapGemmLaunch {
   // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
   // rounded to bf16: one scale per operand (a_scales[0], a2_scales[0], b_scales[0]), or with
   // row_scales one per row of A (a_scales[i] for row i of a, a2_scales for a2's rows) and one per
-  // row of B ([N, K]: one per column of C). Compiled for 128x128 and 128x256 tiles, untransposed,
-  // unclustered.
+  // row of B ([N, K]: one per column of C). Compiled for 128x128 tiles (128x256's registers cannot
+  // hold CUTLASS's FP8 main loop's second set of accumulators), untransposed, unclustered.
   bool fp8 = false;
   bool row_scales = false;
   const float* a_scales = nullptr;

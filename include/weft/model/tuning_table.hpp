@@ -32,6 +32,9 @@ struct TuningEntry {
   int world = 1;
   int64_t m = 0, n = 0, k = 0;  // per-rank shapes, as Problem holds them
   int experts = 0, topk = 0;    // ag_moe and moe_rs: their experts and choices per token (0 for the others)
+  // ag_attention: its shape beside m (tokens per rank; n and k are 0); 0 and false for the others.
+  int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = false;
   std::string source;           // the command, device and date of the measurement
   std::vector<TunedCandidate> candidates;
   // The fastest candidate; `sequential`'s time (0 where it was not measured).
@@ -45,7 +48,9 @@ struct TuningTable {
   std::vector<TuningEntry> entries;
   // The entry of the same op and world size whose shape is nearest in log space
   // (sqrt of the summed squared log ratios of m, n and k, and for the MoE ops of experts and topk:
-  // an MoE entry without them stands for no problem); null when there is none. `distance` gets it.
+  // an MoE entry without them stands for no problem; for ag_attention the |log ratio| of m among the
+  // entries of the same batch, heads, kv_heads, head_dim and masking); null when there is none.
+  // `distance` gets it.
   const TuningEntry* nearest(const Problem& problem, double* distance = nullptr) const;
   bool operator==(const TuningTable&) const = default;
 };
