@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../support/host_gemm.hpp"
 #include "../support/ring_push_plan.hpp"
 #include "check_against_host.hpp"
 #include "element_check.hpp"
@@ -20,6 +21,7 @@ namespace weft {
 namespace {
 
 using bench::download;
+using test_support::host_gemm;
 
 struct DeviceMatrix {
   void* data = nullptr;
@@ -30,17 +32,6 @@ struct DeviceMatrix {
   DeviceMatrix& operator=(const DeviceMatrix&) = delete;
   DeviceRegion region() const { return DeviceRegion{data, rows, cols, cols}; }
 };
-
-HostMatrix host_gemm(const HostMatrix& a, const HostMatrix& b) {
-  HostMatrix c(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < b.rows; ++j) {
-      double sum = 0;
-      for (int64_t p = 0; p < a.cols; ++p) sum += static_cast<double>(a.at(i, p)) * b.at(j, p);
-      c.at(i, j) = static_cast<float>(sum);
-    }
-  return c;
-}
 
 // A, B random; C poisoned; every tile of the grid in row-major order, stored in place.
 struct Fixture {

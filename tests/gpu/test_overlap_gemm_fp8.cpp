@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "../support/host_gemm.hpp"
 #include "check_against_host.hpp"
 #include "element_check.hpp"
 #include "weft/cuda/check.hpp"
@@ -18,6 +19,8 @@
 
 namespace weft {
 namespace {
+
+using test_support::host_gemm;
 
 struct DeviceBytes {
   void* data = nullptr;
@@ -62,17 +65,6 @@ Fp8Operand make_operand(int64_t rows, int64_t cols, bool row_scales, uint64_t se
       op.magnitude.at(r, c) = std::fabs(op.dequantized.at(r, c));
     }
   return op;
-}
-
-HostMatrix host_gemm(const HostMatrix& a, const HostMatrix& b) {
-  HostMatrix c(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < b.rows; ++j) {
-      double sum = 0;
-      for (int64_t p = 0; p < a.cols; ++p) sum += static_cast<double>(a.at(i, p)) * b.at(j, p);
-      c.at(i, j) = static_cast<float>(sum);
-    }
-  return c;
 }
 
 void upload(const DeviceBytes& to, const void* from, size_t bytes) { WEFT_CUDA_CHECK(cudaMemcpy(to.data, from, bytes, cudaMemcpyHostToDevice)); }

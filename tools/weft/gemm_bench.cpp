@@ -5,7 +5,9 @@
 //              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
 //              tile's column its best; where the last wave is partial, also with stream-K on each
 //              128-row tile; for m <= 256, also the exchanged product C^T = B A^T on each tile
-//              compiled for it, "/x"), so the tile rule's pick can be judged;
+//              compiled for it, "/x"; on 128x128 and 128x256, clusters of two sharing a B or an A
+//              tile by TMA multicast, "/c2x1" and "/c1x2", with the tile's splits), so the tile
+//              rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
 //              also each of the two alone (CSV and summary), to trace a cost to one of them;
