@@ -101,7 +101,7 @@ stage_tests() {
   say "  $(grep -E '^run|still running' "$d/call_timeout_probe.log" | head -2 | tr '\n' ' ')"
   # FiCCO's op cases apart, under the hang probe: where they hang in one process (a thread per GPU),
   # the rest of the binary still runs and the probe prints the host stacks.
-  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-300} $binary \
+  WEFT_TEST_WORLD=$w timed "world $w GPU tests (one process)" "$d/gpu_tests.log" ${ONE_PROCESS_LIMIT_S:-480} $binary \
     --gtest_filter="${ONE_PROCESS_FILTER:-*}-*Thousand*:Op.ACallAPeerNeverJoins*:*Op*.*ficco*" || status=1
   say "  $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$d/gpu_tests.log" | tr '\n' ' ') $(grep -E '^\[  FAILED  \] [A-Z]' "$d/gpu_tests.log" | head -8 | tr '\n' ' ')"
   if ! wants hangs; then
