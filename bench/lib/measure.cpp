@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
+#include <vector>
 
 #include "weft/kernels/elementwise.hpp"
 #include "weft/cuda/check.hpp"
@@ -29,8 +31,25 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
   for (const BufferDecl& decl : exec.rank_plan().buffers) {
     void* data = exec.buffer(decl.name);
     const int64_t count = decl.rows * decl.cols;
-    if (decl.role == BufferRole::output) fill_u16(data, count, kBf16Nan, stream);
-    else fill_random_bf16(data, count, buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name), stream);
+    const uint64_t own_seed = buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name);
+    if (decl.role == BufferRole::output) {
+      fill_u16(data, count * static_cast<int64_t>(dtype_bytes(decl.dtype)) / 2, kBf16Nan, stream);  // NaN in bf16 and f32 alike
+    } else if (is_fp8(decl.dtype)) {
+      fill_random_e4m3(data, count, own_seed, stream);
+      // Its dequantization scales, in [0.5, 1.5): a pure function of the seed, as the elements are.
+      if (const std::optional<ScaleGrid> grid = scale_grid(exec.plan().problem, decl)) {
+        std::vector<float> scales(static_cast<size_t>(device_scale_count(*grid, decl.rows, decl.cols)));
+        uint64_t state = own_seed | 1;
+        for (float& x : scales) {
+          state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+          x = 0.5f + static_cast<float>(state >> 40) * (1.0f / 16777216.0f);
+        }
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(exec.buffer(scale_name(decl.name)), scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+        WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vector goes out of scope
+      }
+    } else {
+      fill_random_bf16(data, count, own_seed, stream);
+    }
   }
 }
 

@@ -42,6 +42,16 @@ __global__ void fill_random_kernel(__nv_bfloat16* data, int64_t count, uint64_t 
   }
 }
 
+// e4m3 bits: a random sign, exponent field 4..10 (2^-3 to 2^3 with the bias of 7) and mantissa, so
+// never NaN (exponent 15 with mantissa 7) nor subnormal.
+__global__ void fill_random_e4m3_kernel(uint8_t* data, int64_t count, uint64_t seed) {
+  for (int64_t i = global_index(); i < count; i += global_stride()) {
+    const uint64_t bits = mix(seed * 0x100000001b3ULL + static_cast<uint64_t>(i));
+    const uint32_t sign = static_cast<uint32_t>(bits >> 63), exponent = 4 + static_cast<uint32_t>((bits >> 32) % 7), mantissa = static_cast<uint32_t>(bits >> 40) & 7;
+    data[i] = static_cast<uint8_t>(sign << 7 | exponent << 3 | mantissa);
+  }
+}
+
 static_assert(kMaxReduceSources <= tile::kMaxTileReduceSources, "reduce_bf16's sources must fit tile_reduce's");
 
 struct ReduceArgs {
@@ -382,6 +392,12 @@ void fill_u16(void* data, int64_t count, uint16_t bits, cudaStream_t stream) {
 void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream) {
   if (count <= 0) return;
   fill_random_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(data), count, seed);
+  WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
+void fill_random_e4m3(void* data, int64_t count, uint64_t seed, cudaStream_t stream) {
+  if (count <= 0) return;
+  fill_random_e4m3_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<uint8_t*>(data), count, seed);
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 

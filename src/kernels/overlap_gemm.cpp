@@ -453,6 +453,17 @@ void OverlapGemm::retarget(const void* a, const void* b, const OverlapGemmTarget
   launch_ = moved;
 }
 
+void OverlapGemm::rescale(const float* a_scales, const float* b_scales, const float* a2_scales) {
+  if (!launch_.fp8) reject("rescale: the launch multiplies bf16 operands, which have no scales");
+  OverlapGemmLaunch moved = launch_;
+  moved.a_scales = a_scales;
+  moved.b_scales = b_scales;
+  moved.a2_scales = launch_.a2 ? a2_scales : nullptr;
+  require_launchable(moved, config_);
+  prepared_->update(moved);
+  launch_ = moved;
+}
+
 void launch_overlap_gemm(const OverlapGemmLaunch& launch, OverlapGemmConfig config, cudaStream_t stream) {
   OverlapGemm(launch, config).launch(stream);
 }

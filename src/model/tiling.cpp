@@ -174,6 +174,14 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   return best;
 }
 
+GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
+  const TileShape tile{128, 128, 64};
+  const int64_t tiles = ceil_div(m, tile.tile_m) * ceil_div(n, tile.tile_n);
+  GemmTiling t{tile, choose_k_splits(tiles, m, n, k, tile, sm_count, rates)};
+  if (t.k_splits == 1) t.tail_splits = choose_tail_splits(tiles, k, tile, sm_count);
+  return t;
+}
+
 double stream_k_time(int64_t tile_count, int64_t k, TileShape tile, int sm_count, const TileRates& rates) {
   const int64_t ctas = std::max(sm_count, 1), k_tiles = ceil_div(k, tile.tile_k);
   if (ctas < 2 || tile_count % ctas == 0) return INFINITY;  // whole waves: nothing to balance

@@ -90,6 +90,38 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
   return std::nullopt;
 }
 
+// An FP8 GEMM on the overlap GEMM (its tile table waits, notifies, stores remapped or to peers, reads
+// addends, or the executor puts plain tables there too): the FP8 main loop as compiled
+// (kernels/overlap_gemm.hpp, OverlapGemmLaunch::fp8): e4m3 A (and A rows read in place) and B stored
+// [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 tiles,
+// untransposed and unclustered.
+std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
+  const std::string step = "FP8 GEMM step '" + label + "' on the overlap GEMM (its tile table waits, notifies or stores elsewhere)";
+  if (plan.problem.scaling != Scaling::tensor && plan.problem.scaling != Scaling::row)
+    return step + " has " + std::string(to_string(plan.problem.scaling)) +
+           " scales; the overlap GEMM's FP8 epilogue applies tensor and row scales only (block scales need a scale per K block in the main loop)";
+  if (gemm.tile_m != 128 || gemm.tile_n != 128)
+    return step + " has " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; its FP8 main loop is compiled for 128x128 only";
+  if (gemm.exchanged || gemm.cluster_m != 1 || gemm.cluster_n != 1)
+    return step + " is exchanged or clustered; the FP8 main loop runs the plain product only";
+  if (gemm.accumulate) return step + " accumulates into C; the overlap GEMM does not";
+  if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " reads B stored [K, N] (layout kn); FP8 B must be [N, K]";
+  if (gemm.a.box.cols % 16 != 0) return step + " has K = " + std::to_string(gemm.a.box.cols) + "; FP8 operands need K a multiple of 16";
+  for (const Region& r : {gemm.a, gemm.b})
+    if (decl_of(plan, r).dtype != DType::e4m3)
+      return step + " reads " + std::string(to_string(decl_of(plan, r).dtype)) + " '" + decl_of(plan, r).name + "'; the FP8 main loop multiplies e4m3 by e4m3";
+  for (const GemmTile& t : gemm.tiles) {
+    if (t.a_rows && decl_of(plan, *t.a_rows).dtype != DType::e4m3) return step + " reads A rows in place that are not e4m3";
+    std::vector<Region> written{t.store};
+    written.insert(written.end(), t.addends.begin(), t.addends.end());
+    for (const Region& r : written)
+      if (decl_of(plan, r).dtype != DType::bf16)
+        return step + " stores or adds " + std::string(to_string(decl_of(plan, r).dtype)) + " '" + decl_of(plan, r).name +
+               "'; the FP8 epilogue writes bf16 (and adds bf16)";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 // The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 128 or
@@ -157,10 +189,9 @@ std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool
     if (dtype == DType::bf16) continue;
     if (const auto* gemm = std::get_if<GemmStep>(&step.body)) {
       if (is_plain_tile_table(*gemm) && !plain_gemm_on_overlap) return library_gemm_gap(plan, *gemm, step.label);
-      return "GEMM step '" + step.label + "' reads or writes " + std::string(to_string(dtype)) +
-             " and its tile table needs the overlap GEMM (waits, notifies, remapped or peer stores, addends, or "
-             "ExecutorOptions::PlainGemm::overlap), which has no FP8 mainloop yet; FP8 runs on the GPU only as a plain library GEMM "
-             "(cuBLASLt) so far";
+      if (is_fp8(decl_of(plan, gemm->a).dtype)) return overlap_fp8_gemm_gap(plan, *gemm, step.label);
+      return "GEMM step '" + step.label + "' reads bf16 and writes " + std::string(to_string(dtype)) +
+             " on the overlap GEMM (its tile table waits, notifies or stores elsewhere), which stores bf16 only";
     }
     return std::string(kind_of(step.body)) + " step '" + step.label + "' touches " + std::string(to_string(dtype)) +
            " data; the executor lowers only library GEMMs for FP8 so far: moving FP8 rows with their scales (copies, NCCL all_gather / "

@@ -164,7 +164,7 @@ TEST(Fp8OpStrategies, EveryStrategyRunsAtWorldOneAsItsLibraryGemm) {
       }
 }
 
-TEST(Fp8OpStrategies, AboveWorldOneOnlyPlainGemmsOverBf16ReductionsRun) {
+TEST(Fp8OpStrategies, AboveWorldOneTensorAndRowScalesRunOnEveryGemmOverBf16Reductions) {
   for (int world : {2, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(world));
     const auto runs = runnable_fp8_strategies(world);
@@ -182,7 +182,22 @@ TEST(Fp8OpStrategies, AboveWorldOneOnlyPlainGemmsOverBf16ReductionsRun) {
         EXPECT_EQ(key.find("->f32"), std::string::npos) << key << list;  // f32 partial sums
       }
       EXPECT_EQ(key.find("a2a_gemm"), std::string::npos) << key << list;
-      for (const std::string& n : names) EXPECT_FALSE(find_strategy(n).overlap_gemm) << n << " runs on the overlap GEMM, which has no FP8 mainloop";
+      // The overlap GEMM's FP8 main loop applies tensor and row scales in its epilogue and stores
+      // bf16: no block scales, no f32 partial sums on it.
+      for (const std::string& n : names)
+        if (find_strategy(n).overlap_gemm) {
+          EXPECT_EQ(key.find("block"), std::string::npos) << n << " runs block-scaled FP8 on the overlap GEMM";
+          EXPECT_EQ(key.find("->f32"), std::string::npos) << n << " runs f32 partial sums on the overlap GEMM";
+        }
+    }
+    // The overlapped strategies whose steps all lower run FP8 on the overlap GEMM: fused (waits on
+    // the pulls, or stores to peers), signal (notifies), chunked and tilelink's RS.
+    for (const auto& [key, strategies] : std::map<std::string, std::vector<std::string>>{
+             {"ag_gemm tensor->bf16", {"fused", "chunked"}}, {"ag_gemm row->bf16", {"fused", "chunked"}},
+             {"gemm_rs tensor->bf16", {"fused", "signal", "chunked", "tilelink"}}, {"gemm_rs row->bf16", {"fused", "signal", "chunked", "tilelink"}},
+             {"gemm_ar tensor->bf16", {"signal", "chunked"}}, {"gemm_ar row->bf16", {"signal", "chunked"}}}) {
+      ASSERT_TRUE(runs.count(key)) << key;
+      for (const std::string& n : strategies) EXPECT_TRUE(runs.at(key).count(n)) << key << ": " << n;
     }
     // The baselines: a library GEMM, then NCCL's reduction of bf16 partial sums.
     for (const char* key : {"gemm_rs tensor->bf16", "gemm_rs row->bf16", "gemm_ar tensor->bf16", "gemm_ar row->bf16", "gemm_ar block->bf16",
@@ -225,10 +240,19 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   sliced.world_size = 2;
   sliced.m = 128;
   EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("ficco_uniform_fused_2d"), sliced), {false}));
-  // fused: its GEMM waits on the pulls, so it is the overlap GEMM, which has no FP8 mainloop.
-  const auto fused = gpu_lowering_gap(make_plan(find_strategy("fused"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)), {false});
-  ASSERT_TRUE(fused);
-  EXPECT_NE(fused->find("no FP8 mainloop"), std::string::npos) << *fused;
+  // fused: its GEMM waits on the pulls, so it is the overlap GEMM: its FP8 main loop on 128x128
+  // tiles (the FP8 tiling), row scales in the epilogue.
+  const Plan fused = make_plan(find_strategy("fused"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16));
+  EXPECT_FALSE(gpu_lowering_gap(fused, {false}));
+  for (const Step& step : fused.ranks.at(0).steps)
+    if (const auto* g = std::get_if<GemmStep>(&step.body)) EXPECT_TRUE(g->tile_m == 128 && g->tile_n == 128) << g->tile_m << "x" << g->tile_n;
+  // Its tile on another shape than the FP8 main loop's: declined, naming both.
+  Plan wide = fused;
+  for (Step& step : wide.ranks.at(0).steps)
+    if (auto* g = std::get_if<GemmStep>(&step.body)) g->tile_n = 256;
+  const auto wide_gap = gpu_lowering_gap(wide, {false});
+  ASSERT_TRUE(wide_gap);
+  EXPECT_NE(wide_gap->find("128x256 tiles; its FP8 main loop is compiled for 128x128 only"), std::string::npos) << *wide_gap;
   const Plan reduce = make_plan(find_strategy("sequential"), fp8_problem(OpKind::gemm_rs, 2, Scaling::row, DType::f32));
   const auto f32 = gpu_lowering_gap(reduce, {false});
   ASSERT_TRUE(f32);
@@ -237,7 +261,14 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   EXPECT_FALSE(gpu_lowering_gap(alone, {false}));
   const auto on_overlap = gpu_lowering_gap(alone, {true});
   ASSERT_TRUE(on_overlap);
-  EXPECT_NE(on_overlap->find("no FP8 mainloop"), std::string::npos) << *on_overlap;
+  EXPECT_NE(on_overlap->find("block scales; the overlap GEMM's FP8 epilogue applies tensor and row scales only"), std::string::npos) << *on_overlap;
+  // Tensor and row scales on 128x128 tiles run there, split along K too (weft bench gemm --dtype e4m3).
+  for (const Scaling scaling : {Scaling::tensor, Scaling::row}) {
+    PlanOptions tiles;
+    tiles.tile_m = tiles.tile_n = 128;
+    tiles.k_splits = 2;
+    EXPECT_FALSE(gpu_lowering_gap(plan_sequential(fp8_problem(OpKind::gemm_ar, 1, scaling, DType::bf16), tiles), {true})) << to_string(scaling);
+  }
   // Block scales: cuBLASLt runs rows that are multiples of 4 only; other row counts are declined,
   // naming the padding.
   Problem ragged = fp8_problem(OpKind::gemm_ar, 1, Scaling::block, DType::bf16);

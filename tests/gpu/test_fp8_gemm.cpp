@@ -1,9 +1,10 @@
 // The FP8 library GEMM (cuBLASLt's FP8 matmul with A and B scales) on one GPU, in every scaling mode,
 // against the fp32 (double) reference of the scaled product on random inputs quantized as the CPU
-// reference quantizes them; the output poisoned (NaN) before each call. And the executor's refusals
-// where an FP8 plan needs a step it has no FP8 lowering for.
+// reference quantizes them; the output poisoned (NaN) before each call. Then FP8 on the overlap GEMM
+// through the executor, and its refusals by name.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <functional>
 
@@ -112,10 +113,62 @@ INSTANTIATE_TEST_SUITE_P(
              "_to_" + std::string(to_string(info.param.out));
     });
 
-// Steps the executor has no FP8 form for are refused at construction, naming what is missing: the
-// overlap GEMM's FP8 mainloop. The AllGather of FP8 rows and their scales has one (sequential builds).
-TEST(Fp8Refusals, StepsWithoutAnFp8LoweringAreRefusedByName) {
+// FP8 on the overlap GEMM through the executor, at world 1 on the strategies' own tables: a plain
+// table put there (PlainGemm::overlap), fused ag_gemm (the GEMM waits for the copy of A's rows and
+// their scales), fused gemm_rs (stores through the peer path) and signal gemm_ar (a notify per
+// tile), in tensor and row scaling, aligned and ragged: each against the scaled product in double,
+// into a poisoned output, two calls of one executor. Sequential's FP8 all_gather lowers; block
+// scales and a tile the FP8 main loop is not compiled for are refused by name.
+TEST(Fp8OverlapGemm, TablesThatWaitNotifyOrStoreElsewhereMatchTheScaledProduct) {
   auto group = Communicator::local_group({0});
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreate(&stream));
+  PlanOptions keep;
+  keep.keep_strategy_at_world_one = true;
+  ExecutorOptions on_overlap;
+  on_overlap.plain_gemm = ExecutorOptions::PlainGemm::overlap;
+  struct Case {
+    const char* strategy;
+    OpKind op;
+  };
+  for (const Scaling scaling : {Scaling::tensor, Scaling::row})
+    for (const auto& shape : {std::array<int64_t, 3>{256, 512, 1024}, std::array<int64_t, 3>{200, 264, 400}})
+      for (const Case c : {Case{"plain", OpKind::gemm_ar}, Case{"fused", OpKind::ag_gemm}, Case{"fused", OpKind::gemm_rs}, Case{"signal", OpKind::gemm_ar}}) try {
+        Problem p;
+        p.op = c.op;
+        p.m = shape[0];
+        p.n = shape[1];
+        p.k = shape[2];
+        p.input_dtype = DType::e4m3;
+        p.scaling = scaling;
+        SCOPED_TRACE(std::string(c.strategy) + " " + describe(p));
+        const bool plain = std::string(c.strategy) == "plain";
+        PlanOptions tiles;
+        tiles.tile_m = tiles.tile_n = 128;
+        const Plan plan = plain ? plan_gemm_alone(p, tiles, "sequential") : make_plan(find_strategy(c.strategy), p, keep);
+        bool overlapped = plain;
+        for (const Step& step : plan.ranks.at(0).steps)
+          if (const auto* g = std::get_if<GemmStep>(&step.body)) overlapped = overlapped || !is_plain_tile_table(*g);
+        ASSERT_TRUE(overlapped) << "the plan has no GEMM that needs the overlap GEMM";
+        CudaExecutor exec(*group[0], plan, on_overlap);
+        const auto inputs = random_inputs(p, 11);
+        upload_operand(exec, p, "A", inputs[0].at("A"), inputs[0].at("A_scale"));
+        upload_operand(exec, p, "B", inputs[0].at("B"), inputs[0].at("B_scale"));
+        const HostMatrix want = expected_outputs(p, inputs)[0], scale = expected_magnitudes(p, inputs)[0];
+        for (int call = 0; call < 2; ++call) {
+          const DeviceRegion out = exec.output();
+          WEFT_CUDA_CHECK(cudaMemset2D(out.data, static_cast<size_t>(out.stride) * 2, 0xff, static_cast<size_t>(out.cols) * 2,
+                                       static_cast<size_t>(out.rows)));  // NaN
+          exec.run(stream);
+          exec.finish(stream);
+          EXPECT_LE(relative_error(download_output(exec, DType::bf16), want, scale), 8e-3) << "call " << call;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << c.strategy << " " << to_string(c.op) << " " << to_string(scaling) << " " << shape[0] << "x" << shape[1] << "x" << shape[2]
+                      << ": " << e.what();
+      }
+  WEFT_CUDA_CHECK(cudaStreamDestroy(stream));
+
   Problem p;
   p.op = OpKind::ag_gemm;
   p.m = 128;
@@ -123,20 +176,18 @@ TEST(Fp8Refusals, StepsWithoutAnFp8LoweringAreRefusedByName) {
   p.k = 256;
   p.input_dtype = DType::e4m3;
   p.scaling = Scaling::row;
-  PlanOptions keep;
-  keep.keep_strategy_at_world_one = true;
   auto construct = [&](const Plan& plan, const ExecutorOptions& options = {}) {
     return error_of([&] { CudaExecutor exec(*group[0], plan, options); });
   };
-  const std::string gather = construct(make_plan(find_strategy("sequential"), p, keep));
-  EXPECT_EQ(gather, "") << "sequential's FP8 all_gather (rows and row scales) lowers";
-  // fused: its copies of FP8 rows or its overlap GEMM, whichever comes first.
-  const std::string fused = construct(make_plan(find_strategy("fused"), p, keep));
-  EXPECT_TRUE(fused.find("no FP8 mainloop") != std::string::npos || fused.find("no lowering yet") != std::string::npos) << fused;
-  ExecutorOptions on_overlap;
-  on_overlap.plain_gemm = ExecutorOptions::PlainGemm::overlap;
-  const std::string plain = construct(plan_gemm_alone(p, PlanOptions{}, "sequential"), on_overlap);
-  EXPECT_NE(plain.find("no FP8 mainloop"), std::string::npos) << plain;
+  EXPECT_EQ(construct(make_plan(find_strategy("sequential"), p, keep)), "") << "sequential's FP8 all_gather (rows and row scales) lowers";
+  PlanOptions wide;
+  wide.tile_m = 128;
+  wide.tile_n = 256;
+  const std::string other_tile = construct(plan_gemm_alone(p, wide, "sequential"), on_overlap);
+  EXPECT_NE(other_tile.find("128x256 tiles; its FP8 main loop is compiled for 128x128 only"), std::string::npos) << other_tile;
+  p.scaling = Scaling::block;
+  const std::string block = construct(plan_gemm_alone(p, PlanOptions{}, "sequential"), on_overlap);
+  EXPECT_NE(block.find("applies tensor and row scales only"), std::string::npos) << block;
 }
 
 }  // namespace

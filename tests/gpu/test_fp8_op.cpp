@@ -3,7 +3,8 @@
 // call the right ones), every scaling mode, bf16 and f32 results, against the double reference of
 // the scaled product on random inputs quantized as the CPU reference quantizes them; the output
 // poisoned (0xff bytes: NaN) before each call. And the errors raised before launching: scales
-// missing or of the wrong count, and a strategy whose FP8 plan has no lowering declining.
+// missing or of the wrong count, and a strategy whose FP8 plan has no lowering declining. Strategies
+// kept at world 1 run their GEMM on the overlap GEMM's FP8 main loop.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -53,6 +54,7 @@ struct Case {
   Scaling scaling;
   DType out;
   OpKind op;
+  const char* strategy = "";  // kept at world 1 where named (its GEMM then the overlap GEMM's FP8 main loop)
 };
 
 class Fp8Op : public testing::TestWithParam<Case> {};
@@ -72,6 +74,10 @@ TEST_P(Fp8Op, CallerBuffersAndScalesMatchTheScaledProduct) {
   spec.input_dtype = DType::e4m3;
   spec.output_dtype = c.out;
   spec.scaling = c.scaling;
+  if (*c.strategy) {
+    spec.strategy = c.strategy;
+    spec.plan.keep_strategy_at_world_one = true;
+  }
   Op op(*group[0], spec);
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -124,10 +130,13 @@ TEST_P(Fp8Op, CallerBuffersAndScalesMatchTheScaledProduct) {
 INSTANTIATE_TEST_SUITE_P(ScalingModes, Fp8Op,
                          testing::Values(Case{Scaling::tensor, DType::bf16, OpKind::gemm_ar}, Case{Scaling::tensor, DType::f32, OpKind::gemm_rs},
                                          Case{Scaling::row, DType::bf16, OpKind::gemm_rs}, Case{Scaling::row, DType::f32, OpKind::ag_gemm},
-                                         Case{Scaling::block, DType::bf16, OpKind::gemm_ar}, Case{Scaling::block, DType::f32, OpKind::gemm_ar}),
+                                         Case{Scaling::block, DType::bf16, OpKind::gemm_ar}, Case{Scaling::block, DType::f32, OpKind::gemm_ar},
+                                         // The overlap GEMM's FP8 main loop, the caller's scales followed per call.
+                                         Case{Scaling::tensor, DType::bf16, OpKind::ag_gemm, "fused"}, Case{Scaling::row, DType::bf16, OpKind::gemm_rs, "fused"},
+                                         Case{Scaling::row, DType::bf16, OpKind::gemm_ar, "signal"}, Case{Scaling::tensor, DType::bf16, OpKind::gemm_ar, "chunked"}),
                          [](const testing::TestParamInfo<Case>& param) {
                            return std::string(to_string(param.param.scaling)) + "_" + std::string(to_string(param.param.op)) + "_to_" +
-                                  std::string(to_string(param.param.out));
+                                  std::string(to_string(param.param.out)) + (*param.param.strategy ? std::string("_") + param.param.strategy : "");
                          });
 
 std::string error_of(const std::function<void()>& f) {
@@ -168,10 +177,11 @@ TEST(Fp8OpErrors, ScalesAreCheckedBeforeLaunchAndUnlowerablePlansDecline) {
   short_count.scale_a_count = 99;
   EXPECT_NE(error_of([&] { op.run(short_count, stream); }).find("scale_a holds 99 scales"), std::string::npos);
   EXPECT_EQ(cudaStreamQuery(stream), cudaSuccess) << "nothing was launched";
-  // The overlap GEMM has no FP8 mainloop: a strategy kept at world 1 that needs it declines at
-  // construction, naming why.
+  // Block scales on the overlap GEMM (its epilogue applies tensor and row scales): a strategy kept
+  // at world 1 that needs it declines at construction, naming why.
   OpSpec fused = spec;
   fused.op = OpKind::ag_gemm;
+  fused.scaling = Scaling::block;
   fused.strategy = "fused";
   fused.plan.keep_strategy_at_world_one = true;
   const std::string declined = error_of([&] { Op refused(*group[0], fused); });

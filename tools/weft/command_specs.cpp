@@ -35,7 +35,7 @@ Options timing(int64_t iterations) {
 
 Options dtype_knobs() {
   return {text("dtype", "T", "the operands': bf16 (default), f16, f32, or FP8 e4m3 / e5m2 with --scaling (GPUs run bf16, and FP8 "
-                             "only as the library GEMM alone)"),
+                             "where plan/gpu_lowering.hpp admits it)"),
           text("input-dtype", "T", "the older name of --dtype"),
           text("b-dtype", "T", "B's dtype where it differs from A's: e4m3 or e5m2 (FP8 backward: e5m2 gradients x e4m3)"),
           text("scaling", "S", "FP8: tensor, row (A per row, B per column of the output) or block (A 1x128, B 128x128)"),
@@ -116,8 +116,10 @@ std::vector<CommandSpec> build() {
                  "(GEMM alone, communication alone, sequential, each strategy; interleaved per iteration).",
                  Options{suite, world_list, ops, strategy_list, json, csv, seed} + timing(20) + plan_knobs() + signal_knobs()});
   all.push_back({"bench gemm", "the overlap GEMM against cuBLASLt on GPU 0 over the suites' per-rank GEMM shapes", "",
-                 Options{suites, gpu_world, list("gemm", "MxNxK,...", "these GEMM shapes instead of the suites'"), csv, seed, machine} + timing(20) +
-                     tile_order_knobs()});
+                 Options{suites, gpu_world, list("gemm", "MxNxK,...", "these GEMM shapes instead of the suites'"), csv, seed, machine,
+                         text("dtype", "T", "bf16 (default) or e4m3: the overlap GEMM's FP8 main loop (128x128) against cuBLASLt's FP8 matmul"),
+                         text("scaling", "S", "with --dtype e4m3: tensor or row")} +
+                     timing(20) + tile_order_knobs()});
   all.push_back({"bench rmsnorm", "RMSNorm of signal's restored result vs RMSNorm reading it where signal left it (GPU 0)", "",
                  Options{suites, gpu_world, csv, seed, machine} + timing(50)});
   all.push_back({"bench kernels", "the auxiliary kernels (copy, reduce, permute, box moves, top-k combine, RMSNorm) at the suites' sizes "

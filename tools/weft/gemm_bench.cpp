@@ -69,7 +69,9 @@ Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const Gemm
   options.tile_m = tile.tile_m;
   options.tile_n = tile.tile_n;
   options.k_splits = splits;
-  return steps_of_kind(plan_sequential(Problem{OpKind::gemm_ar, s.m, s.n, s.k, 1, DType::bf16, DType::bf16, {}}, options), StepKind::gemm);
+  Problem p{OpKind::gemm_ar, s.m, s.n, s.k, 1, o.dtype, DType::bf16, {}};
+  p.scaling = o.scaling;
+  return steps_of_kind(plan_sequential(p, options), StepKind::gemm);
 }
 
 // The splits timed for one tile: the model's for a table of the whole grid, and for a memory-bound
@@ -155,7 +157,12 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   double* sums = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
 
-  const std::vector<OverlapGemmConfig> configs = overlap_gemm_configs();
+  // FP8: the one tile its main loop is compiled for, no exchanged, clustered or stream-K variants.
+  const bool fp8 = is_fp8(o.dtype);
+  const std::vector<OverlapGemmConfig> configs = fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128} : overlap_gemm_configs();
+  if (fp8)
+    std::printf("FP8 %s with %s scales: the overlap GEMM's FP8 main loop against cuBLASLt's FP8 matmul (fast accumulation off in both)\n\n",
+                std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.scaling)).c_str());
   // Opened before the timing; every write is checked when it is closed (OutputFile).
   std::optional<OutputFile> csv_file;
   if (!o.csv_path.empty()) csv_file.emplace(o.csv_path, "CSV file");
@@ -177,7 +184,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
            (splits > 1 ? "/k" + std::to_string(splits) : "") + (tail > 1 ? "/t" + std::to_string(tail) : "") + (stream_k ? "/sk" : "");
   };
   for (const auto& [name, s] : shapes) {
-    const GemmTiling tiling = choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
+    const GemmTiling tiling = fp8 ? choose_fp8_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates)
+                                  : choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
     const TileShape chosen_tile = tiling.tile;
     const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
     const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits, tiling.stream_k);
@@ -210,6 +218,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
       // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,
       // often fewer than the SMs, where cuBLASLt keeps every SM busy).
+      if (fp8) continue;
       if (std::isfinite(stream_k_time((s.m + t.tile_m - 1) / t.tile_m * ((s.n + t.tile_n - 1) / t.tile_n), s.k,
                                       TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && t.tile_m == 128)
         variants.push_back({c, 1, 1, true});

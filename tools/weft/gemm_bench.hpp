@@ -28,6 +28,9 @@ struct GemmBenchOptions {
   int swizzle = 8;
   std::vector<GemmShape> shapes;  // when not empty, these shapes instead of the suites'
   TileRates tile_rates;           // the tiling rule's measured rates (--machine), else its estimates
+  // e4m3 (with tensor or row scaling): the overlap GEMM's FP8 main loop (128x128) against cuBLASLt's FP8 matmul.
+  DType dtype = DType::bf16;
+  Scaling scaling = Scaling::none;
 };
 
 // Returns the number of shapes whose results did not match cuBLASLt.

@@ -26,6 +26,8 @@ constexpr int kMaxReduceSources = 16;
 void fill_u16(void* data, int64_t count, uint16_t bits, cudaStream_t stream);
 // Uniform in [-1, 1), bf16, a pure function of (seed, index): every rank can regenerate any input.
 void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t stream);
+// e4m3 elements of magnitude 2^-3 to 2^3.9, random sign, never NaN; a pure function of (seed, index).
+void fill_random_e4m3(void* data, int64_t count, uint64_t seed, cudaStream_t stream);
 // dst = sum(srcs) (+ dst when accumulate), fp32 accumulation; all regions share dst's shape.
 void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_count, bool accumulate, cudaStream_t stream);
 // dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries.

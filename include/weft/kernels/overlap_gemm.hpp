@@ -221,6 +221,9 @@ class OverlapGemm {
   // buffers that moved between calls): the TMA descriptors are encoded again, nothing is allocated.
   // Throws like require_launchable when the new pointers are not usable.
   void retarget(const void* a, const void* b, const OverlapGemmTarget* targets, const void* a2 = nullptr);
+  // Points an FP8 launch at other scales (a caller's, bound per call); a2_scales only where the
+  // launch reads a second A operand. Throws like require_launchable when one is missing.
+  void rescale(const float* a_scales, const float* b_scales, const float* a2_scales = nullptr);
 
   // One per compiled tile shape and B layout (src/kernels/overlap_gemm_<tile>.cu).
   struct Prepared {

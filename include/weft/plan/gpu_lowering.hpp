@@ -10,8 +10,10 @@
 // of FP8 rows with tensor or row scales (the scales move with the rows; a caller's FP8 input kept in
 // symmetric memory is copied in with its scales); and otherwise data movement only of bf16 (the
 // partial sums an FP8 GEMM gives in bf16, never f32). Nothing else moves FP8 rows or their scales
-// (all_to_all, row permutations, box moves, block-scaled rows), and the overlap GEMM has no FP8
-// mainloop.
+// (all_to_all, row permutations, box moves, block-scaled rows). A GEMM on the overlap GEMM (a table
+// that waits, notifies or stores elsewhere, or PlainGemm::overlap) runs its FP8 main loop: e4m3 A and
+// B [N, K] with tensor or row scales (applied in the epilogue), 128x128 tiles (the FP8 tiling,
+// model/tiling.hpp), bf16 stores and addends, neither exchanged nor clustered.
 #pragma once
 
 #include <optional>

@@ -10,7 +10,7 @@ weight per row, i.e. per output column) and hands the FP8 operands and their sca
 which multiplies them as torch._scaled_mm does, giving bf16.
 
 Where weft's op cannot run that FP8 product at this world size with this strategy (it declines:
-plan/gpu_lowering.hpp; e.g. a strategy whose GEMM is the overlap GEMM, which has no FP8 mainloop),
+plan/gpu_lowering.hpp; e.g. tilelink's ag_gemm, whose companion moves bf16 rows only),
 the layer still
 computes the same FP8 product, with torch's pieces: the FP8 operand's bytes (and row scales)
 gathered by torch.distributed, torch._scaled_mm, and torch.distributed's reduce-scatter or

@@ -116,7 +116,8 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
                                                   : machine.sm_count - machine.collective_sms;
   // The one GEMM of a rank: over every rank's rows for AllGather+GEMM, its own rows otherwise.
   const int64_t rows = problem.op == OpKind::ag_gemm ? problem.m * problem.world_size : problem.m;
-  const GemmTiling tiling = choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates);
+  const GemmTiling tiling = is_fp8(problem.input_dtype) ? choose_fp8_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates)
+                                                        : choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates);
   o.tile_m = tiling.tile.tile_m;
   o.tile_n = tiling.tile.tile_n;
   // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave); one beside

@@ -58,22 +58,6 @@ int32_t scale_mode(const ScaleGrid& grid) {
   return grid.block_rows == 1 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
 }
 
-// Where an operand's scales start for the GEMM's rows: the executor's layout (device_scale_index),
-// which for tensor and row scales is one float per scale from the region's first row. Block scales
-// are strided over the whole buffer: the GEMM must read all of it.
-const float* scales_from(const BoundScales& s, const std::string& label, const char* operand) {
-  const BoundRegion& r = s.elements;
-  const int64_t row = r.offset / r.stride, col = r.offset % r.stride;
-  if (s.grid.block_cols > 0 && (row != 0 || col != 0 || r.rows != s.buffer_rows || r.cols != s.buffer_cols))
-    throw std::invalid_argument("CudaExecutor: GEMM step '" + label + "' reads rows " + std::to_string(row) + ".." + std::to_string(row + r.rows) +
-                                " and K columns " + std::to_string(col) + ".." + std::to_string(col + r.cols) + " of its block-scaled " + operand +
-                                " (a buffer of " + std::to_string(s.buffer_rows) + "x" + std::to_string(s.buffer_cols) +
-                                "); the library GEMM takes block scales of whole buffers only so far");
-  if (s.grid.block_cols == 0 && s.grid.block_rows == 1) return s.resolve() + row;
-  return s.resolve();
-}
-
-bool is_row_scaled(const ScaleGrid& grid) { return grid.block_cols == 0 && grid.block_rows == 1; }
 
 bool needs_staging(const BoundScales& s, const std::string& label, const char* operand) {
   return is_row_scaled(s.grid) && reinterpret_cast<uintptr_t>(scales_from(s, label, operand)) % 16 != 0;

@@ -53,6 +53,13 @@ struct BoundScales {
   }
 };
 
+// Where an operand's scales start for a GEMM's rows: the executor's layout (device_scale_index),
+// which for tensor and row scales is one float per scale from the region's first row. Block scales
+// are strided over the whole buffer: the GEMM must read all of it (throws otherwise, naming the step).
+const float* scales_from(const BoundScales& s, const std::string& label, const char* operand);
+// One scale per row (an outer vector), not one for the whole operand or per block.
+bool is_row_scaled(const ScaleGrid& grid);
+
 // What a lowering may use from the executor.
 struct Context {
   const Plan* plan = nullptr;  // the plan being lowered

@@ -5,6 +5,7 @@
 // wait, for a tile that has addends).
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "lowering.hpp"
 #include "weft/cuda/check.hpp"
@@ -51,6 +52,7 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   int a2_buffer = -1;
   int64_t a2_col = 0;
   BoundRegion a2;
+  Region a2_region;
   // Each (rank, buffer) a tile stores into or reads addends from is one target of the launch.
   auto target_index = [&](const Region& region) {
     const auto key = std::make_pair(region.rank, region.buffer);
@@ -81,6 +83,7 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
         const BoundRegion buffer = context.whole(context.rank, t.a_rows->buffer);
         whole_rows.box = Rect{0, a2_col, buffer.rows, a.cols};
         a2 = context.region(whole_rows);
+        a2_region = whole_rows;
       }
       if (t.a_rows->buffer != a2_buffer || t.a_rows->box.col != a2_col || t.a_rows->box.row % shape.tile_m != 0)
         reject("tiles read their A rows in place from more than one buffer, or at rows that are not on the " + to_string(config) + " grid");
@@ -129,6 +132,28 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
     launch.lda2 = a2.stride;
     launch.m2 = a2.rows;
   }
+  // FP8 operands (gpu_lowering's gate admits e4m3 with tensor or row scales on 128x128 tiles): their
+  // scales, applied in the epilogue; a caller's scales may move between calls, and the launch follows.
+  const std::optional<BoundScales> a_scales = context.scales(gemm.a), b_scales = context.scales(gemm.b);
+  std::optional<BoundScales> a2_scales;
+  if (a_scales || b_scales) {
+    if (!a_scales || !b_scales) reject("multiplies FP8 by a matrix that is not FP8");
+    if (exchanged) reject("FP8 operands run the untransposed product only");
+    const bool rows = is_row_scaled(a_scales->grid);
+    if (a_scales->grid.block_cols != 0 || b_scales->grid.block_cols != 0 || rows != is_row_scaled(b_scales->grid))
+      reject("FP8 scales other than one per operand or one per row; the overlap GEMM's epilogue applies tensor and row scales only");
+    if (a2_buffer >= 0) {
+      a2_scales = context.scales(a2_region);
+      if (!a2_scales) reject("reads FP8 A rows in place from a buffer without scales");
+    }
+    launch.fp8 = true;
+    launch.row_scales = rows;
+    launch.a_scales = scales_from(*a_scales, label, "A");
+    launch.b_scales = scales_from(*b_scales, label, "B");
+    if (a2_scales) launch.a2_scales = scales_from(*a2_scales, label, "A's rows in place");
+  }
+  const auto scales_move = [](const std::optional<BoundScales>& s) { return s && (s->scale_base || s->elements.moves); };
+  const bool rescales = scales_move(a_scales) || scales_move(b_scales) || scales_move(a2_scales);
   launch.k_splits = gemm.k_splits;
   // A cluster's pairs split in step (their splits stay pairs).
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config, launch.cluster_m * launch.cluster_n);
@@ -157,7 +182,8 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   const bool follows = a.moves || b.moves || (has_a2 && a2.moves) || std::any_of(targets.begin(), targets.end(), [](const BoundRegion& r) { return r.moves; });
   // The kernel's operands, in its order.
   const BoundRegion kernel_a = exchanged ? b : a, kernel_b = exchanged ? a : b;
-  return {[prepared, device_table, a = kernel_a, b = kernel_b, a2, has_a2, targets, follows](cudaStream_t stream) {
+  return {[prepared, device_table, a = kernel_a, b = kernel_b, a2, has_a2, targets, follows, a_scales, b_scales, a2_scales, rescales,
+           label](cudaStream_t stream) {
             if (follows) {
               const OverlapGemmLaunch& now = prepared->arguments();
               OverlapGemmTarget moved[kMaxStoreTargets];
@@ -169,6 +195,13 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
                 changed = changed || moved[t].data != now.targets[t].data;
               }
               if (changed) prepared->retarget(a.resolve().data, b.resolve().data, moved, a2_now);
+            }
+            if (rescales) {
+              const OverlapGemmLaunch& now = prepared->arguments();
+              const float* a_now = scales_from(*a_scales, label, "A");
+              const float* b_now = scales_from(*b_scales, label, "B");
+              const float* a2_now = a2_scales ? scales_from(*a2_scales, label, "A's rows in place") : nullptr;
+              if (a_now != now.a_scales || b_now != now.b_scales || a2_now != now.a2_scales) prepared->rescale(a_now, b_now, a2_now);
             }
             prepared->launch(stream);
           },
