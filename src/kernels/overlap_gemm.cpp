@@ -51,6 +51,7 @@ OverlapGemmShape shape_of(OverlapGemmConfig config) {
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};
     case OverlapGemmConfig::tile_128x192: return {128, 192, 64};
     case OverlapGemmConfig::tile_128x256: return {128, 256, 64};
+    case OverlapGemmConfig::tile_128x128x128_fp8: return {128, 128, 128};
   }
   reject("unknown configuration");
 }
@@ -63,6 +64,12 @@ OverlapGemmConfig config_for(int tile_m, int tile_n) {
     compiled += " " + to_string(config);
   }
   reject("no configuration compiled for tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) + " (compiled:" + compiled + ")");
+}
+
+OverlapGemmConfig fp8_config_for(int tile_m, int tile_n) {
+  if (tile_m != 128 || tile_n != 128)
+    reject("no FP8 configuration compiled for tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) + " (compiled: 128x128x128)");
+  return OverlapGemmConfig::tile_128x128x128_fp8;
 }
 
 std::string to_string(OverlapGemmConfig config) {
@@ -256,9 +263,11 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     if (launch.store_transposed || launch.b_n_major || clustered)
       reject("FP8 operands run the K-major (B stored [N, K]), untransposed, unclustered product only");
     // 128x256: CUTLASS's FP8 main loop keeps a second set of accumulators, which spills there.
-    if (config != OverlapGemmConfig::tile_128x128) reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x64 does");
+    if (config != OverlapGemmConfig::tile_128x128x128_fp8) reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x128 does");
     if (!launch.a_scales || !launch.b_scales || (launch.a2 && !launch.a2_scales))
       reject("FP8 operands without their scales (a_scales, b_scales, and a2_scales with a second A operand)");
+  } else if (config == OverlapGemmConfig::tile_128x128x128_fp8) {
+    reject("128x128x128 is compiled for FP8 operands (OverlapGemmLaunch::fp8) only");
   } else if (launch.row_scales || launch.a_scales || launch.a2_scales || launch.b_scales) {
     reject("scales given for bf16 operands; they are FP8's (OverlapGemmLaunch::fp8)");
   }
@@ -394,6 +403,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
     case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
     case OverlapGemmConfig::tile_128x192: return overlap_gemm_detail::prepare_128x192(launch);
     case OverlapGemmConfig::tile_128x256: return overlap_gemm_detail::prepare_128x256(launch);
+    case OverlapGemmConfig::tile_128x128x128_fp8: return overlap_gemm_detail::prepare_128x128x128_fp8(launch);
   }
   reject("unknown configuration");
 }

@@ -613,21 +613,14 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
 };
 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
-// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), in
-// clusters of two where it is compiled for them (Clusterable), and with FP8 (e4m3) operands where
-// it is compiled for them (Fp8able).
-template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Fp8able = false>
+// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
+// clusters of two where it is compiled for them (Clusterable). FP8 operands have a preparer of their
+// own (overlap_gemm_128x128x128_fp8.cu).
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
-  if (launch.fp8) {
-    if constexpr (Fp8able) {
-      if (launch.store_transposed || launch.b_n_major || launch.cluster_m * launch.cluster_n > 1)
-        throw std::invalid_argument("overlap GEMM: FP8 runs the K-major, untransposed, unclustered product only");
-      return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 1, 1, cutlass::float_e4m3_t>>(launch);
-    } else {
-      throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
-                                  " kernel has FP8 operands (128x128 does)");
-    }
-  }
+  if (launch.fp8)
+    throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
+                                " kernel has FP8 operands (128x128x128 does)");
   if (launch.cluster_m * launch.cluster_n > 1) {
     if constexpr (Clusterable) {
       if (launch.store_transposed || launch.b_n_major)

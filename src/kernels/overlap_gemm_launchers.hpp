@@ -14,5 +14,6 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_128x96(const OverlapGemmLaunch& l
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x128(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x192(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x256(const OverlapGemmLaunch& launch);
+std::unique_ptr<OverlapGemm::Prepared> prepare_128x128x128_fp8(const OverlapGemmLaunch& launch);
 
 }  // namespace weft::overlap_gemm_detail

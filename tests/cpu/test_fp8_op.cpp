@@ -208,6 +208,28 @@ TEST(Fp8OpStrategies, AboveWorldOneTensorAndRowScalesRunOnEveryGemmOverBf16Reduc
   }
 }
 
+// The premise of the GPU test Fp8OverlapGemm.TablesThatWaitNotifyOrStoreElsewhereMatchTheScaledProduct:
+// these strategies kept at world 1 give FP8 GEMMs whose tables wait or notify (the overlap GEMM's
+// features, not a plain table), and the gate admits them.
+TEST(Fp8OpStrategies, KeptAtWorldOneTheirTablesWaitOrNotifyAndLower) {
+  PlanOptions keep;
+  keep.keep_strategy_at_world_one = true;
+  for (const Scaling scaling : {Scaling::tensor, Scaling::row})
+    for (const auto& [strategy, op, m, n, k] : {std::tuple{"fused", OpKind::ag_gemm, 256, 512, 1024}, std::tuple{"signal", OpKind::gemm_ar, 256, 512, 1024},
+                                                 std::tuple{"signal", OpKind::gemm_ar, 200, 264, 400}, std::tuple{"chunked", OpKind::gemm_ar, 256, 512, 1024},
+                                                 std::tuple{"chunked", OpKind::gemm_ar, 200, 264, 400}}) {
+      // (fused ag_gemm at 200 rows, and chunked ag_gemm, are one plain GEMM at world 1.)
+      Problem p = fp8_problem(op, 1, scaling, DType::bf16);
+      p.m = m, p.n = n, p.k = k;
+      const Plan plan = make_plan(find_strategy(strategy), p, keep);
+      bool overlapped = false;
+      for (const Step& step : plan.ranks.at(0).steps)
+        if (const auto* g = std::get_if<GemmStep>(&step.body)) overlapped = overlapped || !is_plain_tile_table(*g);
+      EXPECT_TRUE(overlapped) << strategy << " " << describe(p);
+      EXPECT_FALSE(gpu_lowering_gap(plan, {false})) << strategy << " " << describe(p);
+    }
+}
+
 TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   // NCCL's all-gather moves FP8 rows with tensor or row scales, not block-scaled ones.
   EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)),

@@ -447,7 +447,7 @@ TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
 
 TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {
   // The FP8 main loop (OverlapGemmLaunch::fp8): its scales, tiles, K and layout.
-  OverlapGemmLaunch l = launch_for(128, 128, 64, 1);
+  OverlapGemmLaunch l = launch_for(128, 128, 128, 1);
   l.fp8 = true;
   auto refusal = [&](const OverlapGemmLaunch& launch, OverlapGemmConfig config) -> std::string {
     try {
@@ -457,22 +457,24 @@ TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {
     }
     return {};
   };
-  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x128).find("without their scales"), std::string::npos);
+  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x128x128_fp8).find("without their scales"), std::string::npos);
   const float scale = 1.0f;
   l.a_scales = l.b_scales = &scale;
-  EXPECT_EQ(refusal(l, OverlapGemmConfig::tile_128x128), "");
+  EXPECT_EQ(refusal(l, OverlapGemmConfig::tile_128x128x128_fp8), "");
+  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x128).find("no 128x128x64 kernel has FP8 operands; 128x128x128 does"), std::string::npos);
   EXPECT_NE(refusal(l, OverlapGemmConfig::tile_64x128).find("no 64x128x128 kernel has FP8"), std::string::npos);
   EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x256).find("no 128x256x64 kernel has FP8"), std::string::npos);
   OverlapGemmLaunch short_k = l;
   short_k.k = 56;
-  EXPECT_NE(refusal(short_k, OverlapGemmConfig::tile_128x128).find("multiple of 16"), std::string::npos);
+  EXPECT_NE(refusal(short_k, OverlapGemmConfig::tile_128x128x128_fp8).find("multiple of 16"), std::string::npos);
   OverlapGemmLaunch n_major = l;
   n_major.b_n_major = true;
   n_major.ldb = 128;
-  EXPECT_NE(refusal(n_major, OverlapGemmConfig::tile_128x128).find("K-major"), std::string::npos);
+  EXPECT_NE(refusal(n_major, OverlapGemmConfig::tile_128x128x128_fp8).find("K-major"), std::string::npos);
   OverlapGemmLaunch bf16 = l;
   bf16.fp8 = false;
   EXPECT_NE(refusal(bf16, OverlapGemmConfig::tile_128x128).find("scales given for bf16"), std::string::npos);
+  EXPECT_NE(refusal(bf16, OverlapGemmConfig::tile_128x128x128_fp8).find("compiled for FP8 operands"), std::string::npos);
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ void upload(const DeviceBytes& to, const void* from, size_t bytes) { WEFT_CUDA_C
 // from tile to tile, the accumulators cleared between them). Tiles of even tile rows read their A
 // rows from a second operand (the same bytes, scales twice A's), so those rows of C come out doubled.
 TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
-  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x128;
+  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x128x128_fp8;
   const OverlapGemmShape tile = shape_of(config);
   cudaStream_t stream{};
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

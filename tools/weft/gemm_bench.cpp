@@ -159,7 +159,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
 
   // FP8: the one tile its main loop is compiled for, no exchanged, clustered or stream-K variants.
   const bool fp8 = is_fp8(o.dtype);
-  const std::vector<OverlapGemmConfig> configs = fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128} : overlap_gemm_configs();
+  const std::vector<OverlapGemmConfig> configs = fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128x128_fp8} : overlap_gemm_configs();
   if (fp8)
     std::printf("FP8 %s with %s scales: the overlap GEMM's FP8 main loop against cuBLASLt's FP8 matmul (fast accumulation off in both)\n\n",
                 std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.scaling)).c_str());
@@ -187,7 +187,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     const GemmTiling tiling = fp8 ? choose_fp8_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates)
                                   : choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates);
     const TileShape chosen_tile = tiling.tile;
-    const OverlapGemmConfig chosen = config_for(chosen_tile.tile_m, chosen_tile.tile_n);
+    const OverlapGemmConfig chosen = fp8 ? fp8_config_for(chosen_tile.tile_m, chosen_tile.tile_n) : config_for(chosen_tile.tile_m, chosen_tile.tile_n);
     const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits, tiling.stream_k);
     const Plan chosen_plain = gemm_plan(s, chosen_tile, tiling.k_splits, o, tiling.tail_splits, tiling.stream_k);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});

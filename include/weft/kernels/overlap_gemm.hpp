@@ -128,8 +128,9 @@ struct OverlapGemmLaunch {
   // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
   // rounded to bf16: one scale per operand (a_scales[0], a2_scales[0], b_scales[0]), or with
   // row_scales one per row of A (a_scales[i] for row i of a, a2_scales for a2's rows) and one per
-  // row of B ([N, K]: one per column of C). Compiled for 128x128 tiles (128x256's registers cannot
-  // hold CUTLASS's FP8 main loop's second set of accumulators), untransposed, unclustered.
+  // row of B ([N, K]: one per column of C). Compiled for 128x128 tiles, 128 deep in K
+  // (OverlapGemmConfig::tile_128x128x128_fp8; 128x256's registers cannot hold CUTLASS's FP8 main
+  // loop's second set of accumulators), untransposed, unclustered.
   bool fp8 = false;
   bool row_scales = false;
   const float* a_scales = nullptr;
@@ -153,7 +154,9 @@ struct OverlapGemmLaunch {
 };
 
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
-enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256 };
+// tile_128x128x128_fp8 is FP8's alone (OverlapGemmLaunch::fp8): 128 e4m3 elements of K per stage are
+// the 128 bytes a bf16 stage of 64 holds; it is not among overlap_gemm_configs() (the bf16 tiles).
+enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256, tile_128x128x128_fp8 };
 
 struct OverlapGemmShape {
   int tile_m, tile_n, tile_k;
@@ -161,6 +164,8 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
+// The configuration of FP8 operands on a tile of the model (128x128 only; throws otherwise).
+OverlapGemmConfig fp8_config_for(int tile_m, int tile_n);
 // The configuration compiled for a tile shape of the model (model/tiling.hpp); throws
 // std::invalid_argument listing the compiled ones when there is none.
 OverlapGemmConfig config_for(int tile_m, int tile_n);

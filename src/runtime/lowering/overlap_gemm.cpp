@@ -19,11 +19,14 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   if (gemm.accumulate) reject("accumulating tile tables are not supported by the overlap GEMM yet");
   // The exchanged product: the kernel's tile is the plan's transposed, its A the plan's B.
   const bool exchanged = gemm.exchanged;
-  const OverlapGemmConfig config = exchanged ? config_for(gemm.tile_n, gemm.tile_m) : config_for(gemm.tile_m, gemm.tile_n);
+  const BoundRegion a = context.region(gemm.a), b = context.region(gemm.b);
+  // FP8 operands have their own configuration (128 elements of K per stage).
+  const bool fp8 = is_fp8(a.dtype);
+  const OverlapGemmConfig config = fp8 ? fp8_config_for(gemm.tile_m, gemm.tile_n)
+                                   : exchanged ? config_for(gemm.tile_n, gemm.tile_m) : config_for(gemm.tile_m, gemm.tile_n);
   const OverlapGemmShape shape = shape_of(config);
   const int64_t rows_per_tile = exchanged ? shape.tile_n : shape.tile_m, cols_per_tile = exchanged ? shape.tile_m : shape.tile_n;
 
-  const BoundRegion a = context.region(gemm.a), b = context.region(gemm.b);
   if (exchanged && b.column_major) reject("the exchanged product reads B as its A operand: B must be stored [N, K] (layout nk)");
   OverlapGemmLaunch launch;
   launch.a = (exchanged ? b : a).resolve().data;

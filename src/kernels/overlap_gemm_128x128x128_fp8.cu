@@ -1,0 +1,15 @@
+// The overlap GEMM with FP8 (e4m3) operands on 128x128 tiles, 128 deep in K (see overlap_gemm_kernel.cuh):
+// a stage holds as many bytes as bf16's 64-deep one.
+#include "overlap_gemm_kernel.cuh"
+#include "overlap_gemm_launchers.hpp"
+
+namespace weft::overlap_gemm_detail {
+
+std::unique_ptr<OverlapGemm::Prepared> prepare_128x128x128_fp8(const OverlapGemmLaunch& launch) {
+  if (!launch.fp8) throw std::invalid_argument("overlap GEMM: 128x128x128 is compiled for FP8 operands only");
+  if (launch.store_transposed || launch.b_n_major || launch.cluster_m * launch.cluster_n > 1)
+    throw std::invalid_argument("overlap GEMM: FP8 runs the K-major, untransposed, unclustered product only");
+  return std::make_unique<PreparedWithTile<128, 128, 128, false, false, 1, 1, cutlass::float_e4m3_t>>(launch);
+}
+
+}  // namespace weft::overlap_gemm_detail
