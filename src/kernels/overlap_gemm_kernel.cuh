@@ -641,7 +641,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch
       return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, true>>(launch);
     } else {
       throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
-                                  " kernel stores its tiles transposed (the exchanged product has 128x96, 128x128, 128x192 and 128x256)");
+                                  " kernel stores its tiles transposed (the exchanged product has 128x96, 128x128 and 128x192)");
     }
   }
   if (launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, true>>(launch);

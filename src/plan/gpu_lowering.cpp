@@ -124,14 +124,14 @@ std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep
 
 }  // namespace
 
-// The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 128, 192
-// or 256 rows by 128 columns (kernel tiles 128x96, 128x128, 128x192, 128x256), bf16, B stored [N, K], no tile
+// The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 128 or
+// 192 rows by 128 columns (kernel tiles 128x96, 128x128, 128x192), bf16, B stored [N, K], no tile
 // reading its A rows in place (kernels/overlap_gemm.hpp, OverlapGemmLaunch::store_transposed).
 std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "GEMM step '" + label + "' runs the exchanged product (C^T = B A^T)";
-  if (gemm.tile_n != 128 || (gemm.tile_m != 96 && gemm.tile_m != 128 && gemm.tile_m != 192 && gemm.tile_m != 256))
+  if (gemm.tile_n != 128 || (gemm.tile_m != 96 && gemm.tile_m != 128 && gemm.tile_m != 192))
     return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
-           " tiles of C; the overlap GEMM has it for 96x128, 128x128, 192x128 and 256x128 only";
+           " tiles of C; the overlap GEMM has it for 96x128, 128x128 and 192x128 only";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); it reads B as its A operand, [N, K] only";
   for (const Region& r : {gemm.a, gemm.b})
     if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";

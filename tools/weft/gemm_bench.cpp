@@ -225,7 +225,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       else if (configs[c] == chosen && tiling.stream_k)
         variants.push_back({c, 1, 1, true});
       // The exchanged product where m fits a few tile columns (m <= 256) on the tiles compiled for it.
-      if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192 || t.tile_n == 256))
+      if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192))
         for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count))
           variants.push_back({c, split, 1, false, true});
       // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),

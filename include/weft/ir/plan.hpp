@@ -152,7 +152,7 @@ struct GemmStep {
   bool stream_k = false;
   // The overlap GEMM computes the exchanged product C^T = B A^T and stores each tile transposed:
   // the plan's tile_m x tile_n tiles of C are the kernel's tile_n x tile_m (compiled: C tiles of
-  // 96, 128, 192 or 256 rows by 128 columns), so that small m lies in one tile column and B is read once
+  // 96, 128 or 192 rows by 128 columns), so that small m lies in one tile column and B is read once
   // (OverlapGemmLaunch::store_transposed). Invisible to everything but the overlap GEMM's lowering;
   // the tiling rule does not choose it yet (weft bench gemm times it).
   bool exchanged = false;

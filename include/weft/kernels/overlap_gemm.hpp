@@ -114,7 +114,7 @@ struct OverlapGemmLaunch {
   // the caller's m along the kernel's N), and each tile is stored transposed into C: an entry's
   // rows, cols, store_row and store_col are C's (rows along the kernel's N, up to its tile_n), its
   // tile_m and tile_n the kernel's grid. K-major operands, no second A operand; compiled for
-  // 128x96, 128x128, 128x192 and 128x256 (small m: the m rows in one tile column, B read once).
+  // 128x96, 128x128 and 128x192 (small m: the m rows in one tile column, B read once).
   bool store_transposed = false;
   // Clusters of two CTAs that load each shared tile once from L2 and multicast it (TMA): 2x1 (cluster_m
   // 2) pairs entries 2i and 2i + 1 of the table with the same tile column (they share B's tile), 1x2
