@@ -62,6 +62,7 @@ std::string machine_profile_json(const MachineProfile& p) {
   o["ficco_threshold_seconds"] = p.ficco_threshold_seconds;
   o["gemm_efficiency"] = p.gemm_efficiency;
   o["overlap_gemm_efficiency"] = p.overlap_gemm_efficiency;
+  o["fp8_overlap_gemm_rate"] = p.fp8_overlap_gemm_rate;
   o["attention_efficiency"] = p.attention_efficiency;
   o["gemm_fixed_seconds"] = p.gemm_fixed_seconds;
   o["link_bytes_per_s"] = p.link_bytes_per_s;
@@ -115,6 +116,7 @@ constexpr Field kFields[] = {
     {"ficco_threshold_seconds", &MachineProfile::ficco_threshold_seconds, 1e-12, 10},
     {"gemm_efficiency", &MachineProfile::gemm_efficiency, 0.01, 1.0},
     {"overlap_gemm_efficiency", &MachineProfile::overlap_gemm_efficiency, 0.01, 2.0},
+    {"fp8_overlap_gemm_rate", &MachineProfile::fp8_overlap_gemm_rate, 0.05, 2.0},
     {"attention_efficiency", &MachineProfile::attention_efficiency, 0.01, 1.0},
     {"gemm_fixed_seconds", &MachineProfile::gemm_fixed_seconds, 0, 1e-2},
     {"link_bytes_per_s", &MachineProfile::link_bytes_per_s, 1e8, 1e14},
@@ -133,7 +135,7 @@ constexpr int kMaxSmCount = 1024;
 MachineProfile parse_machine_profile(std::string_view text, const std::string& name) {
   return read_json_text(text, name, [](const Json& j) {
     j.only_members({"device", "peak_flops", "fp8_speedup", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
-                    "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "attention_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
+                    "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "fp8_overlap_gemm_rate", "attention_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
                     "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "sm_reduce_bytes_per_s_per_sm", "barrier_seconds",
                     "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "collectives", "source"});
     MachineProfile p;

@@ -321,5 +321,18 @@ TEST(Fp8Simulator, GemmAtTwiceTheRateAndAllGatherAtHalfTheBytes) {
   EXPECT_LT(gather_ratio, 0.6);
 }
 
+// The overlap GEMM's FP8 main loop runs at fp8_overlap_gemm_rate of the library's FP8 GEMM: a GEMM
+// on it (PlainGemm::overlap's plain table here is costed as the library's; a fused plan's table is
+// the overlap GEMM's) slows by that factor, the library GEMM not at all.
+TEST(Fp8Simulator, TheOverlapGemmsFp8MainLoopAtItsMeasuredRate) {
+  MachineProfile full, measured;
+  full.fp8_overlap_gemm_rate = 1.0;
+  measured.fp8_overlap_gemm_rate = 0.5;
+  const Problem p = fp8_problem(OpKind::gemm_rs, 2, Scaling::row, 8192, 8192, 8192);
+  const Plan fused = make_plan(find_strategy("fused"), p), sequential = make_plan(find_strategy("sequential"), p);
+  EXPECT_GT(simulate(fused, measured).seconds, 1.3 * simulate(fused, full).seconds);
+  EXPECT_DOUBLE_EQ(simulate(sequential, measured).seconds, simulate(sequential, full).seconds);
+}
+
 }  // namespace
 }  // namespace weft

@@ -60,6 +60,10 @@ struct MachineProfile {
   // (DEVELOPERS: copy engine ~380 GB/s per peer; NVLink 4 is 450 GB/s per direction per GPU).
   double gemm_efficiency = 0.95;            // a library GEMM's achieved fraction of peak_flops (128x256 tiles)
   double overlap_gemm_efficiency = 0.95;    // the overlap GEMM's rate relative to that (its own tile table)
+  // With FP8 operands, the overlap GEMM's main loop (128x128x128 tiles) against the library's FP8 GEMM,
+  // on top of overlap_gemm_efficiency: `weft bench gemm --dtype e4m3` measured a median 0.73 (tensor
+  // scales) and 0.71 (row) over the sweep on H200; not measured on H100.
+  double fp8_overlap_gemm_rate = 0.72;
   // An attention kernel's achieved fraction of peak_flops, counting 4 q k d FLOPs per unmasked block
   // of q queries and k keys. Not measured here (weft's attention kernel has not run yet): FlashAttention-3 reports
   // about 75% of an H100's peak at head dim 128 and long sequences, less for short ones.
