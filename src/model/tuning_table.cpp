@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "weft/model/tuning_table.hpp"
 
 #include <charconv>
@@ -22,6 +23,25 @@ double TuningEntry::sequential_ms() const {
   for (const TunedCandidate& c : candidates)
     if (c.strategy == "sequential" && c.options.empty()) return c.ms;
   return 0;
+}
+
+void merge_entry(TuningTable& table, TuningEntry entry) {
+  auto same = [&](const TuningEntry& e) {
+    return e.op == entry.op && e.world == entry.world && e.m == entry.m && e.n == entry.n && e.k == entry.k && e.experts == entry.experts &&
+           e.topk == entry.topk && e.batch == entry.batch && e.heads == entry.heads && e.kv_heads == entry.kv_heads && e.head_dim == entry.head_dim &&
+           e.causal == entry.causal;
+  };
+  const auto it = std::find_if(table.entries.begin(), table.entries.end(), same);
+  if (it == table.entries.end()) {
+    table.entries.push_back(std::move(entry));
+    return;
+  }
+  for (const TunedCandidate& old : it->candidates) {
+    const bool remeasured = std::any_of(entry.candidates.begin(), entry.candidates.end(),
+                                        [&](const TunedCandidate& c) { return c.strategy == old.strategy && c.options == old.options; });
+    if (!remeasured) entry.candidates.push_back(old);
+  }
+  *it = std::move(entry);
 }
 
 const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) const {

@@ -1,5 +1,6 @@
 // auto and the tuning table (plan/auto.hpp, model/tuning_table.hpp): the table's JSON and nearest
 // shape, and the rules auto chooses by.
+#include <map>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,6 +147,31 @@ TEST(TuningTable, AttentionEntriesAreFoundByTheirHeadsAndMasking) {
   const AutoChoice c = choose_strategy(attention_problem(4096, 32, true), o);
   EXPECT_EQ(c.candidate.strategy, "decomposed") << c.reason;
   EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+}
+
+// weft tune --from-results and --strategy merge into a table: the remeasured candidates replace theirs,
+// the others (a tuned knob) stay; shapes that differ only in an attention field are entries of their own.
+TEST(TuningTable, MergingKeepsWhatTheNewEntryDoesNotMeasure) {
+  TuningTable t;
+  TuningEntry gemm;
+  gemm.op = OpKind::gemm_rs;
+  gemm.world = 2;
+  gemm.m = 4096, gemm.n = 7168, gemm.k = 4096;
+  gemm.candidates = {{"sequential", {}, 1.0}, {"tilelink", {{"comm_sms", "16"}}, 0.8}, {"decomposed", {}, 0.9}};
+  merge_entry(t, gemm);
+  TuningEntry again = gemm;
+  again.candidates = {{"sequential", {}, 1.1}, {"decomposed", {}, 0.85}, {"fused", {}, 0.95}};
+  merge_entry(t, again);
+  ASSERT_EQ(t.entries.size(), 1u);
+  std::map<std::string, double> ms;
+  for (const TunedCandidate& c : t.entries[0].candidates) ms[c.strategy + (c.options.empty() ? "" : "/tuned")] = c.ms;
+  EXPECT_EQ(ms, (std::map<std::string, double>{{"sequential", 1.1}, {"decomposed", 0.85}, {"fused", 0.95}, {"tilelink/tuned", 0.8}}));
+  merge_entry(t, attention_entry(4096, 32, true, {{"sequential", {}, 2.2}}));
+  merge_entry(t, attention_entry(4096, 64, true, {{"sequential", {}, 4.4}}));
+  merge_entry(t, attention_entry(4096, 32, false, {{"sequential", {}, 2.4}}));
+  merge_entry(t, attention_entry(4096, 32, true, {{"tilelink", {}, 2.0}}));
+  ASSERT_EQ(t.entries.size(), 4u);
+  EXPECT_EQ(t.entries[1].candidates.size(), 2u) << "the causal 32-head entry: sequential kept, tilelink added";
 }
 
 TEST(Auto, AWorldOfOneRunsSequential) {

@@ -1,6 +1,7 @@
 // Commands that measure the machine rather than a strategy: `weft characterize` (FiCCO's
 // decomposition and contention losses) and `weft tune --calibrate` (the machine profile). Without a
 // GPU each says so and exits kExitNoGpu (on_gpus.hpp).
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -88,18 +89,24 @@ int fit_simulator_command(const Arguments& args) {
   return 0;
 }
 
-// weft tune --from-results: a tuning table of the rows weft bench recorded.
+// weft tune --from-results: a tuning table of the rows weft bench recorded, merged into --out where
+// it exists (its other entries, and the candidates the rows do not measure, such as weft tune
+// --strategy's tuned knobs, are kept).
 int table_from_results_command(const Arguments& args) {
   const std::string folder = args.text("results", std::string(WEFT_BENCH_DIR) + "/results");
   const std::string machine_path = args.text("machine", "");
   const MachineProfile machine = machine_path.empty() ? MachineProfile{} : load_machine_profile(machine_path);
   const std::string out = args.text("out", "tuning.json");
-  OutputFile file(out, "tuning table");
-  const TuningTable table = bench::tuning_table_from(bench::read_recorded_rows(folder), machine.device);
-  if (table.entries.empty()) throw std::invalid_argument("no tuning table written: " + folder + " holds no weft bench row at world >= 2");
+  const TuningTable measured = bench::tuning_table_from(bench::read_recorded_rows(folder), machine.device);
+  if (measured.entries.empty()) throw std::invalid_argument("no tuning table written: " + folder + " holds no weft bench row at world >= 2");
+  TuningTable table = std::filesystem::exists(out) ? load_tuning_table(out) : TuningTable{};
+  if (table.machine.empty()) table.machine = measured.machine;
+  for (const TuningEntry& e : measured.entries) merge_entry(table, e);
+  OutputFile file(out, "tuning table");  // opened once the old table is read
   file.write(tuning_table_json(table));
   file.close();
-  std::printf("%zu measured shapes -> %s (use with auto: PlanOptions::tuning or WEFT_TUNING_TABLE)\n", table.entries.size(), out.c_str());
+  std::printf("%zu measured shapes merged: %zu in %s (use with auto: PlanOptions::tuning or WEFT_TUNING_TABLE)\n", measured.entries.size(),
+              table.entries.size(), out.c_str());
   return 0;
 }
 

@@ -138,7 +138,7 @@ std::vector<CommandSpec> build() {
                  "  --calibrate        GPU 0's GEMM rate, HBM bandwidth and NCCL curves into a machine profile (--out)\n"
                  "  --partitions       signal's predicted vs measured time per wave partition\n"
                  "  --strategy S       search S's knobs, time the best --keep N, write them into the tuning table (--out)\n"
-                 "  --from-results     a tuning table of the rows under --results\n"
+                 "  --from-results     a tuning table of the rows under --results, merged into --out where it exists\n"
                  "  --check-auto       auto on every recorded shape, left out of the table it chooses by\n"
                  "  --fit-simulator    fit the simulator's constants to the recorded rows (--out: the fitted profile)",
                  Options{flag("calibrate", "measure GPU 0 and the NCCL curves"), flag("partitions", "signal's partition study"),

@@ -159,20 +159,7 @@ int run_strategy_tuning(const BenchSuite& suite, const StrategyTuningOptions& o)
       }
       std::fflush(stdout);
       // This shape's earlier entry keeps what this run did not measure.
-      auto same = [&](const TuningEntry& e) {
-        return e.op == entry.op && e.world == entry.world && e.m == entry.m && e.n == entry.n && e.k == entry.k && e.experts == entry.experts &&
-               e.topk == entry.topk;
-      };
-      if (const auto it = std::find_if(table.entries.begin(), table.entries.end(), same); it != table.entries.end()) {
-        for (const TunedCandidate& old : it->candidates) {
-          const bool remeasured = std::any_of(entry.candidates.begin(), entry.candidates.end(),
-                                              [&](const TunedCandidate& c) { return c.strategy == old.strategy && c.options == old.options; });
-          if (!remeasured) entry.candidates.push_back(old);
-        }
-        *it = entry;
-      } else {
-        table.entries.push_back(entry);
-      }
+      merge_entry(table, entry);
     }
   }
   file.write(tuning_table_json(table));

@@ -55,6 +55,12 @@ struct TuningTable {
   bool operator==(const TuningTable&) const = default;
 };
 
+// Adds `entry` to `table`, or replaces the entry of the same shape (op, world, m, n, k, MoE's experts and
+// topk, attention's batch, heads, kv heads, head dim and masking), keeping that entry's candidates this
+// one does not measure (the same strategy with the same options): a tuned knob survives a later
+// measurement of the strategies alone, and the other way round.
+void merge_entry(TuningTable& table, TuningEntry entry);
+
 std::string tuning_table_json(const TuningTable& table);
 // Strict JSON (src/common/json.hpp); errors read "NAME: byte N: entries[2].world: ...".
 TuningTable parse_tuning_table(std::string_view json, const std::string& name = "tuning table");
