@@ -16,6 +16,7 @@
 #include "common/json.hpp"
 #include "common/text_file.hpp"
 #include "recorded_results.hpp"
+#include "simulator_fit.hpp"
 #include "weft/model/machine_profile.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/chunked.hpp"
@@ -300,6 +301,32 @@ TEST(RecordedResultsReader, AttentionRowsCarryTheirShape) {
   EXPECT_EQ(causal, 2);
   write(dir / "a.json", R"({"rows": [)" + row("sequential", R"(, "batch": 1, "heads": 32, "kv_heads": 5, "head_dim": 128, "causal": true)") + "]}");
   EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "kv_heads must divide heads");
+}
+
+// The simulator's accuracy per strategy (auto's bias correction) comes from the GEMM ops' rows: an
+// attention row of a strategy of the same name (sequential, decomposed, tilelink) leaves it as it is
+// (its attention model is not fitted; with it, a 4xH200 attention run once turned a GEMM pick slower
+// than sequential in weft tune --check-auto).
+TEST(SimulatorAccuracy, AttentionRowsDoNotMoveTheGemmStrategiesBias) {
+  const auto dir = scratch("results_accuracy");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string gemm = R"({"row": "r", "op": "gemm_rs", "strategy": "sequential", "world": 2, "m": 4096, "n": 4096, "k": 4096,
+                               "t_ms": 0.5, "t_gemm_ms": 0.4, "t_comm_ms": 0.2, "t_seq_ms": 0.5})";
+  const std::string attention = R"({"row": "a", "op": "ag_attention", "strategy": "sequential", "world": 2, "m": 4096, "n": 0, "k": 0,
+                                    "batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": true,
+                                    "t_ms": 50, "t_gemm_ms": 49, "t_comm_ms": 1, "t_seq_ms": 50})";
+  const MachineProfile machine;
+  write(dir / "a.json", R"({"rows": [)" + gemm + "]}");
+  const auto alone = bench::prediction_accuracy(bench::plans_for(bench::read_recorded_rows(dir.string()), machine), machine);
+  write(dir / "a.json", R"({"rows": [)" + gemm + ", " + attention + "]}");
+  const auto rows = bench::read_recorded_rows(dir.string());
+  ASSERT_EQ(rows.size(), 2u);
+  const auto with = bench::prediction_accuracy(bench::plans_for(rows, machine), machine);
+  ASSERT_EQ(alone.count("sequential"), 1u);
+  ASSERT_EQ(with.count("sequential"), 1u);
+  EXPECT_DOUBLE_EQ(with.at("sequential").bias, alone.at("sequential").bias);
+  EXPECT_DOUBLE_EQ(with.at("sequential").error, alone.at("sequential").error);
 }
 
 TEST(RecordedResultsReader, RefusesNarrowingInJsonAndCsv) {
