@@ -105,8 +105,8 @@ int table_from_results_command(const Arguments& args) {
   OutputFile file(out, "tuning table");  // opened once the old table is read
   file.write(tuning_table_json(table));
   file.close();
-  std::printf("%zu measured shapes merged: %zu in %s (use with auto: PlanOptions::tuning or WEFT_TUNING_TABLE)\n", measured.entries.size(),
-              table.entries.size(), out.c_str());
+  std::printf("%zu measured shapes -> %s (%zu entries with what it held; use with auto: PlanOptions::tuning or WEFT_TUNING_TABLE)\n",
+              measured.entries.size(), out.c_str(), table.entries.size());
   return 0;
 }
 
