@@ -235,14 +235,14 @@ class Simulator {
     const int sms = g.sm_limit > 0 ? std::min(g.sm_limit, m_.sm_count) : m_.sm_count;
     // A library GEMM picks its own tiling over the whole output: costed as the tiling rule's pick.
     const GemmTiling library_tiling = choose_overlap_gemm_tiling(m, n, k, sms, m_.tile_rates);
-    const TileShape tile = library ? library_tiling.tile : TileShape{g.tile_m, g.tile_n, is_fp8(decl(g.a).dtype) ? 128 : 64};
+    const bool fp8 = is_fp8(decl(g.a).dtype);
+    const TileShape tile = library ? library_tiling.tile : TileShape{g.tile_m, g.tile_n, fp8 ? kFp8OverlapGemmTile.tile_k : 64};
     const int64_t tiles = library ? ((m + tile.tile_m - 1) / tile.tile_m) * ((n + tile.tile_n - 1) / tile.tile_n) : static_cast<int64_t>(g.tiles.size());
     const int splits = library ? library_tiling.k_splits : std::max(g.k_splits, 1);
     const double k_tiles = std::ceil(static_cast<double>(k) / tile.tile_k);
     const double share = splits > 1 ? (k_tiles / splits + kSplitFixupKTiles) / k_tiles : 1.0;
     // FP8 multiplies at fp8_speedup times the bf16 rate (MachineProfile::fp8_speedup); the overlap
     // GEMM's FP8 main loop at fp8_overlap_gemm_rate of the library's.
-    const bool fp8 = is_fp8(decl(g.a).dtype);
     const double peak = m_.peak_flops * (fp8 ? m_.fp8_speedup * (library ? 1.0 : m_.fp8_overlap_gemm_rate) : 1.0);
     const double per_cta_rate = peak * m_.gemm_efficiency * tile_rate(tile, m_.tile_rates) / m_.sm_count;
     double seconds = 2.0 * tile.tile_m * tile.tile_n * static_cast<double>(k) * share / per_cta_rate;

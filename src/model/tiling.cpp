@@ -175,7 +175,7 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 }
 
 GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
-  const TileShape tile{128, 128, 128};  // 128 e4m3 elements of K per stage (OverlapGemmConfig::tile_128x128x128_fp8)
+  const TileShape tile = kFp8OverlapGemmTile;
   const int64_t tiles = ceil_div(m, tile.tile_m) * ceil_div(n, tile.tile_n);
   GemmTiling t{tile, choose_k_splits(tiles, m, n, k, tile, sm_count, rates)};
   if (t.k_splits == 1) t.tail_splits = choose_tail_splits(tiles, k, tile, sm_count);

@@ -305,8 +305,7 @@ TEST(RecordedResultsReader, AttentionRowsCarryTheirShape) {
 
 // The simulator's accuracy per strategy (auto's bias correction) comes from the GEMM ops' rows: an
 // attention row of a strategy of the same name (sequential, decomposed, tilelink) leaves it as it is
-// (its attention model is not fitted; with it, a 4xH200 attention run once turned a GEMM pick slower
-// than sequential in weft tune --check-auto).
+// (auto does not predict attention with the simulator, whose attention model is not fitted).
 TEST(SimulatorAccuracy, AttentionRowsDoNotMoveTheGemmStrategiesBias) {
   const auto dir = scratch("results_accuracy");
   std::filesystem::remove_all(dir);

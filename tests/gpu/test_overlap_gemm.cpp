@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "../support/grid_table.hpp"
 #include "../support/host_gemm.hpp"
 #include "../support/ring_push_plan.hpp"
 #include "check_against_host.hpp"
@@ -57,17 +58,7 @@ struct Fixture {
     for (HostMatrix* h : {&host_a, &host_b})
       for (float& v : h->data) v = std::fabs(v);
     scale = host_gemm(host_a, host_b);
-    for (int64_t i = 0; i * tile.tile_m < m; ++i)
-      for (int64_t j = 0; j * tile.tile_n < n; ++j) {
-        OverlapGemmTile e;
-        e.tile_m = static_cast<int32_t>(i);
-        e.tile_n = static_cast<int32_t>(j);
-        e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
-        e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
-        e.store_row = i * tile.tile_m;
-        e.store_col = j * tile.tile_n;
-        table.push_back(e);
-      }
+    table = test_support::grid_table(m, n, tile);
     WEFT_CUDA_CHECK(cudaMalloc(&signals, 4 * sizeof(uint64_t)));
     WEFT_CUDA_CHECK(cudaMemset(signals, 0, 4 * sizeof(uint64_t)));
     WEFT_CUDA_CHECK(cudaMalloc(&error, sizeof(WaitRecord)));

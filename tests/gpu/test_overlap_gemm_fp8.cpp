@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 
+#include "../support/grid_table.hpp"
 #include "../support/host_gemm.hpp"
 #include "check_against_host.hpp"
 #include "element_check.hpp"
@@ -97,21 +98,11 @@ TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
       upload(sa, a.scales.data(), a.scales.size() * 4);
       upload(sa2, a2_scales.data(), a2_scales.size() * 4);
       upload(sb, b.scales.data(), b.scales.size() * 4);
-      std::vector<OverlapGemmTile> table;
-      for (int64_t i = 0; i * tile.tile_m < m; ++i)
-        for (int64_t j = 0; j * tile.tile_n < n; ++j) {
-          OverlapGemmTile e;
-          e.tile_m = static_cast<int32_t>(i);
-          e.tile_n = static_cast<int32_t>(j);
-          e.rows = static_cast<int32_t>(std::min<int64_t>(tile.tile_m, m - i * tile.tile_m));
-          e.cols = static_cast<int32_t>(std::min<int64_t>(tile.tile_n, n - j * tile.tile_n));
-          e.store_row = i * tile.tile_m;
-          e.store_col = j * tile.tile_n;
-          if (i % 2 == 0) {
-            e.a_operand = 1;
-            e.a_tile_m = static_cast<int32_t>(i);
-          }
-          table.push_back(e);
+      std::vector<OverlapGemmTile> table = test_support::grid_table(m, n, tile);
+      for (OverlapGemmTile& e : table)
+        if (e.tile_m % 2 == 0) {
+          e.a_operand = 1;
+          e.a_tile_m = e.tile_m;
         }
       if (splits > 1) table = split_along_k(table, splits, k, config);
       DeviceBytes dtable(table.size() * sizeof(OverlapGemmTile));

@@ -46,11 +46,11 @@ int command_bench_gemm(const Arguments& args) {
   }
   if (const std::string machine = args.text("machine", ""); !machine.empty()) o.tile_rates = load_machine_profile(machine).tile_rates;
   o.dtype = parse_dtype(args.text("dtype", "bf16"));
-  if (o.dtype != DType::bf16 && o.dtype != DType::e4m3) throw std::invalid_argument("bench gemm: --dtype bf16 or e4m3");
+  if (o.dtype != DType::bf16 && o.dtype != DType::e4m3) throw std::invalid_argument("--dtype bf16 or e4m3");
   const std::string scaling = args.text("scaling", "");
   o.scaling = parse_scaling(scaling.empty() ? "none" : scaling);
   if ((o.dtype == DType::e4m3) != (o.scaling == Scaling::tensor || o.scaling == Scaling::row))
-    throw std::invalid_argument("bench gemm: --dtype e4m3 takes --scaling tensor or row (the overlap GEMM's FP8 epilogue applies those), bf16 none");
+    throw std::invalid_argument("--dtype e4m3 takes --scaling tensor or row (the overlap GEMM's FP8 epilogue applies those), bf16 none");
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("%s\n", software_versions().c_str());

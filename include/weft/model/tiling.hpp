@@ -52,6 +52,7 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 // only (on 128x256 CUTLASS's FP8 main loop's second set of accumulators spills), so the tile is that one and
 // only the K split is chosen, as for bf16 on that tile: split where the tiles leave SMs idle, else a
 // partial last wave split.
+constexpr TileShape kFp8OverlapGemmTile{128, 128, 128};  // 128 e4m3 elements of K per stage (OverlapGemmConfig::tile_128x128x128_fp8)
 GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
 // FLOP per byte of A, B and C below Hopper's ridge, with margin: HBM, not the tensor cores, bounds it.
 bool memory_bound_gemm(int64_t m, int64_t n, int64_t k);
