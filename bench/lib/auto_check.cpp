@@ -12,9 +12,10 @@ namespace weft::bench {
 
 namespace {
 
-using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, int, int, bool>;
+using ShapeKey = std::tuple<int, int, int64_t, int64_t, int64_t, int, int, int, int, int, int, bool, int, int>;
 ShapeKey key_of(const Problem& p) {
-  return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k, p.experts, p.topk, p.batch, p.heads, p.kv_heads, p.head_dim, p.causal};
+  return {static_cast<int>(p.op), p.world_size, p.m, p.n, p.k, p.experts, p.topk, p.batch, p.heads, p.kv_heads, p.head_dim, p.causal,
+          static_cast<int>(p.input_dtype), static_cast<int>(p.scaling)};
 }
 
 }  // namespace
@@ -40,6 +41,8 @@ TuningTable tuning_table_from(const std::vector<RecordedRow>& rows, const std::s
       e.head_dim = r.problem.head_dim;
       e.causal = r.problem.causal;
     }
+    e.dtype = r.problem.input_dtype;
+    e.scaling = r.problem.scaling;
     if (e.source.find(r.file) == std::string::npos) e.source += (e.source.empty() ? "weft bench, bench/results/" : ", ") + r.file;
     e.candidates.push_back({r.strategy, {}, r.t_ms});
   }

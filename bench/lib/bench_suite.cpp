@@ -54,7 +54,7 @@ BenchSuite parse_suite(std::string_view text, const std::string& name) {
 
 BenchSuite load_suite(const std::string& path) { return parse_suite(read_text_file(path, "suite file"), path); }
 
-Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
+Problem problem_for(const SuiteRow& row, int world, uint64_t seed, DType dtype, Scaling scaling) {
   auto split = [&](int64_t value, const char* what) {
     if (!row.tensor_split) return value;
     if (value % world != 0)
@@ -96,6 +96,8 @@ Problem problem_for(const SuiteRow& row, int world, uint64_t seed) {
   }
   p.experts = row.experts;
   p.topk = row.topk;
+  p.input_dtype = dtype;
+  p.scaling = scaling;
   draw_routing(p, seed);
   check_problem(p);
   return p;

@@ -48,8 +48,9 @@ constexpr size_t kMaxSuiteRows = 4096;
 BenchSuite parse_suite(std::string_view text, const std::string& name = "suite");
 BenchSuite load_suite(const std::string& path);  // a regular file of bounded size (common/text_file.hpp)
 
-// The per-rank problem of `row` at world size `world` (routing drawn from `seed` for gemm_a2a).
-// Throws std::invalid_argument when a split dimension is not divisible by `world`.
-Problem problem_for(const SuiteRow& row, int world, uint64_t seed);
+// The per-rank problem of `row` at world size `world` (routing drawn from `seed` for gemm_a2a), its
+// operands of `dtype` with `scaling` (FP8). Throws std::invalid_argument when a split dimension is
+// not divisible by `world`, or the op does not take that dtype (check_problem).
+Problem problem_for(const SuiteRow& row, int world, uint64_t seed, DType dtype = DType::bf16, Scaling scaling = Scaling::none);
 
 }  // namespace weft

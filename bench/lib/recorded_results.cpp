@@ -60,6 +60,16 @@ T csv_number(const std::string& field, const char* column, T lo, T hi) {
   return value;
 }
 
+// An FP8 row's operands (weft bench --dtype e4m3 --scaling tensor|row); bf16 where the row does not say.
+void set_dtype(Problem& p, std::string_view dtype, std::string_view scaling) {
+  p.input_dtype = dtype.empty() ? DType::bf16 : parse_dtype(dtype);
+  p.scaling = scaling.empty() ? Scaling::none : parse_scaling(scaling);
+  if (p.input_dtype != DType::bf16 && p.input_dtype != DType::e4m3) throw std::invalid_argument("dtype: '" + std::string(dtype) + "' is not bf16 or e4m3");
+  if ((p.input_dtype == DType::e4m3) != (p.scaling == Scaling::tensor || p.scaling == Scaling::row))
+    throw std::invalid_argument("scaling: '" + std::string(scaling) + "' with dtype " + std::string(to_string(p.input_dtype)) +
+                                " (e4m3 takes tensor or row, bf16 none)");
+}
+
 // Recorded times in milliseconds: finite, and a row of a day's run at most.
 constexpr double kMaxRecordedMs = 1e8;
 
@@ -79,7 +89,8 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     std::ostringstream key;
     key << to_string(r.problem.op) << ' ' << r.problem.m << ' ' << r.problem.n << ' ' << r.problem.k << ' ' << r.problem.experts << ' '
         << r.problem.topk << ' ' << r.problem.batch << ' ' << r.problem.heads << ' ' << r.problem.kv_heads << ' ' << r.problem.head_dim << ' '
-        << r.problem.causal << ' ' << r.problem.world_size << ' ' << r.strategy;
+        << r.problem.causal << ' ' << r.problem.world_size << ' ' << to_string(r.problem.input_dtype) << ' ' << to_string(r.problem.scaling) << ' '
+        << r.strategy;
     latest[key.str()] = std::move(r);
   };
   for (const std::string& path : files) {
@@ -116,10 +127,16 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
           if (is_moe(op) && !(r.has("experts") && r.has("topk"))) continue;
           const int experts = is_moe(op) ? r["experts"].to_int(1, kMaxFileExperts) : 0;
           const int topk = is_moe(op) ? r["topk"].to_int(1, experts) : 0;
-          keep(make_row(name, r["row"].text(), op, r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
-                        r["m"].integer(1, kMaxFileDimension), r["n"].integer(1, kMaxFileDimension), r["k"].integer(1, kMaxFileDimension),
-                        experts, topk, r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs), r["t_comm_ms"].number(0, kMaxRecordedMs),
-                        r["t_seq_ms"].number(0, kMaxRecordedMs)));
+          RecordedRow row = make_row(name, r["row"].text(), op, r["strategy"].text(), r["world"].to_int(1, kMaxFileWorld),
+                                     r["m"].integer(1, kMaxFileDimension), r["n"].integer(1, kMaxFileDimension), r["k"].integer(1, kMaxFileDimension),
+                                     experts, topk, r["t_ms"].number(0, kMaxRecordedMs), r["t_gemm_ms"].number(0, kMaxRecordedMs),
+                                     r["t_comm_ms"].number(0, kMaxRecordedMs), r["t_seq_ms"].number(0, kMaxRecordedMs));
+          try {
+            set_dtype(row.problem, r.has("dtype") ? r["dtype"].text() : "", r.has("scaling") ? r["scaling"].text() : "");
+          } catch (const std::invalid_argument& e) {
+            r.reject(e.what());
+          }
+          keep(std::move(row));
         }
         return 0;
       });
@@ -135,7 +152,8 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
     };
     const int c_row = column("row"), c_op = column("op"), c_strategy = column("strategy"), c_world = column("world"), c_m = column("m"),
               c_n = column("n"), c_k = column("k"), c_t = column("t_ms"), c_gemm = column("t_gemm_ms"), c_comm = column("t_comm_ms"),
-              c_seq = column("t_seq_ms"), c_experts = column("experts"), c_topk = column("topk");
+              c_seq = column("t_seq_ms"), c_experts = column("experts"), c_topk = column("topk"), c_dtype = column("dtype"),
+              c_scaling = column("scaling");
     if (std::min({c_row, c_op, c_strategy, c_world, c_m, c_n, c_k, c_t, c_gemm, c_comm, c_seq}) < 0) continue;  // another table
     for (int number = 2; std::getline(lines, line); ++number) {
       const auto f = split_csv(line);
@@ -147,11 +165,13 @@ std::vector<RecordedRow> read_recorded_rows(const std::string& folder, int min_w
         if (is_moe(op) && (c_experts < 0 || c_topk < 0)) continue;  // as the JSON's MoE rows without them
         const int experts = is_moe(op) ? csv_number(at(c_experts), "experts", 1, kMaxFileExperts) : 0;
         const int topk = is_moe(op) ? csv_number(at(c_topk), "topk", 1, experts) : 0;
-        keep(make_row(name, at(c_row), op, at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
-                      csv_number(at(c_m), "m", int64_t{1}, kMaxFileDimension), csv_number(at(c_n), "n", int64_t{1}, kMaxFileDimension),
-                      csv_number(at(c_k), "k", int64_t{1}, kMaxFileDimension), experts, topk, csv_number(at(c_t), "t_ms", 0.0, kMaxRecordedMs),
-                      csv_number(at(c_gemm), "t_gemm_ms", 0.0, kMaxRecordedMs), csv_number(at(c_comm), "t_comm_ms", 0.0, kMaxRecordedMs),
-                      csv_number(at(c_seq), "t_seq_ms", 0.0, kMaxRecordedMs)));
+        RecordedRow row = make_row(name, at(c_row), op, at(c_strategy), csv_number(at(c_world), "world", 1, kMaxFileWorld),
+                                   csv_number(at(c_m), "m", int64_t{1}, kMaxFileDimension), csv_number(at(c_n), "n", int64_t{1}, kMaxFileDimension),
+                                   csv_number(at(c_k), "k", int64_t{1}, kMaxFileDimension), experts, topk, csv_number(at(c_t), "t_ms", 0.0, kMaxRecordedMs),
+                                   csv_number(at(c_gemm), "t_gemm_ms", 0.0, kMaxRecordedMs), csv_number(at(c_comm), "t_comm_ms", 0.0, kMaxRecordedMs),
+                                   csv_number(at(c_seq), "t_seq_ms", 0.0, kMaxRecordedMs));
+        set_dtype(row.problem, c_dtype < 0 ? "" : at(c_dtype), c_scaling < 0 ? "" : at(c_scaling));
+        keep(std::move(row));
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(path + ": line " + std::to_string(number) + ": " + e.what());
       }

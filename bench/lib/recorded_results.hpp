@@ -12,7 +12,7 @@ namespace weft::bench {
 struct RecordedRow {
   std::string file;      // where it was read (the latest file wins for a repeated row)
   std::string row;       // the suite row's name
-  Problem problem;       // per-rank shapes as measured (routing: drawn as weft bench draws it, seed 1)
+  Problem problem;       // per-rank shapes and dtype as measured (routing: drawn as weft bench draws it, seed 1)
   std::string strategy;  // as recorded; "ficco=S" (the heuristic's pick) is ficco_S
   double t_ms = 0, t_gemm_ms = 0, t_comm_ms = 0, t_seq_ms = 0;
 };

@@ -34,7 +34,7 @@ struct SimulatorError {
 SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const MachineProfile& machine);
 
 // Each strategy's mean signed and absolute relative error over `rows` (leaving out rows of `skip`'s
-// op, world and shape, and attention rows), for MachineProfile::prediction_accuracy.
+// op, world and shape, attention rows and FP8 rows), for MachineProfile::prediction_accuracy.
 std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const MachineProfile& machine,
                                                                                 const Problem* skip = nullptr);
 

@@ -29,7 +29,7 @@ void merge_entry(TuningTable& table, TuningEntry entry) {
   auto same = [&](const TuningEntry& e) {
     return e.op == entry.op && e.world == entry.world && e.m == entry.m && e.n == entry.n && e.k == entry.k && e.experts == entry.experts &&
            e.topk == entry.topk && e.batch == entry.batch && e.heads == entry.heads && e.kv_heads == entry.kv_heads && e.head_dim == entry.head_dim &&
-           e.causal == entry.causal;
+           e.causal == entry.causal && e.dtype == entry.dtype && e.scaling == entry.scaling;
   };
   const auto it = std::find_if(table.entries.begin(), table.entries.end(), same);
   if (it == table.entries.end()) {
@@ -48,11 +48,9 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
   const TuningEntry* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
   if (distance) *distance = best_distance;
-  // Entries are bf16 measurements (they carry no dtype): an FP8 GEMM runs at about twice their rate,
-  // so none stands for an FP8 call, which the simulator predicts instead.
-  if (is_fp8(p.input_dtype)) return nullptr;
   for (const TuningEntry& e : entries) {
-    if (e.op != p.op || e.world != p.world_size) continue;
+    // An entry stands for calls of its own dtype (an FP8 GEMM runs at about twice bf16's rate).
+    if (e.op != p.op || e.world != p.world_size || e.dtype != p.input_dtype) continue;
     const bool moe = is_moe(p.op);
     // An MoE row's GEMMs are per expert (about m * topk / experts rows each): the same m, n and k
     // with other experts or topk is another problem, and an entry that does not say is no guide.
@@ -67,7 +65,7 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
                                : term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
                                      term(static_cast<double>(e.k), static_cast<double>(p.k));
     if (moe) squared += term(e.experts, p.experts) + term(e.topk, p.topk);
-    const double d = std::sqrt(squared);
+    const double d = std::sqrt(squared) + (e.scaling != p.scaling ? kFp8OtherScalingDistance : 0.0);
     if (d < best_distance) {
       best_distance = d;
       best = &e;
@@ -109,6 +107,10 @@ std::string tuning_table_json(const TuningTable& t) {
       o["head_dim"] = e.head_dim;
       o["causal"] = e.causal;
     }
+    if (e.dtype != DType::bf16) {
+      o["dtype"] = std::string(to_string(e.dtype));
+      o["scaling"] = std::string(to_string(e.scaling));
+    }
     o["source"] = e.source;
     o["candidates"] = Json(std::move(candidates));
     entries.push_back(Json(std::move(o)));
@@ -125,7 +127,8 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& name) {
     TuningTable t;
     t.machine = doc.has("machine") ? doc["machine"].text() : "";
     for (const Json& e : doc["entries"].items()) {
-      e.only_members({"op", "world", "m", "n", "k", "experts", "topk", "batch", "heads", "kv_heads", "head_dim", "causal", "source", "candidates"});
+      e.only_members({"op", "world", "m", "n", "k", "experts", "topk", "batch", "heads", "kv_heads", "head_dim", "causal", "dtype", "scaling", "source",
+                      "candidates"});
       TuningEntry entry;
       entry.op = e["op"].text_as(parse_op);
       entry.world = e["world"].to_int(1, kMaxFileWorld);
@@ -147,6 +150,15 @@ TuningTable parse_tuning_table(std::string_view text, const std::string& name) {
       if (const Json* v = e.find("experts")) entry.experts = v->to_int(1, kMaxFileExperts);
       if (const Json* v = e.find("topk")) entry.topk = v->to_int(1, entry.experts > 0 ? entry.experts : kMaxFileExperts);
       if ((entry.experts > 0) != (entry.topk > 0)) e.reject("experts and topk come together");
+      // The dtype of the operands measured: bf16 where absent; FP8 (e4m3) with its scaling.
+      if (const Json* v = e.find("dtype")) {
+        entry.dtype = v->text_as(parse_dtype);
+        if (entry.dtype != DType::bf16 && entry.dtype != DType::e4m3) v->reject("an entry's dtype is bf16 or e4m3 (what weft bench measures)");
+      }
+      if (const Json* v = e.find("scaling")) entry.scaling = v->text_as(parse_scaling);
+      if (entry.dtype == DType::e4m3 && entry.scaling != Scaling::tensor && entry.scaling != Scaling::row)
+        e.reject("an e4m3 entry gives its scaling: tensor or row");
+      if (entry.dtype == DType::bf16 && entry.scaling != Scaling::none) e.reject("scaling is an FP8 entry's (dtype e4m3)");
       if (const Json* v = e.find("source")) entry.source = v->text();
       for (const Json& c : e["candidates"].items()) {
         c.only_members({"strategy", "ms", "options"});

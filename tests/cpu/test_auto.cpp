@@ -174,6 +174,52 @@ TEST(TuningTable, MergingKeepsWhatTheNewEntryDoesNotMeasure) {
   EXPECT_EQ(t.entries[1].candidates.size(), 2u) << "the causal 32-head entry: sequential kept, tilelink added";
 }
 
+// FP8 entries (weft bench --dtype e4m3) stand for FP8 calls alone, and bf16 entries for bf16 calls:
+// an FP8 GEMM runs at about twice bf16's rate, so one dtype's ranking is no guide to the other's.
+// Another FP8 scaling mode stands in where the call's own has no entry, kFp8OtherScalingDistance further.
+TEST(TuningTable, EntriesStandForTheirOwnDtypeAndFp8ScalingModesForEachOther) {
+  TuningTable t = table_with({{"sequential", {}, 0.43}, {"chunked", {}, 0.30}});
+  TuningEntry row = table_with({{"sequential", {}, 0.36}, {"decomposed", {}, 0.28}}).entries[0];
+  row.dtype = DType::e4m3;
+  row.scaling = Scaling::row;
+  t.entries.push_back(row);
+  EXPECT_EQ(parse_tuning_table(tuning_table_json(t)), t) << "dtype and scaling are written and read";
+  EXPECT_EQ(tuning_table_json(t).find("\"dtype\": \"bf16\""), std::string::npos) << "a bf16 entry writes no dtype (older tables read alike)";
+  Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::bf16, DType::bf16, {}};
+  ASSERT_NE(t.nearest(p), nullptr);
+  EXPECT_EQ(t.nearest(p)->best()->strategy, "chunked") << "bf16 call: the bf16 entry";
+  p.input_dtype = DType::e4m3;
+  p.scaling = Scaling::row;
+  double distance = 1;
+  ASSERT_NE(t.nearest(p, &distance), nullptr);
+  EXPECT_EQ(t.nearest(p)->best()->strategy, "decomposed") << "FP8 call: the FP8 entry, though the bf16 one has the same shape";
+  EXPECT_EQ(distance, 0);
+  p.scaling = Scaling::tensor;
+  ASSERT_NE(t.nearest(p, &distance), nullptr);
+  EXPECT_EQ(t.nearest(p)->dtype, DType::e4m3) << "tensor scales: the row-scaled entry, a little further";
+  EXPECT_DOUBLE_EQ(distance, kFp8OtherScalingDistance);
+  TuningEntry tensor = row;
+  tensor.scaling = Scaling::tensor;
+  tensor.k = 3200;  // log(3200/2752) = 0.151: farther than the row entry's other mode (0.1)
+  t.entries.push_back(tensor);
+  EXPECT_EQ(t.nearest(p)->scaling, Scaling::row);
+  tensor.k = 3000;  // 0.086: nearer
+  t.entries.back() = tensor;
+  EXPECT_EQ(t.nearest(p)->scaling, Scaling::tensor);
+  t.entries.erase(t.entries.begin() + 1, t.entries.end());
+  EXPECT_EQ(t.nearest(p), nullptr) << "no FP8 entry: none stands for an FP8 call";
+  // Merging keeps the dtypes apart.
+  merge_entry(t, row);
+  merge_entry(t, tensor);
+  EXPECT_EQ(t.entries.size(), 3u);
+  // The reader refuses what no weft bench wrote.
+  for (const char* bad : {R"("dtype": "e4m3")", R"("dtype": "e4m3", "scaling": "block")", R"("dtype": "bf16", "scaling": "row")",
+                          R"("scaling": "tensor")", R"("dtype": "f32")"}) {
+    const std::string text = std::string(R"({"entries": [{"op": "gemm_rs", "world": 2, "m": 1, "n": 1, "k": 1, )") + bad + R"(, "candidates": []}]})";
+    EXPECT_THROW(parse_tuning_table(text), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Auto, AWorldOfOneRunsSequential) {
   const AutoChoice c = choose_strategy(Problem{OpKind::ag_gemm, 8192, 4096, 4096, 1, DType::bf16, DType::bf16, {}}, PlanOptions{});
   EXPECT_EQ(c.candidate.strategy, "sequential");
@@ -220,6 +266,32 @@ TEST(Auto, AMeasuredShapeNearbyDecidesAndItsKnobsComeAlong) {
   const Plan plan = plan_auto(p, o);
   EXPECT_EQ(plan.strategy, "auto=chunked");
   EXPECT_EQ(resolve_options(find_strategy("chunked"), p, o).chunked.shape, ScheduleShape::pull);
+}
+
+// An FP8 call is chosen by the FP8 entries (its overlap GEMM runs at ~0.7 of cuBLASLt's FP8 matmul,
+// where bf16's runs at ~1.0: the bf16 ranking would pick the overlap-GEMM strategies), as the op runs
+// it: only plans the CUDA executor lowers.
+TEST(Auto, AnFp8CallIsChosenByTheFp8EntriesNotTheBf16Ones) {
+  Problem p{OpKind::gemm_rs, 8192, 4096, 2752, 4, DType::e4m3, DType::bf16, {}};
+  p.scaling = Scaling::row;
+  TuningTable t = table_with({{"sequential", {}, 0.43}, {"decomposed", {}, 0.33}, {"chunked", {}, 0.30}});
+  TuningEntry fp8 = table_with({{"sequential", {}, 0.363}, {"decomposed", {}, 0.285}, {"chunked", {}, 0.418}}).entries[0];
+  fp8.dtype = DType::e4m3;
+  fp8.scaling = Scaling::row;
+  t.entries.push_back(fp8);
+  PlanOptions o;
+  o.gpu_lowerable_only = true;
+  o.topology = Topology::single_node(4);
+  o.tuning = std::make_shared<const TuningTable>(t);
+  const AutoChoice c = choose_strategy(p, o);
+  EXPECT_EQ(c.candidate.strategy, "decomposed") << c.reason;
+  EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+  // The same call in bf16 (which the op plans without gpu_lowerable_only) takes the bf16 entry's pick.
+  p.input_dtype = DType::bf16;
+  p.scaling = Scaling::none;
+  o.gpu_lowerable_only = false;
+  const AutoChoice bf16 = choose_strategy(p, o);
+  EXPECT_EQ(bf16.candidate.strategy, "chunked") << bf16.reason;
 }
 
 TEST(Auto, NothingMeasuredOrTrustedFasterMeansSequential) {

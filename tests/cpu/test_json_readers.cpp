@@ -16,6 +16,7 @@
 #include "common/json.hpp"
 #include "common/text_file.hpp"
 #include "recorded_results.hpp"
+#include "auto_check.hpp"
 #include "simulator_fit.hpp"
 #include "weft/model/machine_profile.hpp"
 #include "weft/model/tuning_table.hpp"
@@ -326,6 +327,52 @@ TEST(SimulatorAccuracy, AttentionRowsDoNotMoveTheGemmStrategiesBias) {
   ASSERT_EQ(with.count("sequential"), 1u);
   EXPECT_DOUBLE_EQ(with.at("sequential").bias, alone.at("sequential").bias);
   EXPECT_DOUBLE_EQ(with.at("sequential").error, alone.at("sequential").error);
+}
+
+// An FP8 row (weft bench --dtype e4m3 --scaling S) carries its dtype and scaling: it is another
+// problem than the bf16 row of the same shape and strategy (both kept), its own tuning-table entry,
+// and it leaves the bf16 strategies' prediction accuracy as it is (its GEMM runs at the FP8 rates).
+TEST(RecordedResultsReader, Fp8RowsCarryTheirDtypeAndStayApartFromBf16Ones) {
+  const auto dir = scratch("results_fp8");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string header = "row,op,strategy,world,m,n,k,experts,topk,dtype,scaling,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms\n";
+  write(dir / "a.csv", header + "\"MLP-1 RS\",gemm_rs,sequential,4,8192,4096,688,0,0,bf16,none,0.3,0.1,0.45,0.45\n"
+                                "\"MLP-1 RS\",gemm_rs,decomposed,4,8192,4096,688,0,0,bf16,none,0.3,0.1,0.45,0.40\n");
+  const MachineProfile machine;
+  const auto bf16_only = bench::read_recorded_rows(dir.string());
+  ASSERT_EQ(bf16_only.size(), 2u);
+  const auto alone = bench::prediction_accuracy(bench::plans_for(bf16_only, machine), machine);
+  write(dir / "b.json", R"({"rows": [{"row": "MLP-1 RS", "op": "gemm_rs", "strategy": "sequential", "world": 4, "m": 8192, "n": 4096, "k": 688,
+                              "dtype": "e4m3", "scaling": "row", "t_ms": 0.36, "t_gemm_ms": 0.15, "t_comm_ms": 0.1, "t_seq_ms": 0.36},
+                             {"row": "MLP-1 RS", "op": "gemm_rs", "strategy": "decomposed", "world": 4, "m": 8192, "n": 4096, "k": 688,
+                              "dtype": "e4m3", "scaling": "row", "t_ms": 0.28, "t_gemm_ms": 0.15, "t_comm_ms": 0.1, "t_seq_ms": 0.36}]})");
+  const auto rows = bench::read_recorded_rows(dir.string());
+  ASSERT_EQ(rows.size(), 4u) << "the FP8 rows do not replace the bf16 rows of the same shape and strategy";
+  int fp8 = 0;
+  for (const auto& r : rows) {
+    fp8 += r.problem.input_dtype == DType::e4m3;
+    EXPECT_EQ(r.problem.scaling, r.problem.input_dtype == DType::e4m3 ? Scaling::row : Scaling::none);
+    EXPECT_NO_THROW(check_problem(r.problem)) << describe(r.problem);
+  }
+  EXPECT_EQ(fp8, 2);
+  const auto with = bench::prediction_accuracy(bench::plans_for(rows, machine), machine);
+  EXPECT_DOUBLE_EQ(with.at("decomposed").bias, alone.at("decomposed").bias);
+  EXPECT_DOUBLE_EQ(with.at("sequential").error, alone.at("sequential").error);
+  const TuningTable table = bench::tuning_table_from(rows, "test");
+  ASSERT_EQ(table.entries.size(), 2u);
+  Problem call = rows.front().problem;
+  call.input_dtype = DType::e4m3;
+  call.scaling = Scaling::row;
+  ASSERT_NE(table.nearest(call), nullptr);
+  EXPECT_DOUBLE_EQ(table.nearest(call)->sequential_ms(), 0.36);
+  // What no weft bench writes is refused, naming the file and place.
+  write(dir / "b.json", R"({"rows": [{"row": "r", "op": "gemm_rs", "strategy": "sequential", "world": 4, "m": 8192, "n": 4096, "k": 688,
+                              "dtype": "e4m3", "t_ms": 0.36, "t_gemm_ms": 0.15, "t_comm_ms": 0.1, "t_seq_ms": 0.36}]})");
+  EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "scaling: '' with dtype e4m3");
+  std::filesystem::remove(dir / "b.json");
+  write(dir / "a.csv", header + "r,gemm_rs,sequential,4,8192,4096,688,0,0,bf16,row,0.3,0.1,0.45,0.45\n");
+  EXPECT_HAS(refusal([&] { bench::read_recorded_rows(dir.string()); }), "a.csv: line 2: scaling: 'row' with dtype bf16");
 }
 
 TEST(RecordedResultsReader, RefusesNarrowingInJsonAndCsv) {

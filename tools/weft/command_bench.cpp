@@ -26,6 +26,22 @@
 
 namespace weft::cli {
 
+namespace {
+
+// --dtype and --scaling of weft bench and weft bench gemm: bf16, or e4m3 with tensor or row scales
+// (the FP8 modes the overlap GEMM's epilogue and cuBLASLt's FP8 matmul both apply).
+std::pair<DType, Scaling> operands_from(const Arguments& args) {
+  const DType dtype = parse_dtype(args.text("dtype", "bf16"));
+  if (dtype != DType::bf16 && dtype != DType::e4m3) throw std::invalid_argument("--dtype bf16 or e4m3");
+  const std::string text = args.text("scaling", "");
+  const Scaling scaling = parse_scaling(text.empty() ? "none" : text);
+  if ((dtype == DType::e4m3) != (scaling == Scaling::tensor || scaling == Scaling::row))
+    throw std::invalid_argument("--dtype e4m3 takes --scaling tensor or row (the overlap GEMM's FP8 epilogue applies those), bf16 none");
+  return {dtype, scaling};
+}
+
+}  // namespace
+
 int command_bench_gemm(const Arguments& args) {
   std::vector<BenchSuite> suites;
   for (const auto& name : args.list("suite", {"default", "tilelink_mlp", "flux_gpt3", "flashoverlap_ar"}))
@@ -45,12 +61,7 @@ int command_bench_gemm(const Arguments& args) {
     o.shapes.push_back(GemmShape{mnk[0], mnk[1], mnk[2]});
   }
   if (const std::string machine = args.text("machine", ""); !machine.empty()) o.tile_rates = load_machine_profile(machine).tile_rates;
-  o.dtype = parse_dtype(args.text("dtype", "bf16"));
-  if (o.dtype != DType::bf16 && o.dtype != DType::e4m3) throw std::invalid_argument("--dtype bf16 or e4m3");
-  const std::string scaling = args.text("scaling", "");
-  o.scaling = parse_scaling(scaling.empty() ? "none" : scaling);
-  if ((o.dtype == DType::e4m3) != (o.scaling == Scaling::tensor || o.scaling == Scaling::row))
-    throw std::invalid_argument("--dtype e4m3 takes --scaling tensor or row (the overlap GEMM's FP8 epilogue applies those), bf16 none");
+  std::tie(o.dtype, o.scaling) = operands_from(args);
   return on_gpus("bench gemm", "time", [&](const DeviceScan& scan) {
     const auto& d = scan.devices.front();
     std::printf("%s\n", software_versions().c_str());
@@ -160,7 +171,7 @@ namespace {
 // (structure, liveness, signals, ordering, coverage), then small shapes proved with the reference
 // executor. Returns the number of failures.
 int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, const std::vector<std::string>& names,
-                      const std::vector<int>& worlds, const PlanOptions& options, uint64_t seed) {
+                      const std::vector<int>& worlds, const PlanOptions& options, uint64_t seed, DType dtype, Scaling scaling) {
   int failed = 0, validated = 0;
   Progress progress("weft bench", "suite rows x world sizes", suite.rows.size() * worlds.size());
   std::printf("%-22s %-9s %5s %-26s %s\n", "row", "op", "world", "strategy", "real-sized plan");
@@ -173,7 +184,7 @@ int check_suite_plans(const BenchSuite& suite, const std::vector<OpKind>& ops, c
       progress.step();
       Problem p;
       try {
-        p = problem_for(row, world, seed);
+        p = problem_for(row, world, seed, dtype, scaling);
       } catch (const std::invalid_argument& e) {
         std::printf("%-22s %-9s %5d %-26s declined: %s\n", row.name.c_str(), std::string(to_string(row.op)).c_str(), world, "-", e.what());
         continue;
@@ -217,6 +228,7 @@ int command_bench(const Arguments& args) {
   const BenchSuite suite = load_suite(suite_path(args.text("suite", "default")));
   PlanOptions knobs = plan_options_from(args);  // machine, chunked and tilelink knobs
   signal_options_from(args, knobs);
+  const auto [dtype, scaling] = operands_from(args);
 
 #ifdef WEFT_HAVE_CUDA
   const DeviceScan scan = scan_devices();
@@ -238,6 +250,8 @@ int command_bench(const Arguments& args) {
     if (!o.json_path.empty()) require_writable(o.json_path, "JSON file");  // before the timing, not after it
     if (!o.csv_path.empty()) require_writable(o.csv_path, "CSV file");
     o.plan = knobs;
+    o.dtype = dtype;
+    o.scaling = scaling;
     if (prints)
       std::printf("machine profile: %s (%s): %.0f TFLOP/s, %.2f TB/s\n", o.plan.machine.device.c_str(), o.plan.machine.source.c_str(),
                   o.plan.machine.peak_flops * 1e-12, o.plan.machine.memory_bytes_per_s * 1e-12);
@@ -262,9 +276,15 @@ int command_bench(const Arguments& args) {
       throw std::invalid_argument("--world " + std::to_string(w) + ": plans are checked on the CPU up to " + std::to_string(kMaxPlanWorld) + " ranks");
   knobs.tile_m = 128;
   knobs.tile_n = 256;  // the tile weft bench gives library-GEMM strategies
-  std::printf("weft bench: no GPU (%s).\nNothing is timed; checking the plans of suite '%s' (%zu rows) on the CPU instead.\n\n", why.c_str(),
+  // FP8: the plans a GPU run would time, those the CUDA executor lowers (the others decline, saying why).
+  if (is_fp8(dtype)) knobs.gpu_lowerable_only = true;
+  std::printf("weft bench: no GPU (%s).\nNothing is timed; checking the plans of suite '%s' (%zu rows) on the CPU instead.\n", why.c_str(),
               suite.name.c_str(), suite.rows.size());
-  return check_suite_plans(suite, ops, names, worlds, knobs, seed) == 0 ? 0 : 1;
+  if (is_fp8(dtype))
+    std::printf("operands: %s with %s scales (the plans the GPU would run; the small-shape proofs below are bf16's: weft check --dtype proves FP8)\n",
+                std::string(to_string(dtype)).c_str(), std::string(to_string(scaling)).c_str());
+  std::printf("\n");
+  return check_suite_plans(suite, ops, names, worlds, knobs, seed, dtype, scaling) == 0 ? 0 : 1;
 }
 
 }  // namespace weft::cli

@@ -56,7 +56,9 @@ int fit_simulator_command(const Arguments& args) {
   // Opened before the fit (tens of seconds): an unwritable path fails now.
   std::optional<OutputFile> file;
   if (!out.empty()) file.emplace(out, "machine profile");
-  const auto recorded = bench::read_recorded_rows(folder);
+  auto recorded = bench::read_recorded_rows(folder);
+  // The constants fitted are bf16's; FP8 rows (their main loop's own rate) would pull them.
+  std::erase_if(recorded, [](const bench::RecordedRow& r) { return is_fp8(r.problem.input_dtype); });
   std::vector<bench::SimulatedRow> rows;
   {
     Progress progress("weft tune --fit-simulator", "plans", recorded.size());

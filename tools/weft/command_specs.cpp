@@ -114,7 +114,11 @@ std::vector<CommandSpec> build() {
   all.push_back({"bench", "time strategies against sequential on the local GPUs (without a GPU: check the suite's plans on the CPU)",
                  "Every rank is a thread of this process. Each row is first checked against sequential, then timed\n"
                  "(GEMM alone, communication alone, sequential, each strategy; interleaved per iteration).",
-                 Options{suite, world_list, ops, strategy_list, json, csv, seed} + timing(20) + plan_knobs() + signal_knobs()});
+                 Options{suite, world_list, ops, strategy_list, json, csv, seed,
+                         text("dtype", "T", "bf16 (default) or e4m3: FP8 operands and their scales, the caller's (strategies that cannot "
+                                            "run them on the GPU decline, saying why)"),
+                         text("scaling", "S", "with --dtype e4m3: tensor or row")} +
+                     timing(20) + plan_knobs() + signal_knobs()});
   all.push_back({"bench gemm", "the overlap GEMM against cuBLASLt on GPU 0 over the suites' per-rank GEMM shapes", "",
                  Options{suites, gpu_world, list("gemm", "MxNxK,...", "these GEMM shapes instead of the suites'"), csv, seed, machine,
                          text("dtype", "T", "bf16 (default) or e4m3: the overlap GEMM's FP8 main loop (128x128) against cuBLASLt's FP8 matmul"),

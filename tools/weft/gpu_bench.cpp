@@ -14,6 +14,7 @@
 #include "measure.hpp"
 #include "common/text_file.hpp"
 #include "heuristic_judgement.hpp"
+#include "weft/ir/scaling.hpp"
 #include "weft/plan/auto.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
@@ -41,6 +42,8 @@ struct Measured {
   int experts = 0, topk = 0;  // the MoE ops' (0 for the others)
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;  // ag_attention's (0 for the others)
   bool causal = false;
+  DType dtype = DType::bf16;
+  Scaling scaling = Scaling::none;
   double t_gemm = 0, t_comm = 0, t_seq = 0, t = 0, error = 0;
   double t_in_place = 0;  // the producer's output already in the strategy's symmetric A (no copy-in); t where none
   double host_us = 0;             // host time to enqueue one call after a wait for the last (the slowest rank's median)
@@ -88,6 +91,8 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
         j["head_dim"] = r.head_dim;
         j["causal"] = r.causal;
       }
+      j["dtype"] = std::string(to_string(r.dtype));
+      j["scaling"] = std::string(to_string(r.scaling));
       j["t_gemm_ms"] = r.t_gemm;
       j["t_comm_ms"] = r.t_comm;
       j["t_seq_ms"] = r.t_seq;
@@ -113,10 +118,10 @@ void write_outputs(const std::vector<Measured>& rows, const GpuBenchOptions& o, 
   }
   if (!o.csv_path.empty()) {
     std::ostringstream csv;
-    csv << "row,op,strategy,world,m,n,k,experts,topk,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
+    csv << "row,op,strategy,world,m,n,k,experts,topk,dtype,scaling,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms,t_in_place_ms,bound_ms,speedup,overlap_efficiency,relative_error,verified,host_enqueue_us,host_enqueue_back_to_back_us\n";
     for (const auto& r : rows)
       csv << '"' << r.row << "\"," << to_string(r.op) << ',' << r.strategy << ',' << r.world << ',' << r.m << ',' << r.n << ','
-          << r.k << ',' << r.experts << ',' << r.topk << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
+          << r.k << ',' << r.experts << ',' << r.topk << ',' << to_string(r.dtype) << ',' << to_string(r.scaling) << ',' << r.t_gemm << ',' << r.t_comm << ',' << r.t_seq << ',' << r.t << ',' << r.t_in_place << ',' << std::max(r.t_gemm, r.t_comm)
           << ',' << r.t_seq / r.t << ',' << (r.t_seq - r.t) / (r.t_seq - r.t_gemm) << ',' << r.error << ','
           << (r.verified ? "yes" : "no") << ',' << r.host_us << ',' << r.host_back_to_back_us << '\n';
     OutputFile file(o.csv_path, "CSV file");
@@ -133,6 +138,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   PlanOptions plan_options = o.plan;
   plan_options.tile_m = 128;
   plan_options.tile_n = 256;
+  // FP8: only plans the CUDA executor lowers (a strategy that cannot declines, saying why), as weft::Op plans them.
+  if (is_fp8(o.dtype)) plan_options.gpu_lowerable_only = true;
   // What a call's time includes: what a caller pays, as weft::Op runs it (every input, A and B or Q,
   // K and V, in ordinary device memory, the result into the caller's buffer, any copy into symmetric
   // memory included); the
@@ -141,7 +148,11 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
   if (prints_for_every_rank()) {
     std::printf("ranks: %s\n", launched_one_rank_per_process() ? "one process per GPU (as its launcher started them)" : "a thread per GPU of this process");
     std::printf("inputs: the caller's (every input in ordinary device memory, the result into the caller's buffer, copies included); "
-                "in-place ms: A written by its producer into the strategy's symmetric buffer\n\n");
+                "in-place ms: A written by its producer into the strategy's symmetric buffer\n");
+    if (is_fp8(o.dtype))
+      std::printf("operands: %s with %s scales, bf16 result; sequential is cuBLASLt's FP8 matmul after the collective\n",
+                  std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.scaling)).c_str());
+    std::printf("\n");
   }
   if (prints_for_every_rank())
     std::printf("%-22s %-9s %5s %-25s %9s %9s %9s %9s %11s %9s %8s %7s %9s %7s %7s %s\n", "row", "op", "world", "strategy", "gemm ms",
@@ -160,7 +171,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
       if (std::find(o.ops.begin(), o.ops.end(), row.op) == o.ops.end()) continue;
       Problem problem;
       try {
-        problem = problem_for(row, world, o.seed);
+        problem = problem_for(row, world, o.seed, o.dtype, o.scaling);
       } catch (const std::invalid_argument& e) {
         if (prints) std::fprintf(stderr, "weft bench: skipping '%s' at world %d: %s\n", row.name.c_str(), world, e.what());
         continue;
@@ -223,12 +234,15 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         // weights too), each in ordinary device memory.
         const RankPlan& mine = plans[2].ranks.at(static_cast<size_t>(rank));
         std::vector<std::string> inputs;
-        std::vector<void*> memory;
+        std::vector<void*> memory, scales;  // scales: an FP8 input's (fp32, device_scale_index's layout), else null
         for (const BufferDecl& decl : mine.buffers) {
           if (decl.role != BufferRole::input) continue;
           inputs.push_back(decl.name);
           memory.push_back(nullptr);
           WEFT_CUDA_CHECK(cudaMalloc(&memory.back(), static_cast<size_t>(decl.rows * decl.cols) * dtype_bytes(decl.dtype)));
+          scales.push_back(nullptr);
+          if (const std::optional<ScaleGrid> grid = scale_grid(problem, decl))
+            WEFT_CUDA_CHECK(cudaMalloc(&scales.back(), static_cast<size_t>(device_scale_count(*grid, decl.rows, decl.cols)) * sizeof(float)));
         }
         const bool has_a = std::find(inputs.begin(), inputs.end(), "A") != inputs.end();
         const Region& out = mine.output;
@@ -238,7 +252,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         WEFT_CUDA_CHECK(cudaMalloc(&want, out_bytes));
         ExecutorOptions callers{.validate = false, .caller_buffers = inputs, .caller_output = true};
         auto bind_inputs = [&](CudaExecutor& exec, bool a_in_place) {
-          for (size_t i = 0; i < inputs.size(); ++i) exec.bind(inputs[i], a_in_place && inputs[i] == "A" ? nullptr : memory[i]);
+          for (size_t i = 0; i < inputs.size(); ++i) exec.bind(inputs[i], a_in_place && inputs[i] == "A" ? nullptr : memory[i], scales[i]);
           exec.bind_output(c);
         };
         // Executors [0], [1]: the baseline's GEMM and collective alone, on their own buffers; then
@@ -322,6 +336,7 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         reference_exec.reset();
         execs.clear();
         for (void* buffer : memory) cudaFree(buffer);
+        for (void* buffer : scales) cudaFree(buffer);  // null where the input has none
         for (void* buffer : {c, want}) cudaFree(buffer);
         cudaStreamDestroy(stream);
       });
@@ -337,6 +352,8 @@ int run_gpu_bench(const BenchSuite& suite, const GpuBenchOptions& o) {
         m.k = problem.k;
         m.experts = problem.experts;
         m.topk = problem.topk;
+        m.dtype = problem.input_dtype;
+        m.scaling = problem.scaling;
         if (is_attention(problem.op)) {
           m.batch = problem.batch;
           m.heads = problem.heads;

@@ -20,6 +20,9 @@ struct GpuBenchOptions {
   uint64_t seed = 1;
   std::string json_path;
   std::string csv_path;
+  // The operands: bf16, or e4m3 with tensor or row scales (every input's scales the caller's too).
+  DType dtype = DType::bf16;
+  Scaling scaling = Scaling::none;
   // The knobs as `weft plan` reads them (arguments.hpp plan_options_from): the machine profile,
   // auto's tuning table, signal's, fused's, chunked's and tilelink's options. One copy, so that
   // auto here chooses as a caller's weft::Op does (it once lost the tuning table on the way).

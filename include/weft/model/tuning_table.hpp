@@ -6,6 +6,7 @@
 //   {"machine": "NVIDIA H200", "entries": [{"op": "gemm_rs", "world": 4, "m": 8192, "n": 4096,
 //     "k": 2752, "source": "...", "candidates": [{"strategy": "chunked", "ms": 0.31,
 //     "options": {"template": "ring", "chunks": 2, "backend": "sm", "comm_sms": 16}}, ...]}]}
+// An FP8 entry adds "dtype": "e4m3" and "scaling": "tensor" or "row" (absent: bf16).
 // Options a candidate may carry: template, chunks, backend, comm_sms (chunked); comm_chunks (fused);
 // gemm_sms, partition, restore (signal).
 #pragma once
@@ -19,6 +20,11 @@
 #include "weft/plan/strategies.hpp"
 
 namespace weft {
+
+// How much further an FP8 entry of the other scaling mode (tensor for row, row for tensor) lies
+// than one of the same mode, in nearest()'s log-shape distance: its GEMM is the same main loop and
+// its bytes nearly the same, so it stands for the call where no entry of the call's own mode does.
+inline constexpr double kFp8OtherScalingDistance = 0.1;
 
 struct TunedCandidate {
   std::string strategy;
@@ -35,6 +41,10 @@ struct TuningEntry {
   // ag_attention: its shape beside m (tokens per rank; n and k are 0); 0 and false for the others.
   int batch = 0, heads = 0, kv_heads = 0, head_dim = 0;
   bool causal = false;
+  // The operands' dtype and, for FP8, their scaling: an entry stands for calls of its own dtype
+  // (an FP8 GEMM runs at about twice bf16's rate, so a bf16 measurement is no guide to it).
+  DType dtype = DType::bf16;
+  Scaling scaling = Scaling::none;
   std::string source;           // the command, device and date of the measurement
   std::vector<TunedCandidate> candidates;
   // The fastest candidate; `sequential`'s time (0 where it was not measured).
@@ -49,14 +59,16 @@ struct TuningTable {
   // The entry of the same op and world size whose shape is nearest in log space
   // (sqrt of the summed squared log ratios of m, n and k, and for the MoE ops of experts and topk:
   // an MoE entry without them stands for no problem; for ag_attention the |log ratio| of m among the
-  // entries of the same batch, heads, kv_heads, head_dim and masking); null when there is none.
+  // entries of the same batch, heads, kv_heads, head_dim and masking); only entries of the problem's
+  // dtype (FP8: another scaling mode counts as kFp8OtherScalingDistance further away, the main loop
+  // being the same); null when there is none.
   // `distance` gets it.
   const TuningEntry* nearest(const Problem& problem, double* distance = nullptr) const;
   bool operator==(const TuningTable&) const = default;
 };
 
 // Adds `entry` to `table`, or replaces the entry of the same shape (op, world, m, n, k, MoE's experts and
-// topk, attention's batch, heads, kv heads, head dim and masking), keeping that entry's candidates this
+// topk, attention's batch, heads, kv heads, head dim and masking, dtype and scaling), keeping that entry's candidates this
 // one does not measure (the same strategy with the same options): a tuned knob survives a later
 // measurement of the strategies alone, and the other way round.
 void merge_entry(TuningTable& table, TuningEntry entry);
