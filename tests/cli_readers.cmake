@@ -66,7 +66,7 @@ weft_readers_reject(simulate_trace_with_check_results "simulate;--check-results;
 weft_readers_reject(check_world_trailing_comma "check;--world;2," "--world expects a comma-separated list of integers, got '2,'")
 # One message style: the prefix once, every mode named.
 weft_readers_reject(tune_no_mode "tune"
-                    "^weft tune: give one of --calibrate, --partitions, --strategy S, --from-results, --check-auto or --fit-simulator")
+                    "^weft tune: give one of --calibrate, --partitions, --strategy S, --from-results, --check-auto, --fit-simulator or --fp8-accuracy")
 weft_readers_reject(tune_two_modes "tune;--fit-simulator;--from-results" "^weft tune: give only one of")
 weft_readers_reject(plan_topk_over_experts "plan;--op;ag_moe;--experts;2;--topk;4" "^weft plan: topk must be between 1 and experts \\(2\\), got 4")
 if(NOT WEFT_GPU_TESTS)  # without a GPU, as bench kernels --csv is refused
@@ -94,6 +94,11 @@ weft_readers_output(tune_from_results "tune;--from-results;--results;${_readers_
 weft_readers_output(tune_fit_simulator "tune;--fit-simulator;--results;${_readers_data}/results_small;--out;${_readers_out}/fitted.json" 0
                     "fitted profile -> " "-DFILE=${_readers_out}/fitted.json" "-DJSON_MEMBER=prediction_accuracy")
 set_tests_properties(weft_cli_readers_tune_fit_simulator PROPERTIES FIXTURES_SETUP weft_fitted_profile)
+# The FP8 rows' accuracy, beside the profile's bf16 one: two FP8 rows (sequential and chunked), the
+# bf16 row left out.
+weft_readers_output(tune_fp8_accuracy "tune;--fp8-accuracy;--results;${_readers_data}/results_fp8;--machine;${PROJECT_SOURCE_DIR}/bench/machines/h200.json;--out;${_readers_out}/fp8.json" 0
+                    "FP8 prediction accuracy over 2 rows .*\n  chunked +bias .*\n  sequential +bias .*-> " "-DFILE=${_readers_out}/fp8.json"
+                    "-DJSON_MEMBER=fp8_prediction_accuracy;chunked")
 # The profile tune --fit-simulator wrote is one weft reads.
 weft_readers_output(fitted_profile_reads_back "simulate;--machine;${_readers_out}/fitted.json;--strategy;sequential" 0 "sequential +[0-9.]+ +1\\.000")
 set_tests_properties(weft_cli_readers_fitted_profile_reads_back PROPERTIES FIXTURES_REQUIRED weft_fitted_profile)

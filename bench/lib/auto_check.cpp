@@ -54,6 +54,7 @@ TuningTable tuning_table_from(const std::vector<RecordedRow>& rows, const std::s
 
 AutoJudgement judge_auto(const std::vector<RecordedRow>& rows, const MachineProfile& machine, bool use_table, double noise) {
   const std::vector<SimulatedRow> simulated = plans_for(rows, machine);
+  const std::vector<double> predicted = predicted_seconds(simulated, machine);  // once, not per shape left out
   std::map<ShapeKey, std::vector<const RecordedRow*>> shapes;
   for (const RecordedRow& r : rows) shapes[key_of(r.problem)].push_back(&r);
   AutoJudgement out;
@@ -73,7 +74,8 @@ AutoJudgement judge_auto(const std::vector<RecordedRow>& rows, const MachineProf
     o.tile_n = 256;
     o.machine = machine;
     // The simulator's accuracy as every other shape measured it: this shape does not judge itself.
-    o.machine.prediction_accuracy = prediction_accuracy(simulated, machine, &p);
+    o.machine.prediction_accuracy = prediction_accuracy(simulated, predicted, &p);
+    o.machine.fp8_prediction_accuracy = prediction_accuracy(simulated, predicted, &p, /*fp8=*/true);
     if (use_table) o.tuning = std::make_shared<const TuningTable>(tuning_table_from(rows, machine.device, &p));
     const AutoChoice c = choose_strategy(p, o, candidates);
     AutoJudged j;

@@ -37,9 +37,12 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
     } else if (is_fp8(decl.dtype)) {
       fill_random_e4m3(data, count, own_seed, stream);
       // Its dequantization scales, in [0.5, 1.5): a pure function of the seed, as the elements are.
+      // A tensor scale is the same on every rank: ag_gemm's A scale is the whole gathered A's (the
+      // ops' contract, as AsyncTP's), and a rank's own would give each strategy another product.
       if (const std::optional<ScaleGrid> grid = scale_grid(exec.plan().problem, decl)) {
         std::vector<float> scales(static_cast<size_t>(device_scale_count(*grid, decl.rows, decl.cols)));
-        uint64_t state = own_seed | 1;
+        const bool tensor = exec.plan().problem.scaling == Scaling::tensor;
+        uint64_t state = (tensor ? buffer_seed(seed, 0, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name) : own_seed) | 1;
         for (float& x : scales) {
           state = state * 6364136223846793005ULL + 1442695040888963407ULL;
           x = 0.5f + static_cast<float>(state >> 40) * (1.0f / 16777216.0f);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 #include "weft/model/simulator.hpp"
 #include "weft/plan/strategies.hpp"
@@ -45,23 +46,33 @@ SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const Mach
   return e;
 }
 
-std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const MachineProfile& machine,
-                                                                                const Problem* skip) {
+std::vector<double> predicted_seconds(const std::vector<SimulatedRow>& rows, const MachineProfile& machine) {
+  std::vector<double> out;
+  out.reserve(rows.size());
+  for (const SimulatedRow& r : rows) out.push_back(simulate(r.plan, machine).seconds);
+  return out;
+}
+
+std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const std::vector<double>& predicted,
+                                                                                const Problem* skip, bool fp8) {
+  if (predicted.size() != rows.size())
+    throw std::invalid_argument("prediction_accuracy: " + std::to_string(predicted.size()) + " predictions for " + std::to_string(rows.size()) + " rows");
   std::map<std::string, MachineProfile::PredictionAccuracy> out;
   std::map<std::string, int> count;
-  for (const SimulatedRow& r : rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SimulatedRow& r = rows[i];
     const Problem& q = r.recorded.problem;
     // Attention rows: auto does not predict attention with the simulator (its attention model is not
     // fitted), and their errors would move the biases of the GEMM ops' strategies of the same name
     // (sequential, decomposed, tilelink).
     if (is_attention(q.op)) continue;
-    // FP8 rows: their GEMMs run at MachineProfile's FP8 rates, and auto chooses FP8 calls by the
-    // table's FP8 entries first; their errors would move the bf16 biases of the same strategies.
-    if (is_fp8(q.input_dtype)) continue;
+    // One dtype's rows: FP8 GEMMs run at MachineProfile's FP8 rates, and their errors would move
+    // the bf16 biases of the same strategies (and the other way round).
+    if (is_fp8(q.input_dtype) != fp8) continue;
     if (skip && q.op == skip->op && q.world_size == skip->world_size && q.m == skip->m && q.n == skip->n && q.k == skip->k &&
         q.experts == skip->experts && q.topk == skip->topk)
       continue;
-    const double error = simulate(r.plan, machine).seconds * 1e3 / r.recorded.t_ms - 1;
+    const double error = predicted[i] * 1e3 / r.recorded.t_ms - 1;
     auto& a = out[r.recorded.strategy];
     a.bias += error;
     a.error += std::abs(error);
@@ -72,6 +83,11 @@ std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(co
     a.error /= count[name];
   }
   return out;
+}
+
+std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const MachineProfile& machine,
+                                                                                const Problem* skip, bool fp8) {
+  return prediction_accuracy(rows, predicted_seconds(rows, machine), skip, fp8);
 }
 
 MachineProfile fit_simulator(const std::vector<SimulatedRow>& rows, MachineProfile p, std::string* log) {

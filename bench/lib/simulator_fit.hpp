@@ -34,9 +34,15 @@ struct SimulatorError {
 SimulatorError simulator_error(const std::vector<SimulatedRow>& rows, const MachineProfile& machine);
 
 // Each strategy's mean signed and absolute relative error over `rows` (leaving out rows of `skip`'s
-// op, world and shape, attention rows and FP8 rows), for MachineProfile::prediction_accuracy.
+// op, world and shape, and attention rows), for MachineProfile::prediction_accuracy: over the bf16
+// rows, or with `fp8` over the FP8 rows (MachineProfile::fp8_prediction_accuracy).
 std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const MachineProfile& machine,
-                                                                                const Problem* skip = nullptr);
+                                                                                const Problem* skip = nullptr, bool fp8 = false);
+// The same from each row's predicted seconds (`predicted[i]` for rows[i], simulated once under the
+// profile judged: a leave-one-shape-out loop then costs no simulation per shape).
+std::vector<double> predicted_seconds(const std::vector<SimulatedRow>& rows, const MachineProfile& machine);
+std::map<std::string, MachineProfile::PredictionAccuracy> prediction_accuracy(const std::vector<SimulatedRow>& rows, const std::vector<double>& predicted,
+                                                                                const Problem* skip = nullptr, bool fp8 = false);
 
 // The profile with its simulator constants fitted; `log` gets a line per accepted change.
 MachineProfile fit_simulator(const std::vector<SimulatedRow>& rows, MachineProfile start, std::string* log = nullptr);

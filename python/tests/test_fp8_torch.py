@@ -234,3 +234,14 @@ def test_the_fp8_benchmark_verifies_and_times_weft_against_scaled_mm(tmp_path, s
     assert any(r["variant"] == "weft:default" for r in timed) and any(r["variant"] == "torch" for r in timed), rows
     for r in timed:
         assert float(r["relative_error"]) < 2e-2, r  # weft's FP8 product against torch._scaled_mm's
+
+
+def test_the_benchmark_notes_a_declining_strategy_as_declined_not_failed():
+    # tilelink's ag_gemm declines e4m3 above world 1 (its companion moves bf16 rows): the table says
+    # so, and keeps "failed" for what broke.
+    from weft.benchmark import _not_run
+
+    declined = ValueError("strategy 'tilelink' declines e4m3 here on the GPU: rank 0: copy step 'copy own tile 0' touches e4m3 data\nmore")
+    assert _not_run(declined).startswith("declined (strategy 'tilelink' declines e4m3 here on the GPU"), _not_run(declined)
+    assert _not_run(RuntimeError("CUDA error: an illegal memory access")) == "failed (RuntimeError: CUDA error: an illegal memory access)"
+    assert _not_run(ValueError("bad shape")).startswith("failed (ValueError")

@@ -69,6 +69,15 @@ def _barrier():
     torch.cuda.synchronize()
 
 
+def _not_run(e):
+    """The table's note for a variant that did not run: a strategy that declines the call (a dtype or
+    shape it cannot run on the GPU, which auto passes over) is not a failure."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    if isinstance(e, ValueError) and " declines " in text:
+        return f"declined ({text[:110]})"
+    return f"failed ({type(e).__name__}: {text[:80]})"
+
+
 def _slowest(value):
     if not dist.is_initialized():
         return value
@@ -358,7 +367,7 @@ def bench_suite(args, world, rank, writer, table):
             try:
                 errors[name] = _slowest(relative_error(fn(), reference))
             except Exception as e:  # noqa: BLE001
-                notes[name] = f"failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+                notes[name] = _not_run(e)
         variants = {name: fn for name, fn in variants.items() if name not in notes}
         synchronising = {name for name, fn in variants.items() if host_synchronises(fn)}
         torch.cuda.synchronize()
@@ -462,7 +471,7 @@ def bench_attention(args, world, rank, writer, table):
                     try:
                         errors[name] = _slowest(relative_error(fn(), reference))
                     except Exception as e:  # noqa: BLE001 - reported in the table, not fatal
-                        notes[name] = f"failed ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+                        notes[name] = _not_run(e)
                         del variants[name]
                 variants["attention alone"] = lambda: plain.attention_over_gathered(q, k_all, v_all, causal, rank)
                 host_us = {}

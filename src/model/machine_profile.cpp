@@ -78,11 +78,13 @@ std::string machine_profile_json(const MachineProfile& p) {
     for (const auto& [tile, rate] : p.tile_rates) rates[tile] = rate;
     o["tile_rates"] = Json(std::move(rates));
   }
-  if (!p.prediction_accuracy.empty()) {
+  auto accuracy_json = [](const std::map<std::string, MachineProfile::PredictionAccuracy>& by_strategy) {
     Json::Object accuracy;
-    for (const auto& [name, a] : p.prediction_accuracy) accuracy[name] = Json(Json::Object{{"bias", Json(a.bias)}, {"error", Json(a.error)}});
-    o["prediction_accuracy"] = Json(std::move(accuracy));
-  }
+    for (const auto& [name, a] : by_strategy) accuracy[name] = Json(Json::Object{{"bias", Json(a.bias)}, {"error", Json(a.error)}});
+    return Json(std::move(accuracy));
+  };
+  if (!p.prediction_accuracy.empty()) o["prediction_accuracy"] = accuracy_json(p.prediction_accuracy);
+  if (!p.fp8_prediction_accuracy.empty()) o["fp8_prediction_accuracy"] = accuracy_json(p.fp8_prediction_accuracy);
   Json::Array curves;
   for (const CollectiveCurve& c : p.collectives) {
     Json::Object curve;
@@ -137,7 +139,8 @@ MachineProfile parse_machine_profile(std::string_view text, const std::string& n
     j.only_members({"device", "peak_flops", "fp8_speedup", "memory_bytes_per_s", "sm_count", "collective_sms", "overlapped_call_seconds",
                     "ficco_threshold_seconds", "gemm_efficiency", "overlap_gemm_efficiency", "fp8_overlap_gemm_rate", "attention_efficiency", "gemm_fixed_seconds", "link_bytes_per_s",
                     "nvlink_bytes_per_s", "copy_latency_seconds", "launch_seconds", "sm_copy_bytes_per_s_per_sm", "sm_reduce_bytes_per_s_per_sm", "barrier_seconds",
-                    "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "collectives", "source"});
+                    "gemm_slowdown_beside_copies", "tile_rates", "prediction_accuracy", "fp8_prediction_accuracy", "collectives",
+                    "source"});
     MachineProfile p;
     p.device = j["device"].text();
     j["peak_flops"];  // required, as memory_bytes_per_s: the rest has defaults
@@ -151,12 +154,14 @@ MachineProfile parse_machine_profile(std::string_view text, const std::string& n
       j.reject("collective_sms " + std::to_string(p.collective_sms) + " must be below sm_count " + std::to_string(p.sm_count));
     if (const Json* rates = j.find("tile_rates"))
       for (const auto& [tile, rate] : rates->members()) p.tile_rates[tile] = rate.number(1e-3, 10);
-    if (const Json* accuracy = j.find("prediction_accuracy"))
-      for (const auto& [strategy, a] : accuracy->members()) {
-        a.only_members({"bias", "error"});
-        // bias is the mean of predicted / measured - 1 (at least -1); error its mean magnitude.
-        p.prediction_accuracy[strategy] = MachineProfile::PredictionAccuracy{a["bias"].number(-1, 100), a["error"].number(0, 100)};
-      }
+    for (const auto& [key, field] : {std::pair{"prediction_accuracy", &MachineProfile::prediction_accuracy},
+                                     std::pair{"fp8_prediction_accuracy", &MachineProfile::fp8_prediction_accuracy}})
+      if (const Json* accuracy = j.find(key))
+        for (const auto& [strategy, a] : accuracy->members()) {
+          a.only_members({"bias", "error"});
+          // bias is the mean of predicted / measured - 1 (at least -1); error its mean magnitude.
+          (p.*field)[strategy] = MachineProfile::PredictionAccuracy{a["bias"].number(-1, 100), a["error"].number(0, 100)};
+        }
     if (const Json* curves = j.find("collectives"))
       for (const Json& item : curves->items()) {
         item.only_members({"kind", "world_size", "bytes", "seconds", "overlapped_slowdown"});

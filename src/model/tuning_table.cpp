@@ -49,8 +49,11 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
   double best_distance = std::numeric_limits<double>::infinity();
   if (distance) *distance = best_distance;
   for (const TuningEntry& e : entries) {
-    // An entry stands for calls of its own dtype (an FP8 GEMM runs at about twice bf16's rate).
-    if (e.op != p.op || e.world != p.world_size || e.dtype != p.input_dtype) continue;
+    // An entry stands for calls of its own dtype (an FP8 GEMM runs at about twice bf16's rate) and
+    // FP8 scaling mode: cuBLASLt's row-scaled FP8 matmul is not its tensor-scaled one (4x 1024-row
+    // shards of 1024x12288x12288 at world 4: decomposed 0.302 ms tensor-scaled, 0.364 row-scaled,
+    // sequential 0.315 / 0.322), so one mode's ranking is no guide to the other's.
+    if (e.op != p.op || e.world != p.world_size || e.dtype != p.input_dtype || e.scaling != p.scaling) continue;
     const bool moe = is_moe(p.op);
     // An MoE row's GEMMs are per expert (about m * topk / experts rows each): the same m, n and k
     // with other experts or topk is another problem, and an entry that does not say is no guide.
@@ -65,7 +68,7 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
                                : term(static_cast<double>(e.m), static_cast<double>(p.m)) + term(static_cast<double>(e.n), static_cast<double>(p.n)) +
                                      term(static_cast<double>(e.k), static_cast<double>(p.k));
     if (moe) squared += term(e.experts, p.experts) + term(e.topk, p.topk);
-    const double d = std::sqrt(squared) + (e.scaling != p.scaling ? kFp8OtherScalingDistance : 0.0);
+    const double d = std::sqrt(squared);
     if (d < best_distance) {
       best_distance = d;
       best = &e;

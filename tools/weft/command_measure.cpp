@@ -58,6 +58,9 @@ int fit_simulator_command(const Arguments& args) {
   if (!out.empty()) file.emplace(out, "machine profile");
   auto recorded = bench::read_recorded_rows(folder);
   // The constants fitted are bf16's; FP8 rows (their main loop's own rate) would pull them.
+  std::vector<bench::RecordedRow> fp8_recorded;
+  for (const bench::RecordedRow& r : recorded)
+    if (is_fp8(r.problem.input_dtype)) fp8_recorded.push_back(r);
   std::erase_if(recorded, [](const bench::RecordedRow& r) { return is_fp8(r.problem.input_dtype); });
   std::vector<bench::SimulatedRow> rows;
   {
@@ -79,6 +82,7 @@ int fit_simulator_command(const Arguments& args) {
   if (!out.empty()) {
     MachineProfile saved = fitted;
     saved.prediction_accuracy = bench::prediction_accuracy(rows, fitted);
+    saved.fp8_prediction_accuracy = bench::prediction_accuracy(bench::plans_for(fp8_recorded, fitted), fitted, nullptr, /*fp8=*/true);
     const std::string note = "; simulator constants fitted by weft tune --fit-simulator";
     if (const auto at = saved.source.find(note); at != std::string::npos) saved.source.erase(at);  // the last fit's note
     saved.source += note + " on " + std::to_string(rows.size()) + " rows of " + folder + " (in sample " +
@@ -88,6 +92,32 @@ int fit_simulator_command(const Arguments& args) {
     file->close();
     std::printf("\nfitted profile -> %s\n", out.c_str());
   }
+  return 0;
+}
+
+// weft tune --fp8-accuracy: the profile (--machine) with its FP8 prediction accuracy recomputed from
+// the FP8 rows under --results, everything else as it was (its bf16 accuracy and constants may come
+// from fits over other rows).
+int fp8_accuracy_command(const Arguments& args) {
+  const std::string folder = args.text("results", std::string(WEFT_BENCH_DIR) + "/results");
+  const std::string machine_path = args.text("machine", "");
+  if (machine_path.empty()) throw std::invalid_argument("--fp8-accuracy needs --machine FILE (the profile it recomputes)");
+  MachineProfile machine = load_machine_profile(machine_path);
+  const std::string out = args.text("out", machine_path);
+  std::vector<bench::RecordedRow> rows = bench::read_recorded_rows(folder);
+  std::erase_if(rows, [](const bench::RecordedRow& r) { return !is_fp8(r.problem.input_dtype); });
+  if (rows.empty()) throw std::invalid_argument("nothing to measure by: " + folder + " holds no FP8 weft bench row at world >= 2 (weft bench --dtype e4m3)");
+  machine.fp8_prediction_accuracy = bench::prediction_accuracy(bench::plans_for(rows, machine), machine, nullptr, /*fp8=*/true);
+  std::printf("FP8 prediction accuracy over %zu rows of %s (predicted / measured - 1):\n", rows.size(), folder.c_str());
+  for (const auto& [name, a] : machine.fp8_prediction_accuracy)
+    std::printf("  %-26s bias %+6.1f%%  error %5.1f%%\n", name.c_str(), a.bias * 100, a.error * 100);
+  const std::string note = "; fp8_prediction_accuracy by weft tune --fp8-accuracy";
+  if (const auto at = machine.source.find(note); at != std::string::npos) machine.source.erase(at);  // the last one's note
+  machine.source += note + " over " + std::to_string(rows.size()) + " FP8 rows of " + folder;
+  OutputFile file(out, "machine profile");
+  file.write(machine_profile_json(machine));
+  file.close();
+  std::printf("-> %s\n", out.c_str());
   return 0;
 }
 
@@ -146,11 +176,12 @@ int check_auto_command(const Arguments& args) {
 int command_tune(const Arguments& args) {
   // Exactly one mode: a second one would be silently ignored.
   const int modes = args.flag("calibrate") + args.flag("partitions") + args.flag("from-results") + args.flag("check-auto") +
-                    args.flag("fit-simulator") + !args.text("strategy", "").empty();
+                    args.flag("fit-simulator") + args.flag("fp8-accuracy") + !args.text("strategy", "").empty();
   if (modes != 1)
     throw std::invalid_argument(std::string(modes == 0 ? "give" : "give only") +
-                                " one of --calibrate, --partitions, --strategy S, --from-results, --check-auto or --fit-simulator (weft tune --help)");
+                                " one of --calibrate, --partitions, --strategy S, --from-results, --check-auto, --fit-simulator or --fp8-accuracy (weft tune --help)");
   if (args.flag("fit-simulator")) return fit_simulator_command(args);
+  if (args.flag("fp8-accuracy")) return fp8_accuracy_command(args);
   if (args.flag("from-results")) return table_from_results_command(args);
   if (args.flag("check-auto")) return check_auto_command(args);
   const std::string strategy = args.text("strategy", "");

@@ -144,11 +144,12 @@ std::vector<CommandSpec> build() {
                  "  --strategy S       search S's knobs, time the best --keep N, write them into the tuning table (--out)\n"
                  "  --from-results     a tuning table of the rows under --results, merged into --out where it exists\n"
                  "  --check-auto       auto on every recorded shape, left out of the table it chooses by\n"
-                 "  --fit-simulator    fit the simulator's constants to the recorded rows (--out: the fitted profile)",
+                 "  --fit-simulator    fit the simulator's constants to the recorded rows (--out: the fitted profile)\n"
+                 "  --fp8-accuracy     the --machine profile with its FP8 prediction accuracy from the recorded FP8 rows (--out, else in place)",
                  Options{flag("calibrate", "measure GPU 0 and the NCCL curves"), flag("partitions", "signal's partition study"),
                          text("strategy", "S", "the strategy whose knobs to search"), integer("keep", "N", "settings timed (3)", 1, 1000),
                          flag("from-results", "build a tuning table from recorded rows"), flag("check-auto", "judge auto offline"),
-                         flag("fit-simulator", "fit the simulator"), text("results", "DIR", "recorded rows (bench/results)"),
+                         flag("fit-simulator", "fit the simulator"), flag("fp8-accuracy", "the FP8 rows' prediction accuracy"), text("results", "DIR", "recorded rows (bench/results)"),
                          text("out", "FILE", "where the profile or table goes"), suite, ops, world_list, machine,
                          integer("max-partitions", "N", "partitions per row (12)", 1, 10000),
                          integer("gemm-sms", "N", "signal's GEMM SMs (0: the profile's)", 0, kMaxSms),

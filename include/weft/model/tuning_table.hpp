@@ -21,11 +21,6 @@
 
 namespace weft {
 
-// How much further an FP8 entry of the other scaling mode (tensor for row, row for tensor) lies
-// than one of the same mode, in nearest()'s log-shape distance: its GEMM is the same main loop and
-// its bytes nearly the same, so it stands for the call where no entry of the call's own mode does.
-inline constexpr double kFp8OtherScalingDistance = 0.1;
-
 struct TunedCandidate {
   std::string strategy;
   std::map<std::string, std::string> options;  // knob -> value, as in the JSON
@@ -60,8 +55,7 @@ struct TuningTable {
   // (sqrt of the summed squared log ratios of m, n and k, and for the MoE ops of experts and topk:
   // an MoE entry without them stands for no problem; for ag_attention the |log ratio| of m among the
   // entries of the same batch, heads, kv_heads, head_dim and masking); only entries of the problem's
-  // dtype (FP8: another scaling mode counts as kFp8OtherScalingDistance further away, the main loop
-  // being the same); null when there is none.
+  // dtype and FP8 scaling mode; null when there is none.
   // `distance` gets it.
   const TuningEntry* nearest(const Problem& problem, double* distance = nullptr) const;
   bool operator==(const TuningTable&) const = default;

@@ -79,12 +79,13 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
   // measured there (trusted beyond 1%, timing noise), else predicted by the simulator, corrected by
   // the strategy's recorded bias (trusted beyond its recorded error, and at least auto_margin).
   std::optional<double> predicted_sequential;
+  const auto& accuracy = o.machine.accuracy_for(p.input_dtype);  // FP8 calls: the FP8 rows' where recorded
   std::string declines;  // why the strategies that do not run here decline ("; "-separated)
   auto prediction = [&](const std::string& name) -> std::optional<double> {
     try {
       const double seconds = simulate(make_plan(find_strategy(name), p, o), o.machine).seconds;
-      const auto it = o.machine.prediction_accuracy.find(name);
-      return seconds / (1 + (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.bias));
+      const auto it = accuracy.find(name);
+      return seconds / (1 + (it == accuracy.end() ? 0.0 : it->second.bias));
     } catch (const std::invalid_argument& e) {
       if (name != "sequential") declines += std::string(declines.empty() ? "" : "; ") + e.what();
       return std::nullopt;  // declines this shape
@@ -124,8 +125,8 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
       const std::optional<double> mine = prediction(name);
       if (!mine || (!predicted_sequential && sequential_runs)) continue;
       ratio = predicted_sequential ? *mine / *predicted_sequential : *mine;
-      const auto it = o.machine.prediction_accuracy.find(name);
-      trust = std::max(o.auto_margin, kErrorsTrusted * (it == o.machine.prediction_accuracy.end() ? 0.0 : it->second.error));
+      const auto it = accuracy.find(name);
+      trust = std::max(o.auto_margin, kErrorsTrusted * (it == accuracy.end() ? 0.0 : it->second.error));
       why = "predicted " + name + " " + format_ms(*mine * 1e3) +
             (predicted_sequential ? " vs sequential " + format_ms(*predicted_sequential * 1e3) : std::string(" (sequential does not run here)")) +
             " (bias-corrected; trusted beyond " + std::to_string(static_cast<int>(trust * 100 + 0.5)) + "%)";
