@@ -159,7 +159,11 @@ int check_auto_command(const Arguments& args) {
     int strictly = 0;
     for (const bench::AutoJudged& r : j.rows) {
       strictly += r.picked_ms <= r.sequential_ms;
-      std::printf("%-22s %-9s %5d %-24s %8.3f %8.3f %-24s %8.3f %+6.1f%%  %s\n", r.row.c_str(), std::string(to_string(r.problem.op)).c_str(),
+      // FP8 rows say so: a shape is measured in each dtype and scaling mode apart.
+      const std::string row = is_fp8(r.problem.input_dtype)
+                                  ? r.row + " (" + std::string(to_string(r.problem.input_dtype)) + " " + std::string(to_string(r.problem.scaling)) + ")"
+                                  : r.row;
+      std::printf("%-22s %-9s %5d %-24s %8.3f %8.3f %-24s %8.3f %+6.1f%%  %s\n", row.c_str(), std::string(to_string(r.problem.op)).c_str(),
                   r.problem.world_size, r.picked.c_str(), r.picked_ms, r.sequential_ms, r.best.c_str(), r.best_ms, (r.picked_ms / r.best_ms - 1) * 100,
                   r.reason.c_str());
     }
