@@ -31,7 +31,8 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
   for (const BufferDecl& decl : exec.rank_plan().buffers) {
     void* data = exec.buffer(decl.name);
     const int64_t count = decl.rows * decl.cols;
-    const uint64_t own_seed = buffer_seed(seed, rank, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name);
+    const std::string seed_name = decl.role == BufferRole::input ? decl.name : "scratch " + decl.name;
+    const uint64_t own_seed = buffer_seed(seed, rank, seed_name);
     if (decl.role == BufferRole::output) {
       fill_u16(data, count * static_cast<int64_t>(dtype_bytes(decl.dtype)) / 2, kBf16Nan, stream);  // NaN in bf16 and f32 alike
     } else if (is_fp8(decl.dtype)) {
@@ -42,7 +43,7 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
       if (const std::optional<ScaleGrid> grid = scale_grid(exec.plan().problem, decl)) {
         std::vector<float> scales(static_cast<size_t>(device_scale_count(*grid, decl.rows, decl.cols)));
         const bool tensor = exec.plan().problem.scaling == Scaling::tensor;
-        uint64_t state = (tensor ? buffer_seed(seed, 0, decl.role == BufferRole::input ? decl.name : "scratch " + decl.name) : own_seed) | 1;
+        uint64_t state = (tensor ? buffer_seed(seed, 0, seed_name) : own_seed) | 1;
         for (float& x : scales) {
           state = state * 6364136223846793005ULL + 1442695040888963407ULL;
           x = 0.5f + static_cast<float>(state >> 40) * (1.0f / 16777216.0f);

@@ -50,9 +50,8 @@ const TuningEntry* TuningTable::nearest(const Problem& p, double* distance) cons
   if (distance) *distance = best_distance;
   for (const TuningEntry& e : entries) {
     // An entry stands for calls of its own dtype (an FP8 GEMM runs at about twice bf16's rate) and
-    // FP8 scaling mode: cuBLASLt's row-scaled FP8 matmul is not its tensor-scaled one (4x 1024-row
-    // shards of 1024x12288x12288 at world 4: decomposed 0.302 ms tensor-scaled, 0.364 row-scaled,
-    // sequential 0.315 / 0.322), so one mode's ranking is no guide to the other's.
+    // FP8 scaling mode: cuBLASLt's row-scaled FP8 matmul is not its tensor-scaled one, and the
+    // strategies built on it rank differently by mode.
     if (e.op != p.op || e.world != p.world_size || e.dtype != p.input_dtype || e.scaling != p.scaling) continue;
     const bool moe = is_moe(p.op);
     // An MoE row's GEMMs are per expert (about m * topk / experts rows each): the same m, n and k

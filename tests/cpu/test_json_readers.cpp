@@ -45,6 +45,14 @@ std::filesystem::path scratch(const std::string& name) {
   return dir / name;
 }
 
+// A scratch folder of its own, emptied: each test writes the files it reads there.
+std::filesystem::path empty_folder(const std::string& name) {
+  const auto dir = scratch(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 void write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
@@ -247,9 +255,7 @@ TEST(TuningTableReader, RefusesNarrowingAndBadKnobs) {
 // An MoE row carries its experts and topk (rows of one shape differ by them, and the routing drawn
 // for the simulator follows them); one without them (an older weft bench's) is left out.
 TEST(RecordedResultsReader, MoeRowsCarryTheirExpertsAndTopk) {
-  const auto dir = scratch("results_moe");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = empty_folder("results_moe");
   const std::string header = "row,op,strategy,world,m,n,k,experts,topk,t_ms,t_gemm_ms,t_comm_ms,t_seq_ms\n";
   write(dir / "a.csv", header + "\"MoE-1 RS\",moe_rs,sequential,4,256,128,64,8,2,1,0.5,0.5,1\n\"MoE-2 RS\",moe_rs,sequential,4,256,128,64,32,2,2,0.5,0.5,2\n"
                                 "\"AR\",gemm_ar,sequential,4,256,128,64,0,0,1,0.5,0.5,1\n");
@@ -275,9 +281,7 @@ TEST(RecordedResultsReader, MoeRowsCarryTheirExpertsAndTopk) {
 // it (an older weft bench's) stands for no known problem and is left out; a CSV's are left out too
 // (its columns have no heads).
 TEST(RecordedResultsReader, AttentionRowsCarryTheirShape) {
-  const auto dir = scratch("results_attention");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = empty_folder("results_attention");
   const std::string shape = R"("batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128)";
   auto row = [&](const std::string& strategy, const std::string& extra) {
     return R"({"row": "L3-8B 16k", "op": "ag_attention", "strategy": ")" + strategy + R"(", "world": 4, "m": 4096, "n": 0, "k": 0,
@@ -308,9 +312,7 @@ TEST(RecordedResultsReader, AttentionRowsCarryTheirShape) {
 // attention row of a strategy of the same name (sequential, decomposed, tilelink) leaves it as it is
 // (auto does not predict attention with the simulator, whose attention model is not fitted).
 TEST(SimulatorAccuracy, AttentionRowsDoNotMoveTheGemmStrategiesBias) {
-  const auto dir = scratch("results_accuracy");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = empty_folder("results_accuracy");
   const std::string gemm = R"({"row": "r", "op": "gemm_rs", "strategy": "sequential", "world": 2, "m": 4096, "n": 4096, "k": 4096,
                                "t_ms": 0.5, "t_gemm_ms": 0.4, "t_comm_ms": 0.2, "t_seq_ms": 0.5})";
   const std::string attention = R"({"row": "a", "op": "ag_attention", "strategy": "sequential", "world": 2, "m": 4096, "n": 0, "k": 0,
@@ -333,9 +335,7 @@ TEST(SimulatorAccuracy, AttentionRowsDoNotMoveTheGemmStrategiesBias) {
 // problem than the bf16 row of the same shape and strategy (both kept), its own tuning-table entry,
 // and it leaves the bf16 strategies' prediction accuracy as it is (its GEMM runs at the FP8 rates).
 TEST(RecordedResultsReader, Fp8RowsCarryTheirDtypeAndStayApartFromBf16Ones) {
-  const auto dir = scratch("results_fp8");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = empty_folder("results_fp8");
   const std::string header = "row,op,strategy,world,m,n,k,experts,topk,dtype,scaling,t_gemm_ms,t_comm_ms,t_seq_ms,t_ms\n";
   write(dir / "a.csv", header + "\"MLP-1 RS\",gemm_rs,sequential,4,8192,4096,688,0,0,bf16,none,0.3,0.1,0.45,0.45\n"
                                 "\"MLP-1 RS\",gemm_rs,decomposed,4,8192,4096,688,0,0,bf16,none,0.3,0.1,0.45,0.40\n");
@@ -376,9 +376,7 @@ TEST(RecordedResultsReader, Fp8RowsCarryTheirDtypeAndStayApartFromBf16Ones) {
 }
 
 TEST(RecordedResultsReader, RefusesNarrowingInJsonAndCsv) {
-  const auto dir = scratch("results");
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const auto dir = empty_folder("results");
   const std::string row = R"({"row": "r", "op": "gemm_ar", "strategy": "sequential", "world": WORLD, "m": 64, "n": 64, "k": 64,
                              "t_ms": 1, "t_gemm_ms": 0.5, "t_comm_ms": 0.5, "t_seq_ms": 1})";
   auto with_world = [&](const std::string& world) { return R"({"rows": [)" + std::string(row).replace(row.find("WORLD"), 5, world) + "]}"; };

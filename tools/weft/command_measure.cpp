@@ -1,7 +1,9 @@
 // Commands that measure the machine rather than a strategy: `weft characterize` (FiCCO's
 // decomposition and contention losses) and `weft tune --calibrate` (the machine profile). Without a
 // GPU each says so and exits kExitNoGpu (on_gpus.hpp).
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
@@ -41,6 +43,18 @@ int command_characterize(const Arguments& args) {
 
 namespace {
 
+// Puts `note` ("; what ... details") into a profile's source in place of the note that starts as
+// `prefix` did (a tool's earlier run), keeping the notes after it; appended where there is none.
+void replace_note(std::string& source, const std::string& prefix, const std::string& note) {
+  const size_t at = source.find(prefix);
+  if (at == std::string::npos) {
+    source += note;
+    return;
+  }
+  const size_t next = source.find("; ", at + 2);
+  source.replace(at, (next == std::string::npos ? source.size() : next) - at, note);
+}
+
 void print_error(const char* what, const bench::SimulatorError& e) {
   std::printf("%s: mean over strategies %.1f%%, over rows %.1f%%\n", what, e.mean_over_strategies * 100, e.mean_over_rows * 100);
   for (const auto& [name, s] : e.per_strategy) std::printf("  %-26s %6.1f%% over %d rows\n", name.c_str(), s.first * 100, s.second);
@@ -58,10 +72,9 @@ int fit_simulator_command(const Arguments& args) {
   if (!out.empty()) file.emplace(out, "machine profile");
   auto recorded = bench::read_recorded_rows(folder);
   // The constants fitted are bf16's; FP8 rows (their main loop's own rate) would pull them.
-  std::vector<bench::RecordedRow> fp8_recorded;
-  for (const bench::RecordedRow& r : recorded)
-    if (is_fp8(r.problem.input_dtype)) fp8_recorded.push_back(r);
-  std::erase_if(recorded, [](const bench::RecordedRow& r) { return is_fp8(r.problem.input_dtype); });
+  const auto fp8_begin = std::stable_partition(recorded.begin(), recorded.end(), [](const bench::RecordedRow& r) { return !is_fp8(r.problem.input_dtype); });
+  const std::vector<bench::RecordedRow> fp8_recorded(std::make_move_iterator(fp8_begin), std::make_move_iterator(recorded.end()));
+  recorded.erase(fp8_begin, recorded.end());
   std::vector<bench::SimulatedRow> rows;
   {
     Progress progress("weft tune --fit-simulator", "plans", recorded.size());
@@ -84,10 +97,9 @@ int fit_simulator_command(const Arguments& args) {
     saved.prediction_accuracy = bench::prediction_accuracy(rows, fitted);
     saved.fp8_prediction_accuracy = bench::prediction_accuracy(bench::plans_for(fp8_recorded, fitted), fitted, nullptr, /*fp8=*/true);
     const std::string note = "; simulator constants fitted by weft tune --fit-simulator";
-    if (const auto at = saved.source.find(note); at != std::string::npos) saved.source.erase(at);  // the last fit's note
-    saved.source += note + " on " + std::to_string(rows.size()) + " rows of " + folder + " (in sample " +
+    replace_note(saved.source, note, note + " on " + std::to_string(rows.size()) + " rows of " + folder + " (in sample " +
                     std::to_string(static_cast<int>(bench::simulator_error(rows, fitted).mean_over_strategies * 1000 + 0.5) / 10.0).substr(0, 4) +
-                    "% mean per-strategy error)";
+                    "% mean per-strategy error)");
     file->write(machine_profile_json(saved));
     file->close();
     std::printf("\nfitted profile -> %s\n", out.c_str());
@@ -112,8 +124,7 @@ int fp8_accuracy_command(const Arguments& args) {
   for (const auto& [name, a] : machine.fp8_prediction_accuracy)
     std::printf("  %-26s bias %+6.1f%%  error %5.1f%%\n", name.c_str(), a.bias * 100, a.error * 100);
   const std::string note = "; fp8_prediction_accuracy by weft tune --fp8-accuracy";
-  if (const auto at = machine.source.find(note); at != std::string::npos) machine.source.erase(at);  // the last one's note
-  machine.source += note + " over " + std::to_string(rows.size()) + " FP8 rows of " + folder;
+  replace_note(machine.source, note, note + " over " + std::to_string(rows.size()) + " FP8 rows of " + folder);
   OutputFile file(out, "machine profile");
   file.write(machine_profile_json(machine));
   file.close();

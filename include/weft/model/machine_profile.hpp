@@ -94,9 +94,8 @@ struct MachineProfile {
     bool operator==(const PredictionAccuracy&) const = default;
   };
   std::map<std::string, PredictionAccuracy> prediction_accuracy;
-  // The same over FP8 rows (weft tune --fp8-accuracy): the FP8 main loop's rate is its own, and the
-  // bf16 biases misjudge FP8 calls (at world 4 the overlap-GEMM strategies ran 35-45% over their
-  // FP8 predictions). Empty: FP8 calls use prediction_accuracy.
+  // The same over FP8 rows (weft tune --fp8-accuracy): FP8 GEMMs run at their own rates, so the
+  // bf16 biases misjudge FP8 calls. Empty: FP8 calls use prediction_accuracy.
   std::map<std::string, PredictionAccuracy> fp8_prediction_accuracy;
   // The accuracy auto corrects a prediction for a call of `dtype` by.
   const std::map<std::string, PredictionAccuracy>& accuracy_for(DType dtype) const {

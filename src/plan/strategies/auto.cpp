@@ -114,7 +114,6 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
     // weft bench records ficco under the schedule its heuristic picked (ficco_S, a strategy of its
     // own): that row is ficco's measurement here, where the heuristic picks the same schedule.
     const std::string recorded_as = name == "ficco" ? "ficco_" + std::string(to_string(pick_ficco_schedule(p, o.machine).schedule)) : name;
-
     if (measured)
       for (const TunedCandidate& c : measured->candidates)
         if ((c.strategy == name || c.strategy == recorded_as) && c.ms > 0 && (!at || c.ms < at->ms)) at = &c;
