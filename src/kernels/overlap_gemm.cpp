@@ -252,17 +252,17 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     reject("clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " CTAs; 2x1 and 1x2 are compiled");
   if (clustered && (launch.store_transposed || launch.b_n_major))
     reject("clusters of two run the K-major (B stored [N, K]), untransposed product only");
-  if (clustered && config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256)
-    reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64 and 128x256x64 do");
+  if (clustered && config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256 &&
+      config != OverlapGemmConfig::tile_128x128x128_fp8)
+    reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64, 128x256x64 and 128x128x128 (FP8) do");
   // Both CTAs of a cluster walk as many entries (an unpaired one would wait for its peer's half of a
   // tile forever); require_valid_table checks the pairs themselves.
   if (clustered && launch.tile_count % 2 != 0)
     reject("a table for clusters of two has an even number of entries, this one " + std::to_string(launch.tile_count));
   if (clustered && launch.max_ctas == 1) reject("max_ctas 1 leaves no room for a cluster of two CTAs");
   if (launch.fp8) {
-    if (launch.store_transposed || launch.b_n_major || clustered)
-      reject("FP8 operands run the K-major (B stored [N, K]), untransposed, unclustered product only");
-    // 128x256: CUTLASS's FP8 main loop keeps a second set of accumulators, which spills there.
+    if (launch.store_transposed || launch.b_n_major) reject("FP8 operands run the K-major (B stored [N, K]), untransposed product only");
+    // 128x256: the FP8 main loop's two fragments of partial sums beside the accumulators would not fit in registers.
     if (config != OverlapGemmConfig::tile_128x128x128_fp8) reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x128 does");
     if (!launch.a_scales || !launch.b_scales || (launch.a2 && !launch.a2_scales))
       reject("FP8 operands without their scales (a_scales, b_scales, and a2_scales with a second A operand)");

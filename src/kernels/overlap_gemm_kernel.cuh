@@ -49,6 +49,7 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "fp8_mainloop.cuh"
 #include "weft/kernels/overlap_gemm.hpp"
 #include "weft/tile/tilelink.cuh"
 #include "weft/cuda/check.hpp"
@@ -87,9 +88,10 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // the table comes in such pairs). The grid is clusters of two along x (2x1) or y (1x2), so that
 // CuTe's block_id_in_cluster() is the CTA's place in CUTLASS's cluster layout; the CTA's index in
 // the table walk is its linear block index either way.
-// ElementIn: the operands' type, bf16 or FP8 (e4m3; OverlapGemmLaunch::fp8): FP8 operands go through
-// CUTLASS's FP8 main loop (fp32 accumulators promoted every few MMAs, as cuBLASLt does with fast
-// accumulation off), and the epilogue multiplies each accumulator by its row's and column's
+// ElementIn: the operands' type, bf16 or FP8 (e4m3; OverlapGemmLaunch::fp8): FP8 operands are loaded
+// by CUTLASS's FP8 collective and multiplied by weft's FP8 main loop (fp8_mainloop.cuh: each k-tile's
+// partial sums promoted into fp32 accumulators behind the next k-tile's WGMMAs, as cuBLASLt promotes
+// with fast accumulation off), and the epilogue multiplies each accumulator by its row's and column's
 // dequantization scales before rounding to bf16.
 template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1,
           class ElementIn = cutlass::bfloat16_t>
@@ -104,7 +106,7 @@ struct OverlapGemmKernel {
   CUTLASS_DEVICE static int cta_count() { return static_cast<int>(gridDim.x * gridDim.y); }
   using Element = cutlass::bfloat16_t;  // C, staging and addends
   static constexpr bool kFp8 = !std::is_same_v<ElementIn, cutlass::bfloat16_t>;
-  static_assert(!kFp8 || (!BNMajor && !Transposed && kClusterSize == 1), "FP8 for the K-major, untransposed, unclustered product only");
+  static_assert(!kFp8 || (!BNMajor && !Transposed), "FP8 for the K-major, untransposed product only");
   static constexpr int kAlignment = 16 / static_cast<int>(sizeof(ElementIn));  // elements: TMA wants 16-byte rows
   static_assert(TileM == 64 || TileM == 128, "a tile has one or two 64-row consumer warp groups");
   static constexpr int kConsumerGroups = TileM / 64;
@@ -224,6 +226,27 @@ struct OverlapGemmKernel {
     Tensor coordinates = make_identity_tensor(make_shape(Int<TileM>{}, Int<TileN>{}));
     TiledMma tiled_mma;
     Tensor where = tiled_mma.get_thread_slice(mma_thread_idx).partition_C(coordinates);
+    // FP8: this thread's scales, all loaded before the first staging store (one round trip, not one
+    // per column pair: loads after a store through a generic pointer that may alias them wait for it).
+    // A thread's two rows are the same in every column group.
+    [[maybe_unused]] float row_scales[2] = {1.0f, 1.0f}, col_scales[TileN / 8][2] = {};
+    if constexpr (kFp8) {
+      if (launch.row_scales) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int half = 0; half < 2; ++half) row_scales[half] = a_scale(launch, entry, get<0>(where(make_coord(make_coord(0, half, 0), 0, 0))));
+        CUTLASS_PRAGMA_UNROLL
+        for (int group = 0; group < TileN / 8; ++group) {
+          const int col = get<1>(where(make_coord(make_coord(0, 0, group), 0, 0)));
+          col_scales[group][0] = b_scale(launch, entry, col);
+          col_scales[group][1] = b_scale(launch, entry, col + 1);
+        }
+      } else {
+        const float scale = a_scale(launch, entry, 0) * b_scale(launch, entry, 0);
+        row_scales[0] = row_scales[1] = scale;
+        CUTLASS_PRAGMA_UNROLL
+        for (int group = 0; group < TileN / 8; ++group) col_scales[group][0] = col_scales[group][1] = 1.0f;
+      }
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int group = 0; group < TileN / 8; ++group)
       CUTLASS_PRAGMA_UNROLL
@@ -233,9 +256,8 @@ struct OverlapGemmKernel {
         const int row = get<0>(where(first)), col = get<1>(where(first));
         float x = accumulators(first), y = accumulators(second);
         if constexpr (kFp8) {
-          const float row_scale = a_scale(launch, entry, row);
-          x *= row_scale * b_scale(launch, entry, col);
-          y *= row_scale * b_scale(launch, entry, col + 1);
+          x *= row_scales[half] * col_scales[group][0];
+          y *= row_scales[half] * col_scales[group][1];
         }
         if constexpr (Transposed) {
           const __nv_bfloat162 pair = __floats2bfloat162_rn(x, y);
@@ -517,12 +539,16 @@ struct OverlapGemmKernel {
       const OverlapGemmTile entry = launch.tiles[t];
       if (entry.k_tiles == kNoWorkKTiles) continue;
       auto accumulators = partition_fragment_C(tiled_mma, take<0, 2>(TileShape{}));
-      // CUTLASS's FP8 main loop adds its promoted partial sums into the accumulators (the bf16 one
-      // overwrites them with its first MMA).
-      if constexpr (kFp8) clear(accumulators);
       const int count = entry.k_tiles > 0 ? entry.k_tiles : k_tiles;
-      mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);
-      mainloop.mma_tail(pipeline, read_state, count);
+      if constexpr (kFp8) {
+        // weft's FP8 main loop (fp8_mainloop.cuh) adds the promoted partial sums into the
+        // accumulators and releases every stage itself.
+        clear(accumulators);
+        fp8_mma_promoting_behind<CollectiveMainloop>(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors);
+      } else {
+        mainloop.mma(pipeline, read_state, accumulators, count, mma_thread_idx, shared.tensors, params.mainloop);
+        mainloop.mma_tail(pipeline, read_state, count);
+      }
       read_state.advance(count);
       if (entry.splits > 1 && !combine_splits(accumulators, mma_thread_idx, t, entry, launch)) continue;
       // The previous tile copied out of the staging buffer, then this one written into it and handed

@@ -94,7 +94,7 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 // addends, or the executor puts plain tables there too): the FP8 main loop as compiled
 // (kernels/overlap_gemm.hpp, OverlapGemmLaunch::fp8): e4m3 A (and A rows read in place) and B stored
 // [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 tiles,
-// untransposed and unclustered.
+// untransposed (clusters of two are judged with the bf16 ones: clustered_gemm_gap).
 std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "FP8 GEMM step '" + label + "' on the overlap GEMM (its tile table waits, notifies or stores elsewhere)";
   if (plan.problem.scaling != Scaling::tensor && plan.problem.scaling != Scaling::row)
@@ -102,8 +102,7 @@ std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep
            " scales; the overlap GEMM's FP8 epilogue applies tensor and row scales only (block scales need a scale per K block in the main loop)";
   if (gemm.tile_m != 128 || gemm.tile_n != 128)
     return step + " has " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; its FP8 main loop is compiled for 128x128 only";
-  if (gemm.exchanged || gemm.cluster_m != 1 || gemm.cluster_n != 1)
-    return step + " is exchanged or clustered; the FP8 main loop runs the plain product only";
+  if (gemm.exchanged) return step + " is exchanged; the FP8 main loop runs the untransposed product only";
   if (gemm.accumulate) return step + " accumulates into C; the overlap GEMM does not";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " reads B stored [K, N] (layout kn); FP8 B must be [N, K]";
   if (gemm.a.box.cols % 16 != 0) return step + " has K = " + std::to_string(gemm.a.box.cols) + "; FP8 operands need K a multiple of 16";
@@ -141,7 +140,7 @@ std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& 
 }
 
 // Clusters of two (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
-// 128x128 or 128x256 tiles, bf16, B stored [N, K], untransposed, no tail splits or stream-K, no tile
+// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), B stored [N, K], untransposed, no tail splits or stream-K, no tile
 // waiting. Whether
 // the table comes in pairs is the kernel layer's check at lowering (require_valid_table).
 std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
@@ -152,8 +151,11 @@ std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& 
     return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; compiled for 128x128 and 128x256 only";
   if (gemm.exchanged) return step + " and the exchanged product; clusters run the untransposed product only";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); clusters read B [N, K] only";
-  for (const Region& r : {gemm.a, gemm.b})
-    if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";
+  for (const Region& r : {gemm.a, gemm.b}) {
+    const DType t = decl_of(plan, r).dtype;
+    if (t == DType::e4m3 && gemm.tile_n == 128) continue;  // FP8's 128x128x128 (overlap_fp8_gemm_gap judges the rest)
+    if (t != DType::bf16) return step + " on " + std::string(to_string(t)) + " operands; bf16, and e4m3 on 128x128 tiles, only";
+  }
   if (gemm.tail_splits != 1 || gemm.stream_k)
     return step + " with its last wave cut along K (tail splits or stream-K); clusters split every tile in step (k_splits) only";
   // A split waits for its tile's earlier split in another cluster, so every cluster must be resident

@@ -291,6 +291,22 @@ TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
     tiles.k_splits = 2;
     EXPECT_FALSE(gpu_lowering_gap(plan_sequential(fp8_problem(OpKind::gemm_ar, 1, scaling, DType::bf16), tiles), {true})) << to_string(scaling);
   }
+  // In clusters of two on 128x128 (the FP8 main loop is compiled for them); on 128x256 declined.
+  for (const auto& [cm, cn] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    PlanOptions tiles;
+    tiles.tile_m = tiles.tile_n = 128;
+    Plan clustered = plan_sequential(fp8_problem(OpKind::gemm_ar, 1, Scaling::row, DType::bf16), tiles);
+    GemmStep* gemm = nullptr;
+    for (Step& step : clustered.ranks.at(0).steps)
+      if (auto* g = std::get_if<GemmStep>(&step.body)) gemm = g;
+    ASSERT_NE(gemm, nullptr);
+    gemm->cluster_m = cm, gemm->cluster_n = cn;
+    EXPECT_FALSE(gpu_lowering_gap(clustered, {true})) << cm << "x" << cn;
+    gemm->tile_n = 256;
+    const auto gap = gpu_lowering_gap(clustered, {true});
+    ASSERT_TRUE(gap);
+    EXPECT_NE(gap->find("e4m3 on 128x128 tiles"), std::string::npos) << *gap;
+  }
   // Block scales: cuBLASLt runs rows that are multiples of 4 only; other row counts are declined,
   // naming the padding.
   Problem ragged = fp8_problem(OpKind::gemm_ar, 1, Scaling::block, DType::bf16);

@@ -5,7 +5,7 @@
 //              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
 //              tile's column its best; where the last wave is partial, also with stream-K on each
 //              128-row tile; for m <= 256, also the exchanged product C^T = B A^T on each tile
-//              compiled for it, "/x"; on 128x128 and 128x256, clusters of two sharing a B or an A
+//              compiled for it, "/x"; on 128x128 and 128x256 (FP8: 128x128x128), clusters of two sharing a B or an A
 //              tile by TMA multicast, "/c2x1" and "/c1x2", with the tile's splits), so the tile
 //              rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
@@ -157,7 +157,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   double* sums = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
 
-  // FP8: the one tile its main loop is compiled for, no exchanged, clustered or stream-K variants.
+  // FP8: the one tile its main loop is compiled for, alone and in clusters; no exchanged or stream-K variants.
   const bool fp8 = is_fp8(o.dtype);
   const std::vector<OverlapGemmConfig> configs = fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128x128_fp8} : overlap_gemm_configs();
   if (fp8)
@@ -218,6 +218,15 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
       // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,
       // often fewer than the SMs, where cuBLASLt keeps every SM busy).
+      // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),
+      // with the tile's splits (in step), on the tiles compiled for them.
+      if (configs[c] == OverlapGemmConfig::tile_128x128 || configs[c] == OverlapGemmConfig::tile_128x256 ||
+          configs[c] == OverlapGemmConfig::tile_128x128x128_fp8) {
+        for (int split : splits) {
+          if ((s.m + t.tile_m - 1) / t.tile_m % 2 == 0) variants.push_back({c, split, 1, false, false, 2, 1});
+          if ((s.n + t.tile_n - 1) / t.tile_n % 2 == 0) variants.push_back({c, split, 1, false, false, 1, 2});
+        }
+      }
       if (fp8) continue;
       if (std::isfinite(stream_k_time((s.m + t.tile_m - 1) / t.tile_m * ((s.n + t.tile_n - 1) / t.tile_n), s.k,
                                       TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && t.tile_m == 128)
@@ -228,14 +237,6 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192))
         for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count))
           variants.push_back({c, split, 1, false, true});
-      // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),
-      // with the tile's splits (in step), on the tiles compiled for them.
-      if (configs[c] == OverlapGemmConfig::tile_128x128 || configs[c] == OverlapGemmConfig::tile_128x256) {
-        for (int split : splits) {
-          if ((s.m + t.tile_m - 1) / t.tile_m % 2 == 0) variants.push_back({c, split, 1, false, false, 2, 1});
-          if ((s.n + t.tile_n - 1) / t.tile_n % 2 == 0) variants.push_back({c, split, 1, false, false, 1, 2});
-        }
-      }
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;

@@ -122,15 +122,16 @@ struct OverlapGemmLaunch {
   // pair cover the same K-tiles as the same split (split_along_k with group 2), do work and wait for
   // nothing (a wait would hold the peer's loads too), and the table has an even number of entries;
   // require_valid_table checks it.
-  // Compiled for the K-major, untransposed product on 128x128 and 128x256 tiles.
+  // Compiled for the K-major, untransposed product on 128x128 and 128x256 tiles (bf16) and on FP8's
+  // 128x128x128.
   int cluster_m = 1, cluster_n = 1;
   // FP8 operands: a, a2 and b hold e4m3 elements (K-major, K a multiple of 16), accumulated in fp32
   // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
   // rounded to bf16: one scale per operand (a_scales[0], a2_scales[0], b_scales[0]), or with
   // row_scales one per row of A (a_scales[i] for row i of a, a2_scales for a2's rows) and one per
   // row of B ([N, K]: one per column of C). Compiled for 128x128 tiles, 128 deep in K
-  // (OverlapGemmConfig::tile_128x128x128_fp8; 128x256's registers cannot hold CUTLASS's FP8 main
-  // loop's second set of accumulators), untransposed, unclustered.
+  // (OverlapGemmConfig::tile_128x128x128_fp8; 128x256's registers cannot hold the FP8 main loop's
+  // partial sums beside the accumulators), untransposed, alone or in clusters of two.
   bool fp8 = false;
   bool row_scales = false;
   const float* a_scales = nullptr;

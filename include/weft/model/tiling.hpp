@@ -49,7 +49,7 @@ struct GemmTiling {
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
 // FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 tiles, 128 deep in K,
-// only (on 128x256 CUTLASS's FP8 main loop's second set of accumulators spills), so the tile is that one and
+// only (on 128x256 the main loop's partial sums would not fit in registers beside the accumulators), so the tile is that one and
 // only the K split is chosen, as for bf16 on that tile: split where the tiles leave SMs idle, else a
 // partial last wave split.
 constexpr TileShape kFp8OverlapGemmTile{128, 128, 128};  // 128 e4m3 elements of K per stage (OverlapGemmConfig::tile_128x128x128_fp8)
