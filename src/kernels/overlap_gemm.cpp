@@ -67,8 +67,9 @@ OverlapGemmConfig config_for(int tile_m, int tile_n) {
 }
 
 OverlapGemmConfig fp8_config_for(int tile_m, int tile_n) {
+  if (tile_m == 64 && tile_n == 128) return OverlapGemmConfig::tile_64x128;
   if (tile_m != 128 || tile_n != 128)
-    reject("no FP8 configuration compiled for tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) + " (compiled: 128x128x128)");
+    reject("no FP8 configuration compiled for tile " + std::to_string(tile_m) + "x" + std::to_string(tile_n) + " (compiled: 128x128x128, 64x128x128)");
   return OverlapGemmConfig::tile_128x128x128_fp8;
 }
 
@@ -263,7 +264,9 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   if (launch.fp8) {
     if (launch.store_transposed || launch.b_n_major) reject("FP8 operands run the K-major (B stored [N, K]), untransposed product only");
     // 128x256: the FP8 main loop's two fragments of partial sums beside the accumulators would not fit in registers.
-    if (config != OverlapGemmConfig::tile_128x128x128_fp8) reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x128 does");
+    if (config != OverlapGemmConfig::tile_128x128x128_fp8 && config != OverlapGemmConfig::tile_64x128)
+      reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x128 and 64x128x128 do");
+    if (config == OverlapGemmConfig::tile_64x128 && clustered) reject("FP8 on 64x128x128 runs unclustered; 128x128x128 runs in clusters");
     if (!launch.a_scales || !launch.b_scales || (launch.a2 && !launch.a2_scales))
       reject("FP8 operands without their scales (a_scales, b_scales, and a2_scales with a second A operand)");
   } else if (config == OverlapGemmConfig::tile_128x128x128_fp8) {

@@ -175,6 +175,14 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 }
 
 GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
+  if (m <= kSmallTileRows) {
+    // bf16's small-M rule on FP8's one 64-row tile: split in two where its tiles fill too few SMs.
+    GemmTiling small{kFp8SmallMTile, 1};
+    if (2.0 * static_cast<double>(ceil_div(n, kFp8SmallMTile.tile_n)) <= kSmallMSplitFill * std::max(sm_count, 1) &&
+        ceil_div(k, kFp8SmallMTile.tile_k) / 2 >= kMinKTilesPerSplit)
+      small.k_splits = 2;
+    return small;
+  }
   const TileShape tile = kFp8OverlapGemmTile;
   const int64_t tiles = ceil_div(m, tile.tile_m) * ceil_div(n, tile.tile_n);
   GemmTiling t{tile, choose_k_splits(tiles, m, n, k, tile, sm_count, rates)};

@@ -93,15 +93,16 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 // An FP8 GEMM on the overlap GEMM (its tile table waits, notifies, stores remapped or to peers, reads
 // addends, or the executor puts plain tables there too): the FP8 main loop as compiled
 // (kernels/overlap_gemm.hpp, OverlapGemmLaunch::fp8): e4m3 A (and A rows read in place) and B stored
-// [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 tiles,
+// [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 or 64x128 tiles,
 // untransposed (clusters of two are judged with the bf16 ones: clustered_gemm_gap).
 std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "FP8 GEMM step '" + label + "' on the overlap GEMM (its tile table waits, notifies or stores elsewhere)";
   if (plan.problem.scaling != Scaling::tensor && plan.problem.scaling != Scaling::row)
     return step + " has " + std::string(to_string(plan.problem.scaling)) +
            " scales; the overlap GEMM's FP8 epilogue applies tensor and row scales only (block scales need a scale per K block in the main loop)";
-  if (gemm.tile_m != 128 || gemm.tile_n != 128)
-    return step + " has " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; its FP8 main loop is compiled for 128x128 only";
+  if ((gemm.tile_m != 128 && gemm.tile_m != 64) || gemm.tile_n != 128)
+    return step + " has " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
+           " tiles; its FP8 main loop is compiled for 128x128 and 64x128 only";
   if (gemm.exchanged) return step + " is exchanged; the FP8 main loop runs the untransposed product only";
   if (gemm.accumulate) return step + " accumulates into C; the overlap GEMM does not";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " reads B stored [K, N] (layout kn); FP8 B must be [N, K]";

@@ -43,6 +43,17 @@ TEST(Tiling, AtMost64RowsTakeTheNarrowest64RowTileThatFillsOneWave) {
   EXPECT_EQ(choose_overlap_gemm_tiling(64, 1792, 1024, 132).k_splits, 2);
 }
 
+TEST(Tiling, Fp8TakesItsCompiledTilesAt64RowsAndAbove) {
+  // FP8's main loop is compiled for 128x128x128 and 64x128x128: up to 64 rows the 64-row tile, split
+  // in two where its tiles fill under 90% of the SMs twice over (K permitting); above, 128x128x128.
+  EXPECT_EQ(choose_fp8_overlap_gemm_tiling(64, 3696, 8192, 132), (GemmTiling{TileShape{64, 128, 128}, 2})) << "29 tiles";
+  EXPECT_EQ(choose_fp8_overlap_gemm_tiling(64, 12288, 12288, 132), (GemmTiling{TileShape{64, 128, 128}, 1})) << "96 tiles";
+  EXPECT_EQ(choose_fp8_overlap_gemm_tiling(64, 1792, 512, 132), (GemmTiling{TileShape{64, 128, 128}, 1})) << "4 K-tiles";
+  EXPECT_EQ(choose_fp8_overlap_gemm_tiling(64, 1792, 1024, 132), (GemmTiling{TileShape{64, 128, 128}, 2})) << "8 K-tiles";
+  for (int64_t m : {1, 33, 64}) EXPECT_EQ(choose_fp8_overlap_gemm_tiling(m, 4096, 4096, 132).tile, kFp8SmallMTile) << m;
+  for (int64_t m : {65, 200, 8192}) EXPECT_EQ(choose_fp8_overlap_gemm_tiling(m, 4096, 4096, 132).tile, kFp8OverlapGemmTile) << m;
+}
+
 TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
   // m = 200 rows of the GEMM sweep (bench/results/2026-11-25_h{1,2}00x1_gemm_sweep), the best tile
   // and split measured on both GPUs: 128x256 split in two (112 entries) at n = 7168, k = 8192

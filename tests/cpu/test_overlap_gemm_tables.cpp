@@ -461,9 +461,24 @@ TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {
   const float scale = 1.0f;
   l.a_scales = l.b_scales = &scale;
   EXPECT_EQ(refusal(l, OverlapGemmConfig::tile_128x128x128_fp8), "");
-  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x128).find("no 128x128x64 kernel has FP8 operands; 128x128x128 does"), std::string::npos);
-  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_64x128).find("no 64x128x128 kernel has FP8"), std::string::npos);
+  EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x128).find("no 128x128x64 kernel has FP8 operands; 128x128x128 and 64x128x128 do"),
+            std::string::npos);
   EXPECT_NE(refusal(l, OverlapGemmConfig::tile_128x256).find("no 128x256x64 kernel has FP8"), std::string::npos);
+  // 64x128x128 (m <= 64) runs FP8 too, unclustered; 128x128x128 also in clusters of two.
+  OverlapGemmLaunch small = launch_for(64, 128, 128, 1);
+  small.fp8 = true;
+  small.a_scales = small.b_scales = &scale;
+  EXPECT_EQ(refusal(small, OverlapGemmConfig::tile_64x128), "");
+  OverlapGemmLaunch pairs = launch_for(128, 256, 128, 1);
+  pairs.fp8 = true;
+  pairs.a_scales = pairs.b_scales = &scale;
+  pairs.cluster_n = 2;
+  EXPECT_EQ(refusal(pairs, OverlapGemmConfig::tile_128x128x128_fp8), "");
+  OverlapGemmLaunch small_pairs = launch_for(64, 256, 128, 1);
+  small_pairs.fp8 = true;
+  small_pairs.a_scales = small_pairs.b_scales = &scale;
+  small_pairs.cluster_n = 2;
+  EXPECT_NE(refusal(small_pairs, OverlapGemmConfig::tile_64x128).find("kernel runs in clusters"), std::string::npos);
   OverlapGemmLaunch short_k = l;
   short_k.k = 56;
   EXPECT_NE(refusal(short_k, OverlapGemmConfig::tile_128x128x128_fp8).find("multiple of 16"), std::string::npos);

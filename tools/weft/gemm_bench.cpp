@@ -157,9 +157,11 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   double* sums = nullptr;
   WEFT_CUDA_CHECK(cudaMalloc(&sums, 3 * sizeof(double)));
 
-  // FP8: the one tile its main loop is compiled for, alone and in clusters; no exchanged or stream-K variants.
+  // FP8: the tiles its main loop is compiled for (128x128x128 alone and in clusters, 64x128x128); no
+  // exchanged or stream-K variants.
   const bool fp8 = is_fp8(o.dtype);
-  const std::vector<OverlapGemmConfig> configs = fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128x128_fp8} : overlap_gemm_configs();
+  const std::vector<OverlapGemmConfig> configs =
+      fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128x128_fp8, OverlapGemmConfig::tile_64x128} : overlap_gemm_configs();
   if (fp8)
     std::printf("FP8 %s with %s scales: the overlap GEMM's FP8 main loop against cuBLASLt's FP8 matmul (fast accumulation off in both)\n\n",
                 std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.scaling)).c_str());

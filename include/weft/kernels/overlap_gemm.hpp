@@ -131,7 +131,8 @@ struct OverlapGemmLaunch {
   // row_scales one per row of A (a_scales[i] for row i of a, a2_scales for a2's rows) and one per
   // row of B ([N, K]: one per column of C). Compiled for 128x128 tiles, 128 deep in K
   // (OverlapGemmConfig::tile_128x128x128_fp8; 128x256's registers cannot hold the FP8 main loop's
-  // partial sums beside the accumulators), untransposed, alone or in clusters of two.
+  // partial sums beside the accumulators), untransposed, alone or in clusters of two; and for
+  // 64x128x128 (tile_64x128), unclustered, for m <= 64.
   bool fp8 = false;
   bool row_scales = false;
   const float* a_scales = nullptr;
@@ -157,6 +158,7 @@ struct OverlapGemmLaunch {
 // Tile and cluster shapes compiled in. The plan's tile_m x tile_n must match the config's tile.
 // tile_128x128x128_fp8 is FP8's alone (OverlapGemmLaunch::fp8): 128 e4m3 elements of K per stage are
 // the 128 bytes a bf16 stage of 64 holds; it is not among overlap_gemm_configs() (the bf16 tiles).
+// tile_64x128 (128 deep in K either way) runs bf16 or FP8 operands, FP8's tile for m <= 64.
 enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256, tile_128x128x128_fp8 };
 
 struct OverlapGemmShape {
@@ -165,7 +167,7 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
-// The configuration of FP8 operands on a tile of the model (128x128 only; throws otherwise).
+// The configuration of FP8 operands on a tile of the model (128x128 or 64x128; throws otherwise).
 OverlapGemmConfig fp8_config_for(int tile_m, int tile_n);
 // The configuration compiled for a tile shape of the model (model/tiling.hpp); throws
 // std::invalid_argument listing the compiled ones when there is none.

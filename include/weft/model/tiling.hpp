@@ -48,11 +48,13 @@ struct GemmTiling {
 };
 
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
-// FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 tiles, 128 deep in K,
-// only (on 128x256 the main loop's partial sums would not fit in registers beside the accumulators), so the tile is that one and
-// only the K split is chosen, as for bf16 on that tile: split where the tiles leave SMs idle, else a
-// partial last wave split.
+// FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 and 64x128 tiles, 128
+// deep in K, only (on 128x256 the main loop's partial sums would not fit in registers beside the
+// accumulators): m <= 64 takes the 64-row tile, split as bf16's small-M rule splits; above, 128x128,
+// and only the K split is chosen, as for bf16 on that tile: split where the tiles leave SMs idle, else
+// a partial last wave split.
 constexpr TileShape kFp8OverlapGemmTile{128, 128, 128};  // 128 e4m3 elements of K per stage (OverlapGemmConfig::tile_128x128x128_fp8)
+constexpr TileShape kFp8SmallMTile{64, 128, 128};      // m <= 64 (a 128-row tile would do twice the MMA work)
 GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
 // FLOP per byte of A, B and C below Hopper's ridge, with margin: HBM, not the tensor cores, bounds it.
 bool memory_bound_gemm(int64_t m, int64_t n, int64_t k);
