@@ -24,7 +24,7 @@ void print_help() {
       "\nops: ag_gemm (AllGather->GEMM), gemm_rs (GEMM->ReduceScatter), gemm_ar (GEMM->AllReduce),\n"
       "     gemm_a2a (GEMM->All-to-All of token rows), a2a_gemm (All-to-All of token rows->GEMM),\n"
       "     ag_moe (AllGather of tokens->gather->grouped GEMM), moe_rs (grouped GEMM->top-k reduce->ReduceScatter),\n"
-      "     ag_attention (AllGather of K and V->self-attention, sequence parallel; plans and CPU proofs, no GPU kernel yet)\n\n"
+      "     ag_attention (AllGather of K and V->self-attention, sequence parallel; weft's attention kernel on the GPU, bf16)\n\n"
       "strategies:\n");
   for (const auto& s : weft::strategies())
     std::printf("  %-11s (%s) %s\n", s.name.c_str(), s.paper.c_str(), s.description.c_str());

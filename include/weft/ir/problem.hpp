@@ -64,8 +64,9 @@ bool is_fp8(DType dtype);
 enum class BLayout { nk, kn };
 enum class OpKind { ag_gemm, gemm_rs, gemm_ar, gemm_a2a, a2a_gemm, ag_moe, moe_rs, ag_attention };
 // The GEMM-family ops, in declaration order: defaults of --op and the sweeps of the GPU tests and
-// tools, which run every op they list on GPUs. ag_attention is not among them: it has plans, proofs
-// and costs on the CPU but no GPU kernel yet (attention_ops()).
+// tools, which run every op they list on GPUs. ag_attention is not among them: its problem has a
+// shape of its own (heads, head dimension, causal) and its GPU path is weft's attention kernel
+// (attention_ops()).
 const std::vector<OpKind>& all_ops();
 // The attention ops (ag_attention): planned, proved on the CPU and simulated like the others.
 const std::vector<OpKind>& attention_ops();
