@@ -6,12 +6,14 @@
 // (128 e4m3 elements deep) are added into fp32 accumulators ("promoted"), as cuBLASLt does with fast
 // accumulation off. CUTLASS's collective waits for all of a k-tile's WGMMAs before adding them
 // (warpgroup_wait<0>), so the tensor cores idle through the wait's drain and the adds on every
-// k-tile; both consumer warp groups read the same stages, so they idle together. Here the partial
-// sums alternate between two register fragments: k-tile i's WGMMAs are issued into one while k-tile
-// i - 1's, waited for with one batch still in flight (warpgroup_wait<1>), are added from the other,
-// and only then is i - 1's stage released. The tensor cores always have a k-tile queued. It costs a
-// third accumulator fragment (64x128 per warp group: 3 x 64 fp32 registers per thread, within the
-// consumers' 232).
+// k-tile; both consumer warp groups read the same stages, so they idle together. Here two k-tiles are
+// issued at once into alternating partial-sum fragments; the first is added (waited for with the
+// second's batch still in flight, warpgroup_wait<1>) while the second runs, then the second, and each
+// stage is released once its WGMMAs completed: the tensor cores drain once per two k-tiles, not once
+// per k-tile, and half the adds run behind WGMMAs. (Waiting across the loop's back edge instead, so
+// that a k-tile is always queued, made ptxas serialize the WGMMAs: the fragment in flight at the back
+// edge is copied there.) It costs a third accumulator fragment (64x128 per warp group: 3 x 64 fp32
+// registers per thread, within the consumers' 232).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -64,6 +66,9 @@ CUTLASS_DEVICE void fp8_mma_promoting_behind(typename Collective::MainloopPipeli
     warpgroup_fence_operand(partial);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(accumulators); ++i) accumulators(i) += partial(i);
+    // Pins the adds here, between this wait and the next: without it the compiler may sink them all
+    // past the last wait (nvcc's PTX does; ptxas happened to hoist them back), losing the overlap.
+    warpgroup_fence_operand(accumulators);
     pipeline.consumer_release(release);
     ++release;
   };

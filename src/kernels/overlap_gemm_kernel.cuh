@@ -640,13 +640,13 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
 // pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
-// clusters of two where it is compiled for them (Clusterable). FP8 operands have a preparer of their
-// own (overlap_gemm_128x128x128_fp8.cu).
+// clusters of two where it is compiled for them (Clusterable). FP8 operands are dispatched by their
+// tiles' own preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
 template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
   if (launch.fp8)
     throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
-                                " kernel has FP8 operands (128x128x128 does)");
+                                " kernel has FP8 operands (128x128x128 and 64x128x128 do)");
   if (launch.cluster_m * launch.cluster_n > 1) {
     if constexpr (Clusterable) {
       if (launch.store_transposed || launch.b_n_major)

@@ -71,8 +71,9 @@ Fp8Operand make_operand(int64_t rows, int64_t cols, bool row_scales, uint64_t se
 void upload(const DeviceBytes& to, const void* from, size_t bytes) { WEFT_CUDA_CHECK(cudaMemcpy(to.data, from, bytes, cudaMemcpyHostToDevice)); }
 
 // Each case twice: on one CTA per tile, and on 3 CTAs (each walks many tiles: the pipeline carried
-// from tile to tile, the accumulators cleared between them). K of 272 and 528 leave an odd number of
-// 128-deep k-tiles (the main loop's partial sums alternate between two fragments, k-tile by k-tile). Tiles of even tile rows read their A
+// from tile to tile, the accumulators cleared between them). K of 96, 256, 272, 528 and 1024 are 1, 2,
+// 3, 5 and 8 k-tiles of 128 (the main loop issues them in pairs into alternating partial-sum
+// fragments, an odd one last alone). Tiles of even tile rows read their A
 // rows from a second operand (the same bytes, scales twice A's), so those rows of C come out doubled.
 TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
   cudaStream_t stream{};
@@ -80,7 +81,8 @@ TEST(OverlapGemmFp8, TensorAndRowScaledProductsMatchTheDequantizedProduct) {
   for (const OverlapGemmConfig config : {OverlapGemmConfig::tile_128x128x128_fp8, OverlapGemmConfig::tile_64x128}) {
     const OverlapGemmShape tile = shape_of(config);
     for (const bool row_scales : {false, true})
-      for (const auto& [m, n, k, splits] : {std::tuple{256, 512, 1024, 1}, {200, 136, 272, 1}, {300, 700, 528, 1}, {384, 1024, 2048, 3}}) {
+      for (const auto& [m, n, k, splits] : {std::tuple{256, 512, 1024, 1}, {200, 136, 272, 1}, {300, 700, 528, 1}, {384, 1024, 2048, 3}, {128, 256, 96, 1},
+                                                  {256, 384, 256, 1}}) {
         const Fp8Operand a = make_operand(m, k, row_scales, 17 + m), b = make_operand(n, k, row_scales, 29 + n);
         HostMatrix want = host_gemm(a.dequantized, b.dequantized), bound = host_gemm(a.magnitude, b.magnitude);
         for (int64_t i = 0; i < m; ++i)
