@@ -141,7 +141,10 @@ struct OverlapGemmKernel {
   static constexpr int kThreads = 128 + kMmaThreads;
   // Warps 2 and 3 of the producer warp group copy staged tiles out (warp 0 loads, warp 1 notifies).
   static constexpr int kStorerThreads = 64;
-  static constexpr int kProducerRegisters = 40;
+  // Registers per thread after the warp groups' setmaxnreg: two consumer groups need 232 each, which
+  // leaves the producer group 40 of the SM's 64K; with one consumer group (64-row tiles) there is
+  // room to spare, and at 40 the storing warps' copy-out spilled (24-byte stack, 2026-11-28za).
+  static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 96;
   static constexpr int kConsumerRegisters = 232;
   // User barriers: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8) itself, and PTX has
   // 16 IDs (hardware 8 and 9 here; FirstUserBarrier + 1 gave 16 and 17, beyond the range).
