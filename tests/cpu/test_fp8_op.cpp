@@ -230,6 +230,28 @@ TEST(Fp8OpStrategies, KeptAtWorldOneTheirTablesWaitOrNotifyAndLower) {
     }
 }
 
+TEST(Fp8OpStrategies, GemmsOfAtMost64RowsRunTheFp8MainLoopOn64RowTiles) {
+  // A per-rank GEMM of at most 64 rows takes FP8's 64x128x128 tile (model/tiling.hpp), inside the
+  // overlapped strategies' tables too: each such plan at world 2 validates, puts 64x128 tiles in its
+  // overlap-GEMM steps and lowers (the strategies whose tables wait, notify or store to peers).
+  for (const Scaling scaling : {Scaling::tensor, Scaling::row})
+    for (const auto& [strategy, op] : {std::pair{"fused", OpKind::gemm_rs}, std::pair{"signal", OpKind::gemm_rs}, std::pair{"chunked", OpKind::gemm_rs},
+                                       std::pair{"tilelink", OpKind::gemm_rs}, std::pair{"signal", OpKind::gemm_ar}, std::pair{"chunked", OpKind::gemm_ar}}) {
+      Problem p = fp8_problem(op, 2, scaling, DType::bf16);
+      p.m = 64, p.n = 512, p.k = 1024;
+      const Plan plan = make_plan(find_strategy(strategy), p, lowerable_only());
+      int overlapped = 0;
+      for (const RankPlan& rank : plan.ranks)
+        for (const Step& step : rank.steps)
+          if (const auto* g = std::get_if<GemmStep>(&step.body); g && !is_plain_tile_table(*g)) {
+            ++overlapped;
+            EXPECT_TRUE(g->tile_m == 64 && g->tile_n == 128) << strategy << " " << describe(p) << ": " << g->tile_m << "x" << g->tile_n;
+          }
+      EXPECT_GT(overlapped, 0) << strategy << " " << describe(p);
+      EXPECT_FALSE(gpu_lowering_gap(plan, {false})) << strategy << " " << describe(p);
+    }
+}
+
 TEST(Fp8OpStrategies, TheGapNamesTheStepAndWhatIsMissing) {
   // NCCL's all-gather moves FP8 rows with tensor or row scales, not block-scaled ones.
   EXPECT_FALSE(gpu_lowering_gap(make_plan(find_strategy("sequential"), fp8_problem(OpKind::ag_gemm, 2, Scaling::row, DType::bf16)),
