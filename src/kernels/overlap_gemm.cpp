@@ -83,6 +83,12 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs() {
           OverlapGemmConfig::tile_128x256};
 }
 
+std::vector<OverlapGemmConfig> fp8_overlap_gemm_configs() { return {OverlapGemmConfig::tile_128x128x128_fp8, OverlapGemmConfig::tile_64x128}; }
+
+bool compiled_in_clusters(OverlapGemmConfig config) {
+  return config == OverlapGemmConfig::tile_128x128 || config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8;
+}
+
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                            OverlapGemmConfig config, int group) {
   const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
@@ -253,8 +259,7 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
     reject("clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " CTAs; 2x1 and 1x2 are compiled");
   if (clustered && (launch.store_transposed || launch.b_n_major))
     reject("clusters of two run the K-major (B stored [N, K]), untransposed product only");
-  if (clustered && config != OverlapGemmConfig::tile_128x128 && config != OverlapGemmConfig::tile_128x256 &&
-      config != OverlapGemmConfig::tile_128x128x128_fp8)
+  if (clustered && !compiled_in_clusters(config))
     reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64, 128x256x64 and 128x128x128 (FP8) do");
   // Both CTAs of a cluster walk as many entries (an unpaired one would wait for its peer's half of a
   // tile forever); require_valid_table checks the pairs themselves.
@@ -264,7 +269,8 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   if (launch.fp8) {
     if (launch.store_transposed || launch.b_n_major) reject("FP8 operands run the K-major (B stored [N, K]), untransposed product only");
     // 128x256: the FP8 main loop's two fragments of partial sums beside the accumulators would not fit in registers.
-    if (config != OverlapGemmConfig::tile_128x128x128_fp8 && config != OverlapGemmConfig::tile_64x128)
+    const std::vector<OverlapGemmConfig> fp8_configs = fp8_overlap_gemm_configs();
+    if (std::find(fp8_configs.begin(), fp8_configs.end(), config) == fp8_configs.end())
       reject("no " + to_string(config) + " kernel has FP8 operands; 128x128x128 and 64x128x128 do");
     if (config == OverlapGemmConfig::tile_64x128 && clustered) reject("FP8 on 64x128x128 runs unclustered; 128x128x128 runs in clusters");
     if (!launch.a_scales || !launch.b_scales || (launch.a2 && !launch.a2_scales))

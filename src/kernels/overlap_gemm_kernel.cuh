@@ -143,7 +143,7 @@ struct OverlapGemmKernel {
   static constexpr int kStorerThreads = 64;
   // Registers per thread after the warp groups' setmaxnreg: two consumer groups need 232 each, which
   // leaves the producer group 40 of the SM's 64K; with one consumer group (64-row tiles) there is
-  // room to spare, and at 40 the storing warps' copy-out spilled (24-byte stack, 2026-11-28za).
+  // room to spare, and at 40 the storing warps' copy-out spills.
   static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 96;
   static constexpr int kConsumerRegisters = 232;
   // User barriers: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8) itself, and PTX has

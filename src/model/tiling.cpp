@@ -92,6 +92,13 @@ namespace {
 // fastest or within one 1-us step of it on each.
 constexpr double kSmallMSplitFill = 0.9;
 
+// The small-M rule's K split of a 64-row tile's n / tile_n tiles: two where they fill less than
+// kSmallMSplitFill of the SMs twice over and K leaves each split kMinKTilesPerSplit K-tiles, else one.
+int small_m_splits(int64_t n, int64_t k, TileShape tile, int sm_count) {
+  const bool few = 2.0 * static_cast<double>(ceil_div(n, tile.tile_n)) <= kSmallMSplitFill * std::max(sm_count, 1);
+  return few && ceil_div(k, tile.tile_k) / 2 >= kMinKTilesPerSplit ? 2 : 1;
+}
+
 GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
   const int sms = std::max(sm_count, 1);
   const std::vector<TileShape>& tiles = overlap_gemm_tiles();
@@ -102,9 +109,7 @@ GemmTiling choose_small_m_tiling(int64_t n, int64_t k, int sm_count) {
     pick = {*it, 1};
     if (ceil_div(n, it->tile_n) <= sms) break;
   }
-  const int64_t count = ceil_div(n, pick.tile.tile_n);
-  if (2.0 * static_cast<double>(count) <= kSmallMSplitFill * sms && ceil_div(k, pick.tile.tile_k) / 2 >= kMinKTilesPerSplit)
-    pick.k_splits = 2;
+  pick.k_splits = small_m_splits(n, k, pick.tile, sms);
   return pick;
 }
 
@@ -176,12 +181,8 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 
 GemmTiling choose_fp8_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
   if (m <= kSmallTileRows) {
-    // bf16's small-M rule on FP8's one 64-row tile: split in two where its tiles fill too few SMs.
-    GemmTiling small{kFp8SmallMTile, 1};
-    if (2.0 * static_cast<double>(ceil_div(n, kFp8SmallMTile.tile_n)) <= kSmallMSplitFill * std::max(sm_count, 1) &&
-        ceil_div(k, kFp8SmallMTile.tile_k) / 2 >= kMinKTilesPerSplit)
-      small.k_splits = 2;
-    return small;
+    // bf16's small-M split on FP8's one 64-row tile.
+    return GemmTiling{kFp8SmallMTile, small_m_splits(n, k, kFp8SmallMTile, sm_count)};
   }
   const TileShape tile = kFp8OverlapGemmTile;
   const int64_t tiles = ceil_div(m, tile.tile_m) * ceil_div(n, tile.tile_n);

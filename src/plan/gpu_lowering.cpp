@@ -93,8 +93,8 @@ std::optional<std::string> library_gemm_gap(const Plan& plan, const GemmStep& ge
 // An FP8 GEMM on the overlap GEMM (its tile table waits, notifies, stores remapped or to peers, reads
 // addends, or the executor puts plain tables there too): the FP8 main loop as compiled
 // (kernels/overlap_gemm.hpp, OverlapGemmLaunch::fp8): e4m3 A (and A rows read in place) and B stored
-// [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 or 64x128 tiles,
-// untransposed (clusters of two are judged with the bf16 ones: clustered_gemm_gap).
+// [N, K], tensor or row scales applied in the epilogue, bf16 stores and addends, 128x128 or 64x128
+// tiles, untransposed (clusters of two are judged with the bf16 ones: clustered_gemm_gap).
 std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "FP8 GEMM step '" + label + "' on the overlap GEMM (its tile table waits, notifies or stores elsewhere)";
   if (plan.problem.scaling != Scaling::tensor && plan.problem.scaling != Scaling::row)
@@ -141,9 +141,9 @@ std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& 
 }
 
 // Clusters of two (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
-// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), B stored [N, K], untransposed, no tail splits or stream-K, no tile
-// waiting. Whether
-// the table comes in pairs is the kernel layer's check at lowering (require_valid_table).
+// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), B stored [N, K], untransposed, no tail splits or
+// stream-K, no tile waiting. Whether the table comes in pairs is the kernel layer's check at lowering
+// (require_valid_table).
 std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "GEMM step '" + label + "' runs in clusters of " + std::to_string(gemm.cluster_m) + "x" + std::to_string(gemm.cluster_n);
   if (!((gemm.cluster_m == 2 && gemm.cluster_n == 1) || (gemm.cluster_m == 1 && gemm.cluster_n == 2)))

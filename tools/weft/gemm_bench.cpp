@@ -5,9 +5,9 @@
 //              once per compiled tile shape (a memory-bound shape: also split 1-4 ways over K, the
 //              tile's column its best; where the last wave is partial, also with stream-K on each
 //              128-row tile; for m <= 256, also the exchanged product C^T = B A^T on each tile
-//              compiled for it, "/x"; on 128x128 and 128x256 (FP8: 128x128x128), clusters of two sharing a B or an A
-//              tile by TMA multicast, "/c2x1" and "/c1x2", with the tile's splits), so the tile
-//              rule's pick can be judged;
+//              compiled for it, "/x"; on 128x128 and 128x256 (FP8: 128x128x128), clusters of
+//              two sharing a B or an A tile by TMA multicast, "/c2x1" and "/c1x2", with the tile's
+//              splits), so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
 //              also each of the two alone (CSV and summary), to trace a cost to one of them;
@@ -160,8 +160,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
   // FP8: the tiles its main loop is compiled for (128x128x128 alone and in clusters, 64x128x128); no
   // exchanged or stream-K variants.
   const bool fp8 = is_fp8(o.dtype);
-  const std::vector<OverlapGemmConfig> configs =
-      fp8 ? std::vector<OverlapGemmConfig>{OverlapGemmConfig::tile_128x128x128_fp8, OverlapGemmConfig::tile_64x128} : overlap_gemm_configs();
+  const std::vector<OverlapGemmConfig> configs = fp8 ? fp8_overlap_gemm_configs() : overlap_gemm_configs();
   if (fp8)
     std::printf("FP8 %s with %s scales: the overlap GEMM's FP8 main loop against cuBLASLt's FP8 matmul (fast accumulation off in both)\n\n",
                 std::string(to_string(o.dtype)).c_str(), std::string(to_string(o.scaling)).c_str());
@@ -217,19 +216,18 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
       if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
-      // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
-      // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,
-      // often fewer than the SMs, where cuBLASLt keeps every SM busy).
       // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),
       // with the tile's splits (in step), on the tiles compiled for them.
-      if (configs[c] == OverlapGemmConfig::tile_128x128 || configs[c] == OverlapGemmConfig::tile_128x256 ||
-          configs[c] == OverlapGemmConfig::tile_128x128x128_fp8) {
+      if (compiled_in_clusters(configs[c])) {
         for (int split : splits) {
           if ((s.m + t.tile_m - 1) / t.tile_m % 2 == 0) variants.push_back({c, split, 1, false, false, 2, 1});
           if ((s.n + t.tile_n - 1) / t.tile_n % 2 == 0) variants.push_back({c, split, 1, false, false, 1, 2});
         }
       }
       if (fp8) continue;
+      // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
+      // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,
+      // often fewer than the SMs, where cuBLASLt keeps every SM busy).
       if (std::isfinite(stream_k_time((s.m + t.tile_m - 1) / t.tile_m * ((s.n + t.tile_n - 1) / t.tile_n), s.k,
                                       TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) && t.tile_m == 128)
         variants.push_back({c, 1, 1, true});

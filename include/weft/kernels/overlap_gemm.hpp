@@ -167,6 +167,10 @@ struct OverlapGemmShape {
 OverlapGemmShape shape_of(OverlapGemmConfig config);
 std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
+// The configurations compiled for FP8 operands (OverlapGemmLaunch::fp8): 128x128x128 and 64x128x128.
+std::vector<OverlapGemmConfig> fp8_overlap_gemm_configs();
+// Whether a configuration is compiled in clusters of two (OverlapGemmLaunch::cluster_m / cluster_n).
+bool compiled_in_clusters(OverlapGemmConfig config);
 // The configuration of FP8 operands on a tile of the model (128x128 or 64x128; throws otherwise).
 OverlapGemmConfig fp8_config_for(int tile_m, int tile_n);
 // The configuration compiled for a tile shape of the model (model/tiling.hpp); throws

@@ -60,10 +60,10 @@ struct MachineProfile {
   // (DEVELOPERS: copy engine ~380 GB/s per peer; NVLink 4 is 450 GB/s per direction per GPU).
   double gemm_efficiency = 0.95;            // a library GEMM's achieved fraction of peak_flops (128x256 tiles)
   double overlap_gemm_efficiency = 0.95;    // the overlap GEMM's rate relative to that (its own tile table)
-  // With FP8 operands, the overlap GEMM's main loop (128x128x128 tiles) against the library's FP8 GEMM,
-  // on top of overlap_gemm_efficiency: `weft bench gemm --dtype e4m3` measured a median 0.73 (tensor
-  // scales) and 0.71 (row) over the sweep on H200 (the shipped profile's 0.85 is what the recorded FP8
-  // calls fit, beside its fp8_speedup of 1.8); not measured on H100.
+  // With FP8 operands, the overlap GEMM's FP8 main loop against the library's FP8 GEMM, on top of
+  // overlap_gemm_efficiency. The built-in value is an early estimate; a profile gives the rate its
+  // recorded FP8 calls fit (the shipped H200 profile's, beside its fp8_speedup; bench/results/README.md
+  // has the fits and `weft bench gemm --dtype e4m3` the kernel's own ratio). Not measured on H100.
   double fp8_overlap_gemm_rate = 0.72;
   // An attention kernel's achieved fraction of peak_flops, counting 4 q k d FLOPs per unmasked block
   // of q queries and k keys. Not measured here (weft's attention kernel has not run yet): FlashAttention-3 reports

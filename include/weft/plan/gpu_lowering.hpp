@@ -12,8 +12,8 @@
 // partial sums an FP8 GEMM gives in bf16, never f32). Nothing else moves FP8 rows or their scales
 // (all_to_all, row permutations, box moves, block-scaled rows). A GEMM on the overlap GEMM (a table
 // that waits, notifies or stores elsewhere, or PlainGemm::overlap) runs its FP8 main loop: e4m3 A and
-// B [N, K] with tensor or row scales (applied in the epilogue), 128x128 or 64x128 tiles (the FP8 tiling,
-// model/tiling.hpp; alone or in clusters of two), bf16 stores and addends, not exchanged.
+// B [N, K] with tensor or row scales (applied in the epilogue), 128x128 or 64x128 tiles (the FP8
+// tiling, model/tiling.hpp; alone or in clusters of two), bf16 stores and addends, not exchanged.
 #pragma once
 
 #include <optional>
