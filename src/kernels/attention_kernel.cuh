@@ -14,7 +14,10 @@
 // query rows each: per piece, S = Q K^T (WGMMA, both operands in shared memory), the online softmax
 // in registers (fp32; scores prescaled by log2(e)/sqrt(d) so that exp2 gives the exponentials;
 // each thread holds two rows, reduced over the 4 threads of a quad), P rounded to bf16 in registers
-// as the A operand of O += P V (WGMMA, register-sourced A). Then the epilogue: O divided by the row
+// as the A operand of O += P V (WGMMA, register-sourced A). As FA3 does, a piece's P V is issued
+// behind the next piece's S (intra-warp-group overlap), and the two consumer groups take turns to
+// issue their WGMMAs (ping-pong), so that one group's softmax runs while the other's products do.
+// Then the epilogue: O divided by the row
 // sums, combined with what o and lse hold where the launch merges, stored from registers (bf16
 // pairs), and the log-sum-exp stored by one thread per row.
 //
@@ -34,6 +37,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_conversion.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "weft/kernels/attention.hpp"
@@ -70,6 +74,9 @@ struct AttentionKernel {
   static constexpr int kConsumerRegisters = kConsumerGroups == 2 ? 232 : 240;
   // A user barrier: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8), and PTX has 16 IDs.
   static constexpr uint32_t kConsumerBarrier = 0;
+  // The consumer groups' turns to issue WGMMAs (take_turn), user barriers 1 and 2.
+  static constexpr uint32_t kTurnBarrier = 1;
+  static constexpr bool kPingPong = kConsumerGroups == 2;
 
   // Shared-memory tiles: Q and K K-major (head dim contiguous), V as V^T (head dim x keys),
   // MN-major, which is how its rows lie in memory and how WGMMA reads P V's B operand; 128-byte
@@ -238,9 +245,10 @@ struct AttentionKernel {
 
   // ---- consumers ---------------------------------------------------------------------------------
 
-  // C += A B over the k-blocks (or C = A B with zero_init), one WGMMA batch, waited for.
+  // C += A B over the k-blocks (or C = A B with zero_init), one WGMMA batch, issued and committed;
+  // the caller waits for it (warpgroup_wait) before it reads C or writes a register operand.
   template <class Mma, class A, class B, class C>
-  CUTLASS_DEVICE static void warpgroup_gemm(Mma& mma, const A& a, const B& b, C& c, bool zero_init) {
+  CUTLASS_DEVICE static void warpgroup_issue(Mma& mma, const A& a, const B& b, C& c, bool zero_init) {
     using namespace cute;
     warpgroup_fence_operand(c);
     warpgroup_arrive();
@@ -251,8 +259,15 @@ struct AttentionKernel {
       mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(c);
+  }
+
+  // 2^x in one MUFU.EX2: exp2f without -ftz wraps the instruction in range fix-ups for denormal
+  // results (three more instructions per exponential, a third of the softmax's instructions), and
+  // a probability below 2^-126 of the row's largest is 0 to bf16's P V either way.
+  CUTLASS_DEVICE static float exp2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
   }
 
   CUTLASS_DEVICE static float quad_max(float x) {
@@ -262,6 +277,16 @@ struct AttentionKernel {
   CUTLASS_DEVICE static float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffff, x, 1);
     return x + __shfl_xor_sync(0xffffffff, x, 2);
+  }
+
+  // The two consumer warp groups take turns to issue their WGMMAs (FA3's ping-pong): while one
+  // group's softmax runs on the CUDA cores, the other's products run on the tensor cores.
+  // Group g waits on barrier kTurnBarrier + g, then hands the turn to the other group's barrier.
+  CUTLASS_DEVICE static void take_turn(int consumer_group) {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + consumer_group);
+  }
+  CUTLASS_DEVICE static void pass_turn(int consumer_group) {
+    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + (1 - consumer_group));
   }
 
   CUTLASS_DEVICE static void consume(const Params& params, SharedStorage& shared, Pipeline& pipeline, int mma_thread_idx) {
@@ -295,8 +320,10 @@ struct AttentionKernel {
     static_assert(decltype(size<0, 0>(probabilities))::value == 2 && decltype(size<0, 1>(probabilities))::value == 2 &&
                   decltype(size<0, 2>(probabilities))::value == 2 && decltype(size<1>(probabilities))::value == 1 &&
                   decltype(size<2>(probabilities))::value == TileKv / 16, "unexpected WGMMA register A layout for P");
-    const int group = launch.heads / launch.kv_heads;
-    (void)group;
+    const int consumer_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
+    // The first group holds the first turn: its own arrival stands in for the other group's hand-off.
+    if constexpr (kPingPong)
+      if (consumer_group == 0) cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier);
 
     PipelineState read;
     int units_done = 0;
@@ -308,6 +335,73 @@ struct AttentionKernel {
       float row_sum[2] = {0.f, 0.f};  // this thread's columns only; summed over the quad at the end
       clear(out);
       cutlass::arch::ClusterBarrier::wait(&shared.q_full, units_done & 1);
+
+      // A piece's P V is issued behind the next piece's S = Q K^T (FA3's intra-warp-group overlap):
+      // the softmax of one piece runs while the tensor cores multiply the previous piece's P by its V.
+      // `pending`: a piece's P waits in `probabilities` for its P V, its stage held until that is done,
+      // and O is to be rescaled by that piece's factor before its P V adds in.
+      bool pending = false;
+      PipelineState pending_read;
+      float pending_rescale[2] = {1.f, 1.f};
+      // O is rescaled before the turn's first WGMMA is issued: ptxas serialises every WGMMA of a
+      // batch whose accumulators are written between the batch's first arrive and its wait.
+      auto rescale_out = [&] {
+        CUTLASS_PRAGMA_UNROLL
+        for (int half = 0; half < 2; ++half)
+          CUTLASS_PRAGMA_UNROLL
+          for (int g = 0; g < HeadDim / 8; ++g)
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < 2; ++c) out(make_coord(make_coord(c, half, g), 0, 0)) *= pending_rescale[half];
+        warpgroup_fence_operand(out);  // the multiplies stay before the next WGMMA's arrive
+      };
+      auto issue_pending_pv = [&] {
+        warpgroup_fence_operand(probabilities);
+        warpgroup_issue(mma_pv, probabilities, tOrVt(_, _, _, pending_read.index()), out, false);
+      };
+      auto retire_pending_pv = [&] {
+        warpgroup_fence_operand(out);
+        warpgroup_fence_operand(probabilities);  // a register A operand stays fenced until its WGMMA is waited for
+        pipeline.consumer_release(pending_read);
+      };
+
+      // Masks (keys past the piece; causal: keys after the query's position), then the online
+      // softmax per row half: the new maximum, the old terms' factor (`rescale`), the new terms'
+      // exponentials in place of their scores, and their sum added.
+      auto softmax = [&](const Piece& piece, float (&rescale)[2]) {
+        const float scale_log2 = params.scale_log2;
+        const int64_t first_key = launch.kv_position + piece.row;
+        const bool mask = piece.rows < TileKv || (launch.causal && first_key + TileKv - 1 > u.first_position);
+        if (mask) {
+          CUTLASS_PRAGMA_UNROLL
+          for (int i = 0; i < size(scores); ++i) {
+            const int row = get<0>(cS(i)), col = get<1>(cS(i));
+            if (col >= piece.rows || (launch.causal && first_key + col > u.first_position + row)) scores(i) = kMinusInf;
+          }
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          float top = row_max[half];
+          CUTLASS_PRAGMA_UNROLL
+          for (int g = 0; g < TileKv / 8; ++g)
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < 2; ++c) top = fmaxf(top, scores(make_coord(make_coord(c, half, g), 0, 0)));
+          top = quad_max(top);
+          // A row that has seen no visible key yet keeps a maximum of -inf: its terms are all 0.
+          rescale[half] = row_max[half] == kMinusInf ? 0.f : exp2_ftz((row_max[half] - top) * scale_log2);
+          const float base = top == kMinusInf ? 0.f : top * scale_log2;
+          float sum = 0.f;
+          CUTLASS_PRAGMA_UNROLL
+          for (int g = 0; g < TileKv / 8; ++g)
+            CUTLASS_PRAGMA_UNROLL
+            for (int c = 0; c < 2; ++c) {
+              float& s = scores(make_coord(make_coord(c, half, g), 0, 0));
+              s = exp2_ftz(fmaf(s, scale_log2, -base));
+              sum += s;
+            }
+          row_sum[half] = row_sum[half] * rescale[half] + sum;
+          row_max[half] = top;
+        }
+      };
 
       for_each_piece(launch, [&](int, const AttentionKvTile&, const Piece& piece) {
         if (hidden(launch, u, piece)) return;
@@ -321,45 +415,33 @@ struct AttentionKernel {
           cutlass::arch::fence_view_async_shared();  // generic-proxy writes before WGMMA's reads
           cutlass::arch::NamedBarrier::sync(kMmaThreads, kConsumerBarrier);
         }
-        warpgroup_gemm(mma_qk, tSrQ, tSrK(_, _, _, stage), scores, true);
-
-        // Masks: keys past the piece, and (causal) keys after the query's position.
-        const int64_t first_key = launch.kv_position + piece.row;
-        const bool mask = piece.rows < TileKv || (launch.causal && first_key + TileKv - 1 > u.first_position);
-        if (mask) {
-          CUTLASS_PRAGMA_UNROLL
-          for (int i = 0; i < size(scores); ++i) {
-            const int row = get<0>(cS(i)), col = get<1>(cS(i));
-            if (col >= piece.rows || (launch.causal && first_key + col > u.first_position + row)) scores(i) = kMinusInf;
-          }
-        }
-        // Online softmax, per row half: the new maximum, the old terms rescaled, the new ones added.
-        CUTLASS_PRAGMA_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          float top = row_max[half];
-          CUTLASS_PRAGMA_UNROLL
-          for (int g = 0; g < TileKv / 8; ++g)
-            CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < 2; ++c) top = fmaxf(top, scores(make_coord(make_coord(c, half, g), 0, 0)));
-          top = quad_max(top);
-          // A row that has seen no visible key yet keeps a maximum of -inf: its terms are all 0.
-          const float rescale = row_max[half] == kMinusInf ? 0.f : exp2f((row_max[half] - top) * params.scale_log2);
-          const float base = top == kMinusInf ? 0.f : top * params.scale_log2;
-          float sum = 0.f;
-          CUTLASS_PRAGMA_UNROLL
-          for (int g = 0; g < TileKv / 8; ++g)
-            CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < 2; ++c) {
-              float& s = scores(make_coord(make_coord(c, half, g), 0, 0));
-              s = exp2f(s * params.scale_log2 - base);
-              sum += s;
-            }
-          row_sum[half] = row_sum[half] * rescale + sum;
-          row_max[half] = top;
-          CUTLASS_PRAGMA_UNROLL
-          for (int g = 0; g < HeadDim / 8; ++g)
-            CUTLASS_PRAGMA_UNROLL
-            for (int c = 0; c < 2; ++c) out(make_coord(make_coord(c, half, g), 0, 0)) *= rescale;
+        // Two straight paths, the first piece and the others, each ending with nothing in flight:
+        // ptxas follows WGMMA batches along a path, and one that merges paths with a different
+        // number of batches in flight serialises every WGMMA of the kernel.
+        if (!pending) {
+          take_turn(consumer_group);
+          warpgroup_issue(mma_qk, tSrQ, tSrK(_, _, _, stage), scores, true);
+          pass_turn(consumer_group);
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(scores);
+          softmax(piece, pending_rescale);
+        } else {
+          rescale_out();
+          take_turn(consumer_group);
+          warpgroup_issue(mma_qk, tSrQ, tSrK(_, _, _, stage), scores, true);
+          issue_pending_pv();
+          pass_turn(consumer_group);
+          warpgroup_wait<1>();  // S is done; the previous piece's P V may still run
+          warpgroup_fence_operand(scores);
+          float rescale[2];
+          softmax(piece, rescale);
+          // ptxas schedules this wait right after the row maxima, ahead of the exponentials; a
+          // branch that pinned it after them measured no faster (the other warp group's WGMMAs
+          // fill the tensor cores meanwhile).
+          warpgroup_wait<0>();  // the previous piece's P V: its P registers and its stage are free
+          retire_pending_pv();
+          pending_rescale[0] = rescale[0];
+          pending_rescale[1] = rescale[1];
         }
         // P to bf16 as P V's A operand: k-block kb holds the scores' column groups 2kb and 2kb + 1.
         CUTLASS_PRAGMA_UNROLL
@@ -367,16 +449,26 @@ struct AttentionKernel {
           CUTLASS_PRAGMA_UNROLL
           for (int kh = 0; kh < 2; ++kh)
             CUTLASS_PRAGMA_UNROLL
-            for (int half = 0; half < 2; ++half)
-              CUTLASS_PRAGMA_UNROLL
-              for (int c = 0; c < 2; ++c)
-                probabilities(make_coord(make_coord(c, half, kh), 0, kb)) = Element(scores(make_coord(make_coord(c, half, 2 * kb + kh), 0, 0)));
-        warpgroup_fence_operand(probabilities);
-        warpgroup_gemm(mma_pv, probabilities, tOrVt(_, _, _, stage), out, false);
-        warpgroup_fence_operand(probabilities);  // a register A operand stays fenced until its WGMMA is waited for
-        pipeline.consumer_release(read);
+            for (int half = 0; half < 2; ++half) {  // a pair of columns in one packed conversion
+              cutlass::Array<float, 2> pair;
+              pair[0] = scores(make_coord(make_coord(0, half, 2 * kb + kh), 0, 0));
+              pair[1] = scores(make_coord(make_coord(1, half, 2 * kb + kh), 0, 0));
+              const cutlass::Array<Element, 2> rounded = cutlass::NumericArrayConverter<Element, float, 2>::convert(pair);
+              probabilities(make_coord(make_coord(0, half, kh), 0, kb)) = rounded[0];
+              probabilities(make_coord(make_coord(1, half, kh), 0, kb)) = rounded[1];
+            }
+        pending = true;
+        pending_read = read;
         ++read;
       });
+      if (pending) {  // the last piece's P V
+        rescale_out();
+        take_turn(consumer_group);
+        issue_pending_pv();
+        pass_turn(consumer_group);
+        warpgroup_wait<0>();
+        retire_pending_pv();
+      }
       // Every MMA that reads this unit's Q is done (or there was none).
       cutlass::arch::ClusterBarrier::arrive(&shared.q_free);
       store(params, u, out, cO, row_max, row_sum, local_row);
