@@ -8,9 +8,10 @@
 // Warp roles. Warp group 0 is the producer: its warp 0 loads the unit's Q tile once (TMA, its own
 // barrier), then walks the KV tiles of the table in order, each in pieces of TileKv rows, and loads
 // the K and V of every piece the causal mask does not hide from the whole query tile into the next
-// pipeline stage. Before the first piece of a KV tile that waits it makes the tile's wait
-// (tile::producer_warp_wait: lane 0 waits, bounded, then the warp fences the async proxy), as the
-// overlap GEMM's producer does before a tile's loads. Warp groups 1..TileQ/64 are the consumers, 64
+// pipeline stage (SplitKv: K and V into pipelines of their own, V a piece behind K). Before the
+// first piece of a KV tile that waits it makes the tile's wait (tile::producer_warp_wait: lane 0
+// waits, bounded, then the warp fences the async proxy), as the overlap GEMM's producer does before
+// a tile's loads. Warp groups 1..TileQ/64 are the consumers, 64
 // query rows each: per piece, S = Q K^T (WGMMA, both operands in shared memory), the online softmax
 // in registers (fp32; scores prescaled by log2(e)/sqrt(d) so that exp2 gives the exponentials;
 // each thread holds two rows, reduced over the 4 threads of a quad), P rounded to bf16 in registers
@@ -69,6 +70,9 @@ struct AttentionKernel {
   static_assert(HeadDim == 64 || HeadDim == 128, "compiled head dims: 64, 128");
   static_assert(TileQ == 64 || TileQ == 128, "a query tile has one or two 64-row consumer warp groups");
   static_assert(TileKv % 64 == 0 && TileKv <= 256, "a WGMMA's N is at most 256");
+  // SplitKv: a partial piece's consumers hold its K while they wait for its V, which the producer
+  // may load after the next piece's K: two K stages at least.
+  static_assert(!SplitKv || Stages >= 2, "split K and V pipelines need two stages");
   static constexpr int kConsumerGroups = TileQ / 64;
   static constexpr int kMmaThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
@@ -268,6 +272,12 @@ struct AttentionKernel {
           if (v_behind) load_v(v_row);
           v_behind = true;
           v_row = row;
+          // A piece that ends inside its box: its consumers zero V's tail rows before its S, so its V
+          // is not kept behind the next piece's K.
+          if (piece.rows < TileKv && piece.row + piece.rows < launch.kv_rows) {
+            load_v(v_row);
+            v_behind = false;
+          }
         }
       });
       if constexpr (SplitKv)
@@ -374,8 +384,8 @@ struct AttentionKernel {
 
       // A piece's P V is issued behind the next piece's S = Q K^T (FA3's intra-warp-group overlap):
       // the softmax of one piece runs while the tensor cores multiply the previous piece's P by its V.
-      // `pending`: a piece's P waits in `probabilities` for its P V, its stage held until that is done,
-      // and O is to be rescaled by that piece's factor before its P V adds in.
+      // `pending`: a piece's P waits in `probabilities` for its P V, its stage (SplitKv: its V stage)
+      // held until that is done, and O is to be rescaled by that piece's factor before its P V adds in.
       bool pending = false;
       PipelineState pending_read;
       float pending_rescale[2] = {1.f, 1.f};
