@@ -6,10 +6,7 @@ namespace weft::attention_detail {
 
 std::unique_ptr<Attention::Prepared> prepare_d128(const AttentionLaunch& launch) {
   constexpr AttentionTiling t = kTilingD128;
-  return std::make_unique<PreparedAttention<t.head_dim, t.tile_q, t.tile_kv, t.stages, kSplitKvPipelines>>(launch);
+  return std::make_unique<PreparedAttention<t.head_dim, t.tile_q, t.tile_kv, t.stages>>(launch);
 }
-
-// The pipeline layout not chosen, built (see kSplitKvPipelines).
-template class PreparedAttention<kTilingD128.head_dim, kTilingD128.tile_q, kTilingD128.tile_kv, kTilingD128.stages, !kSplitKvPipelines>;
 
 }  // namespace weft::attention_detail

@@ -6,10 +6,7 @@ namespace weft::attention_detail {
 
 std::unique_ptr<Attention::Prepared> prepare_d64(const AttentionLaunch& launch) {
   constexpr AttentionTiling t = kTilingD64;
-  return std::make_unique<PreparedAttention<t.head_dim, t.tile_q, t.tile_kv, t.stages, kSplitKvPipelines>>(launch);
+  return std::make_unique<PreparedAttention<t.head_dim, t.tile_q, t.tile_kv, t.stages>>(launch);
 }
-
-// The pipeline layout not chosen, built (see kSplitKvPipelines).
-template class PreparedAttention<kTilingD64.head_dim, kTilingD64.tile_q, kTilingD64.tile_kv, kTilingD64.stages, !kSplitKvPipelines>;
 
 }  // namespace weft::attention_detail

@@ -8,10 +8,9 @@
 // Warp roles. Warp group 0 is the producer: its warp 0 loads the unit's Q tile once (TMA, its own
 // barrier), then walks the KV tiles of the table in order, each in pieces of TileKv rows, and loads
 // the K and V of every piece the causal mask does not hide from the whole query tile into the next
-// pipeline stage (SplitKv: K and V into pipelines of their own, V a piece behind K). Before the
-// first piece of a KV tile that waits it makes the tile's wait (tile::producer_warp_wait: lane 0
-// waits, bounded, then the warp fences the async proxy), as the overlap GEMM's producer does before
-// a tile's loads. Warp groups 1..TileQ/64 are the consumers, 64
+// pipeline stage. Before the first piece of a KV tile that waits it makes the tile's wait
+// (tile::producer_warp_wait: lane 0 waits, bounded, then the warp fences the async proxy), as the
+// overlap GEMM's producer does before a tile's loads. Warp groups 1..TileQ/64 are the consumers, 64
 // query rows each: per piece, S = Q K^T (WGMMA, both operands in shared memory), the online softmax
 // in registers (fp32; scores prescaled by log2(e)/sqrt(d) so that exp2 gives the exponentials;
 // each thread holds two rows, reduced over the 4 threads of a quad), P rounded to bf16 in registers
@@ -62,17 +61,12 @@ struct Unit {
   int64_t first_position, last_position;
 };
 
-// SplitKv: K and V in pipelines of their own (FA3's), K's stage released once S = Q K^T is done and V
-// loaded a piece behind K; otherwise a stage holds a piece's K and V and is released after its P V.
-template <int HeadDim, int TileQ, int TileKv, int Stages, bool SplitKv = false>
+template <int HeadDim, int TileQ, int TileKv, int Stages>
 struct AttentionKernel {
   using Element = cutlass::bfloat16_t;
   static_assert(HeadDim == 64 || HeadDim == 128, "compiled head dims: 64, 128");
   static_assert(TileQ == 64 || TileQ == 128, "a query tile has one or two 64-row consumer warp groups");
   static_assert(TileKv % 64 == 0 && TileKv <= 256, "a WGMMA's N is at most 256");
-  // SplitKv: a partial piece's consumers hold its K while they wait for its V, which the producer
-  // may load after the next piece's K: two K stages at least.
-  static_assert(!SplitKv || Stages >= 2, "split K and V pipelines need two stages");
   static constexpr int kConsumerGroups = TileQ / 64;
   static constexpr int kMmaThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
@@ -109,18 +103,16 @@ struct AttentionKernel {
 
   static constexpr uint32_t kQBytes = TileQ * HeadDim * sizeof(Element);
   static constexpr uint32_t kKvStageBytes = 2 * TileKv * HeadDim * sizeof(Element);
-  static constexpr uint32_t kKOrVStageBytes = TileKv * HeadDim * sizeof(Element);
 
   struct SharedStorage {
     alignas(1024) Element q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) Element k[cute::cosize_v<SmemLayoutK>];
     alignas(1024) Element v[cute::cosize_v<SmemLayoutVt>];
-    typename Pipeline::SharedStorage pipeline;  // K and V, or K alone (SplitKv)
+    typename Pipeline::SharedStorage pipeline;
     // The Q hand-off: q_full completes when a unit's Q tile has landed (TMA transaction bytes);
     // q_free when every consumer thread has made its last MMA that reads it.
     alignas(8) uint64_t q_full;
     uint64_t q_free;
-    typename Pipeline::SharedStorage pipeline_v;  // V (SplitKv; unused otherwise)
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
@@ -200,7 +192,7 @@ struct AttentionKernel {
 
   // ---- producer ----------------------------------------------------------------------------------
 
-  CUTLASS_DEVICE static void produce(const Params& params, SharedStorage& shared, Pipeline& pipeline, Pipeline& pipeline_v) {
+  CUTLASS_DEVICE static void produce(const Params& params, SharedStorage& shared, Pipeline& pipeline) {
     using namespace cute;
     const AttentionLaunch& launch = params.launch;
     const int lane = cutlass::canonical_lane_idx();
@@ -214,7 +206,6 @@ struct AttentionKernel {
     const int group = launch.heads / launch.kv_heads;
 
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-    PipelineState write_v = cutlass::make_producer_start_state<Pipeline>();  // SplitKv
     int units_done = 0;
     for (int index = static_cast<int>(blockIdx.x); index < unit_count(launch); index += static_cast<int>(gridDim.x), ++units_done) {
       const Unit u = unit_of(launch, index);
@@ -227,66 +218,29 @@ struct AttentionKernel {
         cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, kQBytes);
         copy(params.tma_q.with(shared.q_full), tQgQ, tQsQ);
       }
-      // SplitKv: V is loaded a piece behind K, so that the next piece's K is not held up behind a V
-      // stage that waits for its P V. A V is loaded after its piece's wait (made before its K).
-      bool v_behind = false;
-      int v_row = 0;
-      auto load_v = [&](int row) {
-        if (lane == 0) {
-          Tensor gVt = local_tile(domain_offset(make_coord(0, row), mVt(_, _, kv_head)), Shape<Int<HeadDim>, Int<TileKv>>{}, make_coord(0, 0));
-          pipeline_v.producer_acquire(write_v);
-          auto* full = pipeline_v.producer_get_barrier(write_v);
-          auto [tVgV, tVsV] = tma_partition(params.tma_vt, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sVt(_, _, write_v.index())), group_modes<0, 2>(gVt));
-          copy(params.tma_vt.with(*full), tVgV, tVsV);
-        }
-        ++write_v;
-      };
       int waited_tile = -1;
       for_each_piece(launch, [&](int t, const AttentionKvTile& tile, const Piece& piece) {
         if (hidden(launch, u, piece)) return;
         if (tile.wait_signal >= 0 && waited_tile != t) {
-          if constexpr (SplitKv)
-            if (v_behind) {  // the V before a wait is not held up behind the next tile's arrival
-              load_v(v_row);
-              v_behind = false;
-            }
           tile::producer_warp_wait(launch.wait_signals + tile.wait_signal, tile.wait_signal, tile.wait_value,
                                    tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInAttention}, t);
           waited_tile = t;
         }
-        const int row = static_cast<int>(piece.row);
         if (lane == 0) {
+          const int row = static_cast<int>(piece.row);
           Tensor gK = local_tile(domain_offset(make_coord(row, 0), mK(_, _, kv_head)), Shape<Int<TileKv>, Int<HeadDim>>{}, make_coord(0, 0));
+          Tensor gVt = local_tile(domain_offset(make_coord(0, row), mVt(_, _, kv_head)), Shape<Int<HeadDim>, Int<TileKv>>{}, make_coord(0, 0));
           pipeline.producer_acquire(write);
           auto* full = pipeline.producer_get_barrier(write);
           auto [tKgK, tKsK] = tma_partition(params.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK(_, _, write.index())), group_modes<0, 2>(gK));
+          auto [tVgV, tVsV] = tma_partition(params.tma_vt, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sVt(_, _, write.index())), group_modes<0, 2>(gVt));
           copy(params.tma_k.with(*full), tKgK, tKsK);
-          if constexpr (!SplitKv) {
-            Tensor gVt = local_tile(domain_offset(make_coord(0, row), mVt(_, _, kv_head)), Shape<Int<HeadDim>, Int<TileKv>>{}, make_coord(0, 0));
-            auto [tVgV, tVsV] = tma_partition(params.tma_vt, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sVt(_, _, write.index())), group_modes<0, 2>(gVt));
-            copy(params.tma_vt.with(*full), tVgV, tVsV);
-          }
+          copy(params.tma_vt.with(*full), tVgV, tVsV);
         }
         ++write;
-        if constexpr (SplitKv) {
-          if (v_behind) load_v(v_row);
-          v_behind = true;
-          v_row = row;
-          // A piece that ends inside its box: its consumers zero V's tail rows before its S, so its V
-          // is not kept behind the next piece's K.
-          if (piece.rows < TileKv && piece.row + piece.rows < launch.kv_rows) {
-            load_v(v_row);
-            v_behind = false;
-          }
-        }
       });
-      if constexpr (SplitKv)
-        if (v_behind) load_v(v_row);
     }
-    if (lane == 0) {  // the consumers have released every stage
-      pipeline.producer_tail(write);
-      if constexpr (SplitKv) pipeline_v.producer_tail(write_v);
-    }
+    if (lane == 0) pipeline.producer_tail(write);  // the consumers have released every stage
   }
 
   // ---- consumers ---------------------------------------------------------------------------------
@@ -335,7 +289,7 @@ struct AttentionKernel {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + (1 - consumer_group));
   }
 
-  CUTLASS_DEVICE static void consume(const Params& params, SharedStorage& shared, Pipeline& pipeline, Pipeline& pipeline_v, int mma_thread_idx) {
+  CUTLASS_DEVICE static void consume(const Params& params, SharedStorage& shared, Pipeline& pipeline, int mma_thread_idx) {
     using namespace cute;
     const AttentionLaunch& launch = params.launch;
     constexpr float kMinusInf = -INFINITY;
@@ -384,8 +338,8 @@ struct AttentionKernel {
 
       // A piece's P V is issued behind the next piece's S = Q K^T (FA3's intra-warp-group overlap):
       // the softmax of one piece runs while the tensor cores multiply the previous piece's P by its V.
-      // `pending`: a piece's P waits in `probabilities` for its P V, its stage (SplitKv: its V stage)
-      // held until that is done, and O is to be rescaled by that piece's factor before its P V adds in.
+      // `pending`: a piece's P waits in `probabilities` for its P V, its stage held until that is done,
+      // and O is to be rescaled by that piece's factor before its P V adds in.
       bool pending = false;
       PipelineState pending_read;
       float pending_rescale[2] = {1.f, 1.f};
@@ -401,15 +355,13 @@ struct AttentionKernel {
         warpgroup_fence_operand(out);  // the multiplies stay before the next WGMMA's arrive
       };
       auto issue_pending_pv = [&] {
-        if constexpr (SplitKv) pipeline_v.consumer_wait(pending_read);
         warpgroup_fence_operand(probabilities);
         warpgroup_issue(mma_pv, probabilities, tOrVt(_, _, _, pending_read.index()), out, false);
       };
       auto retire_pending_pv = [&] {
         warpgroup_fence_operand(out);
         warpgroup_fence_operand(probabilities);  // a register A operand stays fenced until its WGMMA is waited for
-        if constexpr (SplitKv) pipeline_v.consumer_release(pending_read);
-        else pipeline.consumer_release(pending_read);
+        pipeline.consumer_release(pending_read);
       };
 
       // Masks (keys past the piece; causal: keys after the query's position), then the online
@@ -457,7 +409,6 @@ struct AttentionKernel {
         const int stage = read.index();
         // Rows of the box after a piece that ends inside it: zero their V (see the file's comment).
         if (piece.rows < TileKv && piece.row + piece.rows < launch.kv_rows) {
-          if constexpr (SplitKv) pipeline_v.consumer_wait(read);  // V lands after K: zeroes over what it writes
           Tensor stage_vt = sVt(_, _, stage);
           for (int i = mma_thread_idx; i < HeadDim * (TileKv - piece.rows); i += kMmaThreads)
             stage_vt(i % HeadDim, piece.rows + i / HeadDim) = Element(0.f);
@@ -473,7 +424,6 @@ struct AttentionKernel {
           pass_turn(consumer_group);
           warpgroup_wait<0>();
           warpgroup_fence_operand(scores);
-          if constexpr (SplitKv) pipeline.consumer_release(read);  // S is done with this K
           softmax(piece, pending_rescale);
         } else {
           rescale_out();
@@ -483,7 +433,6 @@ struct AttentionKernel {
           pass_turn(consumer_group);
           warpgroup_wait<1>();  // S is done; the previous piece's P V may still run
           warpgroup_fence_operand(scores);
-          if constexpr (SplitKv) pipeline.consumer_release(read);  // S is done with this K
           float rescale[2];
           softmax(piece, rescale);
           // ptxas schedules this wait right after the row maxima, ahead of the exponentials; a
@@ -598,31 +547,22 @@ struct AttentionKernel {
     if (warp_group > 0) pipeline_params.role = Pipeline::ThreadCategory::Consumer;
     pipeline_params.is_leader = thread_idx % cutlass::NumThreadsPerWarpGroup == 0;
     pipeline_params.num_consumers = kMmaThreads;
-    pipeline_params.transaction_bytes = SplitKv ? kKOrVStageBytes : kKvStageBytes;
+    pipeline_params.transaction_bytes = kKvStageBytes;
     Pipeline pipeline(shared.pipeline, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
     if (thread_idx == 0) {
       cutlass::arch::ClusterTransactionBarrier::init(&shared.q_full, 1);
       cutlass::arch::ClusterBarrier::init(&shared.q_free, kMmaThreads);
     }
-    // The roles, once every barrier is initialised; without SplitKv the one pipeline stands in for V's
-    // (never used as such).
-    auto run = [&](Pipeline& pipeline_v) {
-      cutlass::arch::fence_barrier_init();
-      __syncthreads();  // barriers initialised before anyone uses them
-      if (warp_group == 0) {
-        cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
-        if (warp_in_group == 0) produce(params, shared, pipeline, pipeline_v);
-        return;
-      }
-      cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
-      consume(params, shared, pipeline, pipeline_v, thread_idx - 128);
-    };
-    if constexpr (SplitKv) {
-      Pipeline pipeline_v(shared.pipeline_v, pipeline_params, cute::Shape<cute::_1, cute::_1, cute::_1>{});
-      run(pipeline_v);
-    } else {
-      run(pipeline);
+    cutlass::arch::fence_barrier_init();
+    __syncthreads();  // barriers initialised before anyone uses them
+
+    if (warp_group == 0) {
+      cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+      if (warp_in_group == 0) produce(params, shared, pipeline);
+      return;
     }
+    cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
+    consume(params, shared, pipeline, thread_idx - 128);
 #else
     if (threadIdx.x == 0 && blockIdx.x == 0) printf("weft attention: built without sm_90a; nothing computed\n");
 #endif
@@ -637,10 +577,10 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) attention_entry(const __g
 
 // The kernel's parameters (TMA descriptors included), its shared-memory attribute and grid, made
 // once; a call only enqueues.
-template <int HeadDim, int TileQ, int TileKv, int Stages, bool SplitKv>
+template <int HeadDim, int TileQ, int TileKv, int Stages>
 class PreparedAttention final : public Attention::Prepared {
  public:
-  using Kernel = AttentionKernel<HeadDim, TileQ, TileKv, Stages, SplitKv>;
+  using Kernel = AttentionKernel<HeadDim, TileQ, TileKv, Stages>;
 
   explicit PreparedAttention(const AttentionLaunch& launch) : params_(Kernel::make_params(launch)) {
     int device = 0, sm_count = 0;

@@ -13,11 +13,6 @@ namespace weft::attention_detail {
 inline constexpr AttentionTiling kTilingD64{64, 128, 128, 4};
 inline constexpr AttentionTiling kTilingD128{128, 128, 128, 3};
 
-// K and V in pipelines of their own (AttentionKernel's SplitKv) instead of one stage per piece. The
-// kernel of the other choice is compiled too (attention_d*.cu), so that both stay built and checked
-// until one of them is measured the better and the other removed.
-inline constexpr bool kSplitKvPipelines = false;
-
 std::unique_ptr<Attention::Prepared> prepare_d64(const AttentionLaunch& launch);
 std::unique_ptr<Attention::Prepared> prepare_d128(const AttentionLaunch& launch);
 
