@@ -43,7 +43,7 @@ def random_bf16(shape, seed):
 SHAPES = [(256, 0, 8, 2, 128), (200, 2, 4, 4, 64), (130, 1, 4, 1, 128)]
 
 
-@pytest.mark.parametrize("strategy", ["default", "sequential", "decomposed", "tilelink"])
+@pytest.mark.parametrize("strategy", ["default", "auto", "sequential", "decomposed", "tilelink"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_op_matches_sdpa_over_every_rank_s_keys(shape, causal, strategy):
@@ -62,7 +62,29 @@ def test_the_op_matches_sdpa_over_every_rank_s_keys(shape, causal, strategy):
         assert error < 8e-3, error
 
 
-@pytest.mark.parametrize("strategy", ["default", "tilelink"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_default_is_plain_torch_s_attention_bit_for_bit(causal):
+    """"default" runs plain torch's all_gather + SDPA (attention_default_is_plain), forward and
+    backward: its forward bit for bit what plain.sequence_parallel_attention gives, which weft's
+    kernel's does not."""
+    assert wt.ops.attention_default_is_plain("default") and not wt.ops.attention_default_is_plain("auto")
+    tokens, batch, heads, kv_heads, d = 256, 2, 8, 2, 128
+    seed = 91 + 10 * rank()
+    q, k, v = (random_bf16((tokens, batch, h, d), seed + i) for i, h in enumerate((heads, kv_heads, kv_heads)))
+    do = random_bf16((tokens, batch, heads, d), seed + 5)
+    with torch.no_grad():
+        torch.testing.assert_close(wt.ops.ag_attention(q, k, v, causal, "default"), plain.sequence_parallel_attention(q, k, v, causal), rtol=0, atol=0)
+        kernel = wt.ops.ag_attention(q, k, v, causal, "auto")
+        assert not torch.equal(kernel, plain.sequence_parallel_attention(q, k, v, causal)), "weft's kernel gave SDPA's bits: the test cannot tell them apart"
+    ours, theirs = ([x.clone().requires_grad_() for x in (q, k, v)] for _ in range(2))
+    wt.SequenceParallelAttention(causal)(*ours).backward(do)
+    plain.sequence_parallel_attention(*theirs, causal=causal).backward(do)
+    # SDPA's backward may accumulate in a different order from call to call: close, not bit for bit.
+    errors = [rel(x.grad, y.grad) for x, y in zip(ours, theirs)]
+    assert max(errors) < 1e-2, errors
+
+
+@pytest.mark.parametrize("strategy", ["default", "auto", "tilelink"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_layer_forward_and_backward_match_plain_torch(causal, strategy):
     tokens, batch, heads, kv_heads, d = 256, 2, 8, 2, 128
@@ -110,6 +132,7 @@ def test_the_attention_benchmark_verifies_and_times_every_variant(tmp_path):
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     rows = list(csv.DictReader(csv_path.open()))
-    assert len(rows) == 2 * 2 * 5, rows  # two shapes, causal or not, torch and four weft variants
+    assert len(rows) == 2 * 2 * 6, rows  # two shapes, causal or not, torch and five weft variants
+    assert {r["variant"] for r in rows} == {"torch"} | {"weft:" + s for s in ("sequential", "decomposed", "tilelink", "auto", "default")}, rows
     for r in rows:
         assert float(r["ms"]) > 0 and float(r["relative_error"]) < 2e-2 and "TFLOP/s" in r["note"], r

@@ -446,7 +446,8 @@ def attention_flops(tokens, batch, heads, d, causal, world, rank):
 
 
 def bench_attention(args, world, rank, writer, table):
-    """ag_attention: weft's op (each strategy and default) against all_gather + SDPA in plain torch
+    """ag_attention: weft's op (each strategy, auto, and default, which is the plain path: see
+    ops.attention_default_is_plain) against all_gather + SDPA in plain torch
     (plain.sequence_parallel_attention: the installed torch's fastest backend for its mask), forward,
     on this rank's tokens; E against SDPA over keys already gathered (the attention alone)."""
     for spec in args.attention.split(","):
@@ -462,7 +463,7 @@ def bench_attention(args, world, rank, writer, table):
         k_all, v_all = wt.layers.all_gather_rows(k), wt.layers.all_gather_rows(v)
         for causal in (False, True):
             variants = {"torch": lambda: plain.sequence_parallel_attention(q, k, v, causal=causal)}
-            for name in ("sequential", "decomposed", "tilelink", "default"):
+            for name in ("sequential", "decomposed", "tilelink", "auto", "default"):
                 variants["weft:" + name] = (lambda name=name: wt.ops.ag_attention(q, k, v, causal, name))
             notes, errors = {}, {}
             with torch.no_grad():

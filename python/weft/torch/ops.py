@@ -17,7 +17,9 @@ torch.cuda.graph's warm-up does).
         head_dim] (k, v with kv_heads: GQA); O (q's shape) = softmax(q K^T / sqrt(head_dim)) V over
         every rank's keys and values, causal by global position (rank r holds tokens r * tokens ..).
         Its sequential equivalent: all_gather of k and v, then SDPA (weft/torch/plain.py). Forward
-        only; weft.torch.attention wraps it with autograd. bfloat16, head_dim 64 or 128.
+        only; weft.torch.attention wraps it with autograd. bfloat16, head_dim 64 or 128. Strategy 0
+        is weft's auto plan; weft.torch.ops.ag_attention's "default" is the plain-torch path instead
+        (attention_default_is_plain says why).
     torch.ops.weft.ag_moe(a, b, choices, experts, strategy=0) -> C        tensor-parallel MoE, first
         half (TileLink Figure 5): a this rank's tokens [rows, k], b this rank's shard of every
         expert's weight stacked [experts * n, k], choices every rank's experts per token, an integer
@@ -79,6 +81,7 @@ import os
 import torch
 
 from .. import _native
+from . import plain
 from .comm import communicator, is_initialized
 
 _SCHEMAS = {
@@ -178,8 +181,24 @@ def a2a_gemm(a, b, routing, strategy="default"):
 
 def ag_attention(q, k, v, causal=False, strategy="default"):
     """Sequence-parallel attention of this rank's queries over every rank's keys and values (see the
-    module); forward only (weft.torch.attention.SequenceParallelAttention has the backward)."""
+    module); forward only (weft.torch.attention.SequenceParallelAttention has the backward).
+    "default" is the op's sequential equivalent in plain torch (plain.sequence_parallel_attention:
+    torch.distributed's all_gather of k and v above one rank, then the installed torch's SDPA), not
+    weft's kernel: see attention_default_is_plain. Any other strategy runs weft's attention kernel
+    ("auto": the plan weft's model picks; torch.ops.weft.ag_attention's strategy 0 is that too)."""
+    if attention_default_is_plain(strategy):
+        return plain.sequence_parallel_attention(q, k, v, causal)
     return torch.ops.weft.ag_attention(q, k, v, causal, strategy_id(strategy))
+
+
+def attention_default_is_plain(strategy):
+    """Whether `strategy` takes attention's plain-torch path: "default" does, because weft's attention
+    kernel is slower than the SDPA kernel it would replace — 0.60-0.73x of cuDNN's at world 1 on an
+    H200, and its overlapped plans 0.78-0.91x of all_gather + SDPA at world 4 (bench/results/README.md,
+    2026-11-28zf and earlier rows; re-measure with `python -m weft.benchmark --attention ...`), so
+    overlapping the gather cannot win back what the kernel loses. The day the kernel's rows beat
+    SDPA's, this answers False and "default" becomes weft's auto plan."""
+    return strategy == "default"
 
 
 def ag_moe(a, b, choices, experts, strategy="default"):
