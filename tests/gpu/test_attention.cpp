@@ -10,12 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <random>
 
+#include "attention_check.hpp"
 #include "check_against_host.hpp"
 #include "element_check.hpp"
 #include "measure.hpp"
@@ -361,6 +364,74 @@ TEST(AttentionKernelChecks, RefuseWhatTheKernelCannotRun) {
   std::vector<AttentionKvTile> outside = f.tiles;
   outside.back().rows += 1;
   EXPECT_THROW(require_valid_kv_tiles(good, outside), std::invalid_argument);
+}
+
+// At the benchmark's sizes (many units per persistent CTA, tables of one-piece tiles as the
+// benchmark and the plans cut them), five launches back to back, bounded: a kernel that deadlocks
+// fails here instead of hanging the run (a variant of the kernel hung at 8192 tokens causal in
+// `weft bench attention` while every smaller case above passed, 2026-11-29e); then sampled rows
+// (the first and last query of tiles at both ends and in the middle, heads at both ends and at a
+// kv-head boundary) against the host in double.
+TEST(AttentionKernelAtScale, BackToBackLaunchesFinishAndMatchSampledRows) {
+  struct Shape {
+    int64_t tokens;
+    int heads, kv_heads, head_dim;
+  };
+  cudaStream_t stream;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const Shape& s : {Shape{8192, 32, 8, 128}, Shape{16384, 32, 4, 64}})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::to_string(s.tokens) + " tokens, " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, d" +
+                   std::to_string(s.head_dim) + (causal ? ", causal" : ""));
+      const int64_t qc = int64_t{s.heads} * s.head_dim, kc = int64_t{s.kv_heads} * s.head_dim;
+      bench::DeviceBuffer q(static_cast<size_t>(s.tokens * qc) * 2), k(static_cast<size_t>(s.tokens * kc) * 2),
+          v(static_cast<size_t>(s.tokens * kc) * 2), o(static_cast<size_t>(s.tokens * qc) * 2), lse(static_cast<size_t>(s.tokens * s.heads) * 4);
+      fill_random_bf16(q.data, s.tokens * qc, 11, stream);
+      fill_random_bf16(k.data, s.tokens * kc, 12, stream);
+      fill_random_bf16(v.data, s.tokens * kc, 13, stream);
+      const AttentionTiling tiling = attention_tiling(s.head_dim);
+      std::vector<AttentionKvTile> tiles;
+      for (int64_t row = 0; row < s.tokens; row += tiling.tile_kv) tiles.push_back({row, std::min<int64_t>(tiling.tile_kv, s.tokens - row)});
+      Device<AttentionKvTile> table(tiles.size());
+      table.upload(tiles);
+      AttentionLaunch l;
+      l.q = q.data;
+      l.k = k.data;
+      l.v = v.data;
+      l.o = o.data;
+      l.lse = static_cast<float*>(lse.data);
+      l.ldq = l.ldo = qc;
+      l.ldk = l.ldv = kc;
+      l.ldlse = s.heads;
+      l.q_rows = l.kv_rows = s.tokens;
+      l.heads = s.heads;
+      l.kv_heads = s.kv_heads;
+      l.head_dim = s.head_dim;
+      l.causal = causal;
+      l.kv_tiles = table.data;
+      l.kv_tile_count = static_cast<int>(tiles.size());
+      require_valid_kv_tiles(l, tiles);
+      Attention attention(l);
+      for (int launch = 0; launch < 5; ++launch) {
+        fill_u16(o.data, s.tokens * qc, kBf16Nan, stream);
+        attention.launch(stream);
+      }
+      // A deadlocked kernel stays on the GPU: this process cannot go on (the tests after it would
+      // queue behind it), so the failure ends it with the reason.
+      if (!synchronize_with_timeout(stream, 30000)) {
+        std::fprintf(stderr, "AttentionKernelAtScale: five launches did not finish in 30 s: the kernel is stuck\n");
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+      const int64_t T = s.tokens, tile_q = tiling.tile_q;
+      std::vector<std::pair<int64_t, int>> samples;
+      for (int64_t row : {int64_t{0}, tile_q - 1, tile_q, T / 2 - 1, T / 2, T - tile_q - 1, T - tile_q, T - 1})
+        for (int head : {0, s.heads / s.kv_heads - 1, s.heads / s.kv_heads, s.heads - 1}) samples.push_back({row, head});
+      const double error = bench::attention_sampled_error({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, q.data, k.data, v.data, o.data, samples);
+      EXPECT_LE(error, 4 * std::ldexp(1.0, -9)) << "the largest error at " << samples.size() << " sampled (row, head) pairs, in units of the "
+                                                  "row's softmax-weighted |v| (NaN: an element not written)";
+    }
+  cudaStreamDestroy(stream);
 }
 
 // ---- the executor: ag_attention's plans --------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "attention_check.hpp"
 #include "common/text_file.hpp"
 #include "measure.hpp"
 #include "weft/kernels/attention.hpp"
@@ -21,58 +22,6 @@ namespace weft::cli {
 using namespace weft::bench;
 
 namespace {
-
-float bf16_value(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &wide, sizeof f);
-  return f;
-}
-
-std::vector<uint16_t> to_host(const DeviceBuffer& b, size_t count) {
-  std::vector<uint16_t> host(count);
-  WEFT_CUDA_CHECK(cudaMemcpy(host.data(), b.data, count * 2, cudaMemcpyDeviceToHost));
-  return host;
-}
-
-// The largest error of the sampled rows in units of their scale (softmax-weighted |v|); NaN where
-// one is not finite.
-double sampled_error(const AttentionShape& s, bool causal, const DeviceBuffer& q, const DeviceBuffer& k, const DeviceBuffer& v,
-                     const DeviceBuffer& o) {
-  const int64_t T = s.tokens, d = s.head_dim, qc = int64_t{s.heads} * d, kc = int64_t{s.kv_heads} * d;
-  const std::vector<uint16_t> hq = to_host(q, static_cast<size_t>(T * qc)), hk = to_host(k, static_cast<size_t>(T * kc)),
-                              hv = to_host(v, static_cast<size_t>(T * kc)), ho = to_host(o, static_cast<size_t>(T * qc));
-  double worst = 0;
-  std::vector<double> p(static_cast<size_t>(T));
-  for (int64_t i : {int64_t{0}, T / 2, T - 1})
-    for (int h : {0, s.heads - 1}) {
-      const int g = h / (s.heads / s.kv_heads);
-      const int64_t keys = causal ? i + 1 : T;
-      double top = -INFINITY;
-      for (int64_t j = 0; j < keys; ++j) {
-        double dot = 0;
-        for (int64_t x = 0; x < d; ++x)
-          dot += static_cast<double>(bf16_value(hq[static_cast<size_t>(i * qc + h * d + x)])) * bf16_value(hk[static_cast<size_t>(j * kc + g * d + x)]);
-        p[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(d));
-        top = std::max(top, p[static_cast<size_t>(j)]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < keys; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - top));
-      for (int64_t x = 0; x < d; ++x) {
-        double want = 0, scale = 0;
-        for (int64_t j = 0; j < keys; ++j) {
-          const double value = bf16_value(hv[static_cast<size_t>(j * kc + g * d + x)]);
-          want += p[static_cast<size_t>(j)] / sum * value;
-          scale += p[static_cast<size_t>(j)] / sum * std::fabs(value);
-        }
-        const double got = bf16_value(ho[static_cast<size_t>(i * qc + h * d + x)]);
-        const double error = std::fabs(got - want) / (scale + 1e-12);
-        if (!std::isfinite(got)) return NAN;
-        worst = std::max(worst, error);
-      }
-    }
-  return worst;
-}
 
 std::vector<AttentionShape> default_shapes() {
   return {{4096, 32, 8, 128}, {8192, 32, 8, 128}, {16384, 32, 8, 128}, {8192, 32, 32, 128}, {8192, 16, 16, 64}, {16384, 32, 4, 64}};
@@ -127,7 +76,10 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       Attention attention(l);
       attention.launch(stream);
       if (!synchronize_with_timeout(stream, 60000)) throw std::runtime_error("the attention kernel did not finish in 60 s");
-      const double error = sampled_error(s, causal, q, k, v, out);
+      // The first, middle and last query of the first and last head.
+      const double error = attention_sampled_error({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, q.data, k.data, v.data, out.data,
+                                                   {{0, 0}, {0, s.heads - 1}, {s.tokens / 2, 0}, {s.tokens / 2, s.heads - 1}, {s.tokens - 1, 0},
+                                                    {s.tokens - 1, s.heads - 1}});
       // Two bf16 roundings (P and O) of the weighted |v|, with margin; NaN fails.
       const bool ok = error <= 4 * std::ldexp(1.0, -9);
       if (!ok) ++failed;
