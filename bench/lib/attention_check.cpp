@@ -9,6 +9,7 @@
 #include <string>
 
 #include "weft/cuda/check.hpp"
+#include "weft/kernels/elementwise.hpp"
 
 namespace weft::bench {
 namespace {
@@ -26,7 +27,60 @@ std::vector<uint16_t> to_host(const void* device, int64_t count) {
   return host;
 }
 
+size_t bytes_of(const AttentionCheckShape& s, int heads, int element_bytes) {
+  return static_cast<size_t>(s.tokens * heads * (element_bytes == 4 ? 1 : s.head_dim)) * static_cast<size_t>(element_bytes);
+}
+
+std::vector<AttentionKvTile> one_piece_tiles(const AttentionCheckShape& s) {
+  const int64_t tile_kv = attention_tiling(s.head_dim).tile_kv;
+  std::vector<AttentionKvTile> tiles;
+  for (int64_t row = 0; row < s.tokens; row += tile_kv) {
+    AttentionKvTile t;
+    t.row = row;
+    t.rows = std::min(tile_kv, s.tokens - row);
+    tiles.push_back(t);
+  }
+  return tiles;
+}
+
 }  // namespace
+
+SelfAttentionRun::SelfAttentionRun(const AttentionCheckShape& s, uint64_t seed, cudaStream_t stream)
+    : shape(s),
+      q(bytes_of(s, s.heads, 2)),
+      k(bytes_of(s, s.kv_heads, 2)),
+      v(bytes_of(s, s.kv_heads, 2)),
+      o(bytes_of(s, s.heads, 2)),
+      lse(bytes_of(s, s.heads, 4)),
+      tiles(one_piece_tiles(s)),
+      table(tiles.size() * sizeof(AttentionKvTile)) {
+  const int64_t qc = int64_t{s.heads} * s.head_dim, kc = int64_t{s.kv_heads} * s.head_dim;
+  fill_random_bf16(q.data, s.tokens * qc, seed, stream);
+  fill_random_bf16(k.data, s.tokens * kc, seed + 1, stream);
+  fill_random_bf16(v.data, s.tokens * kc, seed + 2, stream);
+  poison_output(stream);
+  WEFT_CUDA_CHECK(cudaMemcpy(table.data, tiles.data(), tiles.size() * sizeof(AttentionKvTile), cudaMemcpyHostToDevice));
+  launch.q = q.data;
+  launch.k = k.data;
+  launch.v = v.data;
+  launch.o = o.data;
+  launch.lse = static_cast<float*>(lse.data);
+  launch.ldq = launch.ldo = qc;
+  launch.ldk = launch.ldv = kc;
+  launch.ldlse = s.heads;
+  launch.q_rows = launch.kv_rows = s.tokens;
+  launch.heads = s.heads;
+  launch.kv_heads = s.kv_heads;
+  launch.head_dim = s.head_dim;
+  launch.causal = s.causal;
+  launch.kv_tiles = static_cast<const AttentionKvTile*>(table.data);
+  launch.kv_tile_count = static_cast<int>(tiles.size());
+  require_valid_kv_tiles(launch, tiles);
+}
+
+void SelfAttentionRun::poison_output(cudaStream_t stream) const {
+  fill_u16(o.data, shape.tokens * shape.heads * shape.head_dim, kBf16Nan, stream);
+}
 
 double attention_sampled_error(const AttentionCheckShape& s, const void* q, const void* k, const void* v, const void* o,
                                const std::vector<std::pair<int64_t, int>>& samples) {

@@ -383,37 +383,12 @@ TEST(AttentionKernelAtScale, BackToBackLaunchesFinishAndMatchSampledRows) {
     for (bool causal : {false, true}) {
       SCOPED_TRACE(std::to_string(s.tokens) + " tokens, " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, d" +
                    std::to_string(s.head_dim) + (causal ? ", causal" : ""));
-      const int64_t qc = int64_t{s.heads} * s.head_dim, kc = int64_t{s.kv_heads} * s.head_dim;
-      bench::DeviceBuffer q(static_cast<size_t>(s.tokens * qc) * 2), k(static_cast<size_t>(s.tokens * kc) * 2),
-          v(static_cast<size_t>(s.tokens * kc) * 2), o(static_cast<size_t>(s.tokens * qc) * 2), lse(static_cast<size_t>(s.tokens * s.heads) * 4);
-      fill_random_bf16(q.data, s.tokens * qc, 11, stream);
-      fill_random_bf16(k.data, s.tokens * kc, 12, stream);
-      fill_random_bf16(v.data, s.tokens * kc, 13, stream);
+      const bench::SelfAttentionRun run({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, 11, stream);
       const AttentionTiling tiling = attention_tiling(s.head_dim);
-      std::vector<AttentionKvTile> tiles;
-      for (int64_t row = 0; row < s.tokens; row += tiling.tile_kv) tiles.push_back({row, std::min<int64_t>(tiling.tile_kv, s.tokens - row)});
-      Device<AttentionKvTile> table(tiles.size());
-      table.upload(tiles);
-      AttentionLaunch l;
-      l.q = q.data;
-      l.k = k.data;
-      l.v = v.data;
-      l.o = o.data;
-      l.lse = static_cast<float*>(lse.data);
-      l.ldq = l.ldo = qc;
-      l.ldk = l.ldv = kc;
-      l.ldlse = s.heads;
-      l.q_rows = l.kv_rows = s.tokens;
-      l.heads = s.heads;
-      l.kv_heads = s.kv_heads;
-      l.head_dim = s.head_dim;
-      l.causal = causal;
-      l.kv_tiles = table.data;
-      l.kv_tile_count = static_cast<int>(tiles.size());
-      require_valid_kv_tiles(l, tiles);
+      const AttentionLaunch& l = run.launch;
       Attention attention(l);
       for (int launch = 0; launch < 5; ++launch) {
-        fill_u16(o.data, s.tokens * qc, kBf16Nan, stream);
+        run.poison_output(stream);
         attention.launch(stream);
       }
       // A deadlocked kernel stays on the GPU: this process cannot go on (the tests after it would
@@ -427,7 +402,7 @@ TEST(AttentionKernelAtScale, BackToBackLaunchesFinishAndMatchSampledRows) {
       std::vector<std::pair<int64_t, int>> samples;
       for (int64_t row : {int64_t{0}, tile_q - 1, tile_q, T / 2 - 1, T / 2, T - tile_q - 1, T - tile_q, T - 1})
         for (int head : {0, s.heads / s.kv_heads - 1, s.heads / s.kv_heads, s.heads - 1}) samples.push_back({row, head});
-      const double error = bench::attention_sampled_error({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, q.data, k.data, v.data, o.data, samples);
+      const double error = bench::attention_sampled_error(run.shape, run.q.data, run.k.data, run.v.data, run.o.data, samples);
       EXPECT_LE(error, 4 * std::ldexp(1.0, -9)) << "the largest error at " << samples.size() << " sampled (row, head) pairs, in units of the "
                                                   "row's softmax-weighted |v| (NaN: an element not written)";
     }

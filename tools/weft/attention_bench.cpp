@@ -44,40 +44,15 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   int failed = 0;
   for (const AttentionShape& s : o.shapes.empty() ? default_shapes() : o.shapes)
     for (bool causal : {false, true}) {
-      const int64_t qc = int64_t{s.heads} * s.head_dim, kc = int64_t{s.kv_heads} * s.head_dim;
-      DeviceBuffer q(static_cast<size_t>(s.tokens * qc) * 2), k(static_cast<size_t>(s.tokens * kc) * 2), v(static_cast<size_t>(s.tokens * kc) * 2),
-          out(static_cast<size_t>(s.tokens * qc) * 2), lse(static_cast<size_t>(s.tokens * s.heads) * 4);
-      fill_random_bf16(q.data, s.tokens * qc, o.seed, stream);
-      fill_random_bf16(k.data, s.tokens * kc, o.seed + 1, stream);
-      fill_random_bf16(v.data, s.tokens * kc, o.seed + 2, stream);
-      fill_u16(out.data, s.tokens * qc, kBf16Nan, stream);
+      const SelfAttentionRun run({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, o.seed, stream);
       const AttentionTiling tiling = attention_tiling(s.head_dim);
-      std::vector<AttentionKvTile> tiles;
-      for (int64_t row = 0; row < s.tokens; row += tiling.tile_kv) tiles.push_back({row, std::min<int64_t>(tiling.tile_kv, s.tokens - row)});
-      DeviceBuffer table(tiles.size() * sizeof(AttentionKvTile));
-      WEFT_CUDA_CHECK(cudaMemcpy(table.data, tiles.data(), tiles.size() * sizeof(AttentionKvTile), cudaMemcpyHostToDevice));
-      AttentionLaunch l;
-      l.q = q.data;
-      l.k = k.data;
-      l.v = v.data;
-      l.o = out.data;
-      l.lse = static_cast<float*>(lse.data);
-      l.ldq = l.ldo = qc;
-      l.ldk = l.ldv = kc;
-      l.ldlse = s.heads;
-      l.q_rows = l.kv_rows = s.tokens;
-      l.heads = s.heads;
-      l.kv_heads = s.kv_heads;
-      l.head_dim = s.head_dim;
-      l.causal = causal;
-      l.kv_tiles = static_cast<const AttentionKvTile*>(table.data);
-      l.kv_tile_count = static_cast<int>(tiles.size());
-      require_valid_kv_tiles(l, tiles);
+      const AttentionLaunch& l = run.launch;
+      const std::vector<AttentionKvTile>& tiles = run.tiles;
       Attention attention(l);
       attention.launch(stream);
       if (!synchronize_with_timeout(stream, 60000)) throw std::runtime_error("the attention kernel did not finish in 60 s");
       // The first, middle and last query of the first and last head.
-      const double error = attention_sampled_error({s.tokens, s.heads, s.kv_heads, s.head_dim, causal}, q.data, k.data, v.data, out.data,
+      const double error = attention_sampled_error(run.shape, run.q.data, run.k.data, run.v.data, run.o.data,
                                                    {{0, 0}, {0, s.heads - 1}, {s.tokens / 2, 0}, {s.tokens / 2, s.heads - 1}, {s.tokens - 1, 0},
                                                     {s.tokens - 1, s.heads - 1}});
       // Two bf16 roundings (P and O) of the weighted |v|, with margin; NaN fails.
