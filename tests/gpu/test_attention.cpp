@@ -367,11 +367,10 @@ TEST(AttentionKernelChecks, RefuseWhatTheKernelCannotRun) {
 }
 
 // At the benchmark's sizes (many units per persistent CTA, tables of one-piece tiles as the
-// benchmark and the plans cut them), five launches back to back, bounded: a kernel that deadlocks
-// fails here instead of hanging the run (a variant of the kernel hung at 8192 tokens causal in
-// `weft bench attention` while every smaller case above passed, 2026-11-29e); then sampled rows
-// (the first and last query of tiles at both ends and in the middle, heads at both ends and at a
-// kv-head boundary) against the host in double.
+// benchmark and the plans cut them), which the small cases above never reach: five launches back
+// to back, bounded, so that a kernel that deadlocks there fails here instead of hanging the run;
+// then sampled rows (the first and last query of tiles at both ends and in the middle, heads at both
+// ends and at a kv-head boundary) against the host in double.
 TEST(AttentionKernelAtScale, BackToBackLaunchesFinishAndMatchSampledRows) {
   struct Shape {
     int64_t tokens;

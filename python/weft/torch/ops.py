@@ -193,11 +193,10 @@ def ag_attention(q, k, v, causal=False, strategy="default"):
 
 def attention_default_is_plain(strategy):
     """Whether `strategy` takes attention's plain-torch path: "default" does, because weft's attention
-    kernel is slower than the SDPA kernel it would replace — 0.60-0.73x of cuDNN's at world 1 on an
-    H200, and its overlapped plans 0.78-0.91x of all_gather + SDPA at world 4 (bench/results/README.md,
-    2026-11-28zf and earlier rows; re-measure with `python -m weft.benchmark --attention ...`), so
-    overlapping the gather cannot win back what the kernel loses. The day the kernel's rows beat
-    SDPA's, this answers False and "default" becomes weft's auto plan."""
+    kernel is slower than the SDPA kernel it would replace, alone and in its overlapped plans
+    (bench/results/README.md has the measurements; `python -m weft.benchmark --attention ...` makes
+    them again), so overlapping the gather cannot win back what the kernel loses. The day the
+    kernel's rows beat SDPA's, this answers False and "default" becomes weft's auto plan."""
     return strategy == "default"
 
 
