@@ -2,8 +2,10 @@
 // overlap GEMM is: TMA loads into a multi-stage shared-memory pipeline (CUTLASS's PipelineTmaAsync),
 // WGMMA, warp-specialised producer and consumer warp groups.
 //
-// Work unit: one query tile (TileQ rows) of one query head. Units go to persistent CTAs (CTA b takes
-// units b, b + grid, ...), the last query tiles first: under a causal mask they read the most keys.
+// Work unit: one query tile (TileQ rows) of one query head. Units go to persistent CTAs in rounds of
+// one unit per CTA, in snake order (unit_index), in sections of heads (section_heads_of; as
+// FlashAttention-3's head sections keep the K/V that CTAs read at once in L2), within a section the
+// last query tiles first: under a causal mask they read the most keys.
 //
 // Warp roles. Warp group 0 is the producer: its warp 0 loads the unit's Q tile once (TMA, its own
 // barrier), then walks the KV tiles of the table in order, each in pieces of TileKv rows, and loads
@@ -148,7 +150,17 @@ struct AttentionKernel {
     AttentionLaunch launch;
     float scale_log2;  // log2(e) / sqrt(head_dim): exp2 of score * this is exp of the scaled score
     float scale;       // 1 / sqrt(head_dim)
+    int section_heads; // query heads per section (section_heads_of)
   };
+
+  // Without a causal mask every unit reads all of its head's keys: sections of one KV head (the
+  // query heads that share it), so that the CTAs running at once read little K/V besides it. Under a
+  // causal mask units differ in length and one section of every head, longest first in snake order,
+  // balances the CTAs' work (sections would repeat the long-to-short run in each, which the static
+  // order cannot balance).
+  static int section_heads_of(const AttentionLaunch& launch) {
+    return launch.causal ? launch.heads : launch.heads / launch.kv_heads;
+  }
 
   static Params make_params(const AttentionLaunch& launch) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(HeadDim));
@@ -157,16 +169,32 @@ struct AttentionKernel {
                   make_tma_vt(static_cast<const Element*>(launch.v), launch.kv_rows, launch.ldv, launch.kv_heads),
                   launch,
                   scale * 1.4426950408889634f,
-                  scale};
+                  scale,
+                  section_heads_of(launch)};
   }
 
   CUTLASS_HOST_DEVICE static int q_tiles(const AttentionLaunch& launch) { return static_cast<int>((launch.q_rows + TileQ - 1) / TileQ); }
   CUTLASS_HOST_DEVICE static int unit_count(const AttentionLaunch& launch) { return q_tiles(launch) * launch.heads; }
 
-  CUTLASS_DEVICE static Unit unit_of(const AttentionLaunch& launch, int index) {
+  // This CTA's unit of round `round`: rounds of gridDim.x units in snake order (CTA b takes unit b of
+  // an even round and unit grid - 1 - b of an odd one), so that where a round's units get shorter
+  // along it (causal, longest first) every CTA's sum of lengths evens out. Past the last unit in
+  // the last round only.
+  CUTLASS_DEVICE static int unit_index(int round) {
+    const int grid = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
+    return round * grid + ((round & 1) ? grid - 1 - cta : cta);
+  }
+
+  CUTLASS_DEVICE static Unit unit_of(const Params& params, int index) {
+    const AttentionLaunch& launch = params.launch;
+    const int tiles = q_tiles(launch);
+    const int section = index / (tiles * params.section_heads);  // every section but the last is full
+    const int first_head = section * params.section_heads;
+    const int section_heads = min(params.section_heads, launch.heads - first_head);
+    const int in_section = index - section * tiles * params.section_heads;
     Unit u;
-    u.q_tile = q_tiles(launch) - 1 - index / launch.heads;  // the last query tiles (most keys, causal) first
-    u.head = index % launch.heads;
+    u.q_tile = tiles - 1 - in_section / section_heads;  // the last query tiles (most keys, causal) first
+    u.head = first_head + in_section % section_heads;
     u.first_row = int64_t{u.q_tile} * TileQ;
     u.valid_rows = static_cast<int>(min(int64_t{TileQ}, launch.q_rows - u.first_row));
     u.first_position = launch.q_position + u.first_row;
@@ -207,8 +235,8 @@ struct AttentionKernel {
 
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
     int units_done = 0;
-    for (int index = static_cast<int>(blockIdx.x); index < unit_count(launch); index += static_cast<int>(gridDim.x), ++units_done) {
-      const Unit u = unit_of(launch, index);
+    for (int index = unit_index(0); index < unit_count(launch); index = unit_index(units_done + 1), ++units_done) {
+      const Unit u = unit_of(params, index);
       const int kv_head = u.head / group;
       // The previous unit's consumers are done with sQ before it is overwritten.
       if (units_done > 0) cutlass::arch::ClusterBarrier::wait(&shared.q_free, (units_done - 1) & 1);
@@ -327,8 +355,8 @@ struct AttentionKernel {
 
     PipelineState read;
     int units_done = 0;
-    for (int index = static_cast<int>(blockIdx.x); index < unit_count(launch); index += static_cast<int>(gridDim.x), ++units_done) {
-      const Unit u = unit_of(launch, index);
+    for (int index = unit_index(0); index < unit_count(launch); index = unit_index(units_done + 1), ++units_done) {
+      const Unit u = unit_of(params, index);
       int local_row[2];
       for (int half = 0; half < 2; ++half) local_row[half] = get<0>(cS(make_coord(make_coord(0, half, 0), 0, 0)));
       float row_max[2] = {kMinusInf, kMinusInf};
