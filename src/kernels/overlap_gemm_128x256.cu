@@ -5,7 +5,7 @@
 namespace weft::overlap_gemm_detail {
 
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x256(const OverlapGemmLaunch& launch) {
-  return prepare_with_tile<128, 256, 64, /*Exchangeable=*/false, /*Clusterable=*/true>(launch);
+  return prepare_with_tile<128, 256, 64, /*Exchangeable=*/false, /*Clusterable=*/true, /*Deepenable=*/true>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail

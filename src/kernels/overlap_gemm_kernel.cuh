@@ -93,8 +93,13 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // partial sums promoted into fp32 accumulators behind the next k-tile's WGMMAs, as cuBLASLt promotes
 // with fast accumulation off), and the epilogue multiplies each accumulator by its row's and column's
 // dequantization scales before rounding to bf16.
+// OneTilePerCta: every CTA runs at most one entry of the table (the launch's entries no more than its
+// CTAs; PreparedWithTile checks it), so the epilogue stages its tile in the main loop's shared memory,
+// free once the entry's last k-tile is read, and the pipeline gets that memory as stages: more loads
+// in flight where a CTA's one tile streams its operands from L2 (a 128x256 tile has 4 stages instead
+// of 3 beside its own staging buffer).
 template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1,
-          class ElementIn = cutlass::bfloat16_t>
+          class ElementIn = cutlass::bfloat16_t, bool OneTilePerCta = false>
 struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
@@ -126,11 +131,14 @@ struct OverlapGemmKernel {
   static_assert((kStagingStride / 2) % 32 == 4 || (kStagingStride / 2) % 32 == 20, "staging rows must spread a warp's writes over all banks");
   static_assert(kStagingStride * 2 % 16 == 0, "a bulk copy reads a 16-byte aligned staging row");
   static constexpr int kStagingBytes = kStagingRows * kStagingStride * 2;
+  // OneTilePerCta: what SharedStorage holds beside the stages and their barriers (the hand-off
+  // barriers, the vestigial staging array).
+  static constexpr int kBarrierBytes = 256;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, cutlass::layout::RowMajor, kAlignment, ElementIn,
       std::conditional_t<BNMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>, kAlignment, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<kStagingBytes>, MainloopSchedule>::CollectiveOp;
+      cutlass::gemm::collective::StageCountAutoCarveout<OneTilePerCta ? kBarrierBytes : kStagingBytes>, MainloopSchedule>::CollectiveOp;
   using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
   using PipelineState = typename CollectiveMainloop::PipelineState;
   using TiledMma = typename CollectiveMainloop::TiledMma;
@@ -150,13 +158,15 @@ struct OverlapGemmKernel {
   // 16 IDs (hardware 8 and 9 here; FirstUserBarrier + 1 gave 16 and 17, beyond the range).
   static constexpr uint32_t kStorerBarrier = 0;
   static constexpr uint32_t kSplitBarrier = 1;
+  // OneTilePerCta: both consumer groups' WGMMAs done reading the stages before either stages over them.
+  static constexpr uint32_t kStagesReadBarrier = 2;
 
   static constexpr int kNotifySlots = 4;
 
   struct SharedStorage {
     typename CollectiveMainloop::TensorStorage tensors;
     alignas(16) typename CollectiveMainloop::PipelineStorage pipeline;
-    alignas(128) Element staging[kStagingRows * kStagingStride];
+    alignas(128) Element staging[OneTilePerCta ? 8 : kStagingRows * kStagingStride];  // OneTilePerCta: staging_of
     // The store hand-off: every consumer thread arrives on tile_staged once its part of a tile is
     // in the staging buffer; every storing thread arrives on staging_free once it has copied its
     // part out.
@@ -170,6 +180,13 @@ struct OverlapGemmKernel {
   };
   static constexpr int kSharedBytes = static_cast<int>(sizeof(SharedStorage));
   static_assert(kSharedBytes <= 232448, "more shared memory than an H100/H200 SM has");
+  static_assert(!OneTilePerCta || kStagingBytes <= static_cast<int>(sizeof(typename CollectiveMainloop::TensorStorage)),
+                "the staged tile must fit in the main loop's stages");
+  // Where the epilogue stages a tile: its own buffer, or (OneTilePerCta) the main loop's stages.
+  CUTLASS_DEVICE static Element* staging_of(SharedStorage& shared) {
+    if constexpr (OneTilePerCta) return reinterpret_cast<Element*>(&shared.tensors);
+    else return shared.staging;
+  }
   // 3 stages of 64-deep K (a 128x256 tile beside its whole staged tile) are slightly slower than 4
   // on the suites' shapes; fewer would not hide TMA latency behind the WGMMAs.
   static_assert(CollectiveMainloop::DispatchPolicy::Stages >= 3, "the staging buffer left too few pipeline stages");
@@ -433,8 +450,8 @@ struct OverlapGemmKernel {
       }
       if (!wait_for_phase(&shared.tile_staged, staged & 1, launch.wait_timeout_ns))
         record_timeout(launch, t, kStoreHandoffSignal, staged + 1, staged);
-      if (entry.addend_count > 0) copy_out<true>(storer_idx, entry, launch, shared.staging);
-      else copy_out<false>(storer_idx, entry, launch, shared.staging);
+      if (entry.addend_count > 0) copy_out<true>(storer_idx, entry, launch, staging_of(shared));
+      else copy_out<false>(storer_idx, entry, launch, staging_of(shared));
       cute::tma_store_wait<0>();  // the engine has read this thread's rows (at once if it copied none)
       ++staged;
       // Its reads of the staging buffer are done: the arrive orders them before the consumers' next
@@ -558,7 +575,10 @@ struct OverlapGemmKernel {
       // to the storing warps (the arrive releases this thread's writes to them).
       if (staged > 0 && !wait_for_phase(&shared.staging_free, (staged - 1) & 1, launch.wait_timeout_ns))
         record_timeout(launch, t, kStoreHandoffSignal, staged, staged - 1);
-      stage_tile(accumulators, mma_thread_idx, shared.staging, launch, entry);
+      // OneTilePerCta: every stage's loads have landed and been read (this was the CTA's one entry: no
+      // load follows); the other consumer group may still be reading the last stages.
+      if constexpr (OneTilePerCta) cutlass::arch::NamedBarrier::sync(kMmaThreads, kStagesReadBarrier);
+      stage_tile(accumulators, mma_thread_idx, staging_of(shared), launch, entry);
       cute::tma_store_fence();  // the staging writes (generic proxy) before the bulk copies' reads
       cutlass::arch::ClusterBarrier::arrive(&shared.tile_staged);
       ++staged;
@@ -578,31 +598,40 @@ __global__ void __launch_bounds__(Kernel::kThreads, 1) overlap_gemm_entry(const 
 // Everything a call does not need to redo: the kernel's parameters (TMA descriptors included), its
 // shared-memory attribute and the grid size. A call only enqueues.
 template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed = false, int ClusterM = 1, int ClusterN = 1,
-          class ElementIn = cutlass::bfloat16_t>
+          class ElementIn = cutlass::bfloat16_t, bool OneTilePerCta = false>
 class PreparedWithTile final : public OverlapGemm::Prepared {
  public:
-  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, ElementIn>;
+  using Kernel = OverlapGemmKernel<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, ElementIn, OneTilePerCta>;
 
-  explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)) {
+  explicit PreparedWithTile(const OverlapGemmLaunch& launch) : params_(Kernel::make_params(launch)), ctas_(grid_ctas(launch)) {
+    if (OneTilePerCta) require_one_tile_per_cta(launch);
+  }
+
+  // The grid a launch gets: one CTA per entry up to one per SM (or launch.max_ctas); in clusters,
+  // whole clusters, no more than fit at once (an SM pair per cluster within a GPC; the query's grid
+  // is one cluster, as CUTLASS's max-active-clusters query makes it).
+  static int grid_ctas(const OverlapGemmLaunch& launch) {
     int device = 0, sm_count = 0;
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(&overlap_gemm_entry<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
-    ctas_ = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
+    int ctas = std::min(launch.tile_count, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
     if constexpr (Kernel::kClusterSize > 1) {
-      // Whole clusters, no more than fit at once (an SM pair per cluster within a GPC); the query's
-      // grid is one cluster, as CUTLASS's max-active-clusters query makes it.
       cudaLaunchConfig_t config = launch_config(Kernel::kClusterSize, nullptr);
       cudaLaunchAttribute attribute = cluster_attribute();
       config.attrs = &attribute;
       config.numAttrs = 1;
       int clusters = 0;
       WEFT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, &overlap_gemm_entry<Kernel>, &config));
-      ctas_ = std::max(1, std::min(ctas_ / Kernel::kClusterSize, clusters)) * Kernel::kClusterSize;
+      ctas = std::max(1, std::min(ctas / Kernel::kClusterSize, clusters)) * Kernel::kClusterSize;
     }
+    return ctas;
   }
 
-  void update(const OverlapGemmLaunch& launch) override { params_ = Kernel::make_params(launch); }
+  void update(const OverlapGemmLaunch& launch) override {
+    if (OneTilePerCta) require_one_tile_per_cta(launch);
+    params_ = Kernel::make_params(launch);
+  }
 
   void launch(cudaStream_t stream) override {
     if (params_.launch.tile_count == 0) return;
@@ -628,6 +657,11 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
     config.stream = stream;
     return config;
   }
+  void require_one_tile_per_cta(const OverlapGemmLaunch& launch) const {
+    if (launch.tile_count > ctas_)
+      throw std::logic_error("overlap GEMM: the kernel that stages its tile in the pipeline's memory runs one entry per CTA, but the table has " +
+                             std::to_string(launch.tile_count) + " entries for " + std::to_string(ctas_) + " CTAs");
+  }
   static cudaLaunchAttribute cluster_attribute() {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -645,7 +679,18 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
 // pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
 // clusters of two where it is compiled for them (Clusterable). FP8 operands are dispatched by their
 // tiles' own preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
-template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false>
+// The kernel of one entry per CTA where the tile has it compiled (Deepenable) and the launch's entries
+// fit its grid (OverlapGemmKernel's OneTilePerCta), else the one of these template arguments.
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed, int ClusterM, int ClusterN, bool Deepenable>
+std::unique_ptr<OverlapGemm::Prepared> prepare_deepest(const OverlapGemmLaunch& launch) {
+  if constexpr (Deepenable) {
+    using Deep = PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, cutlass::bfloat16_t, true>;
+    if (launch.tile_count <= Deep::grid_ctas(launch)) return std::make_unique<Deep>(launch);
+  }
+  return std::make_unique<PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN>>(launch);
+}
+
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Deepenable = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
   if (launch.fp8)
     throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
@@ -654,8 +699,8 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch
     if constexpr (Clusterable) {
       if (launch.store_transposed || launch.b_n_major)
         throw std::invalid_argument("overlap GEMM: clusters run the K-major, untransposed product only");
-      if (launch.cluster_m == 2 && launch.cluster_n == 1) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 2, 1>>(launch);
-      if (launch.cluster_m == 1 && launch.cluster_n == 2) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false, false, 1, 2>>(launch);
+      if (launch.cluster_m == 2 && launch.cluster_n == 1) return prepare_deepest<TileM, TileN, TileK, false, false, 2, 1, Deepenable>(launch);
+      if (launch.cluster_m == 1 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, false, 1, 2, Deepenable>(launch);
       throw std::invalid_argument("overlap GEMM: clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) +
                                   " CTAs; 2x1 and 1x2 are compiled");
     } else {
@@ -674,7 +719,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch
     }
   }
   if (launch.b_n_major) return std::make_unique<PreparedWithTile<TileM, TileN, TileK, true>>(launch);
-  return std::make_unique<PreparedWithTile<TileM, TileN, TileK, false>>(launch);
+  return prepare_deepest<TileM, TileN, TileK, false, false, 1, 1, Deepenable>(launch);
 }
 
 }  // namespace weft::overlap_gemm_detail
