@@ -3,9 +3,8 @@
 // WGMMA, warp-specialised producer and consumer warp groups.
 //
 // Work unit: one query tile (TileQ rows) of one query head. Units go to persistent CTAs in rounds of
-// one unit per CTA, in snake order (unit_index), in sections of heads (section_heads_of; as
-// FlashAttention-3's head sections keep the K/V that CTAs read at once in L2), within a section the
-// last query tiles first: under a causal mask they read the most keys.
+// one unit per CTA, in snake order, in sections of heads, within a section the last query tiles
+// first (weft/kernels/attention_schedule.hpp: the order and why, shared with the host).
 //
 // Warp roles. Warp group 0 is the producer: its warp 0 loads the unit's Q tile once (TMA, its own
 // barrier), then walks the KV tiles of the table in order, each in pieces of TileKv rows, and loads
@@ -43,6 +42,7 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include "weft/kernels/attention.hpp"
+#include "weft/kernels/attention_schedule.hpp"
 #include "weft/cuda/check.hpp"
 #include "weft/tile/tilelink.cuh"
 
@@ -150,16 +150,11 @@ struct AttentionKernel {
     AttentionLaunch launch;
     float scale_log2;  // log2(e) / sqrt(head_dim): exp2 of score * this is exp of the scaled score
     float scale;       // 1 / sqrt(head_dim)
-    int section_heads; // query heads per section (section_heads_of)
+    AttentionSchedule schedule;  // which unit each CTA takes in each round
   };
 
-  // Without a causal mask every unit reads all of its head's keys: sections of one KV head (the
-  // query heads that share it), so that the CTAs running at once read little K/V besides it. Under a
-  // causal mask units differ in length and one section of every head, longest first in snake order,
-  // balances the CTAs' work (sections would repeat the long-to-short run in each, which the static
-  // order cannot balance).
-  static int section_heads_of(const AttentionLaunch& launch) {
-    return launch.causal ? launch.heads : launch.heads / launch.kv_heads;
+  static AttentionSchedule schedule_of(const AttentionLaunch& launch) {
+    return AttentionSchedule::of(launch.q_rows, TileQ, launch.heads, launch.kv_heads, launch.causal);
   }
 
   static Params make_params(const AttentionLaunch& launch) {
@@ -170,31 +165,20 @@ struct AttentionKernel {
                   launch,
                   scale * 1.4426950408889634f,
                   scale,
-                  section_heads_of(launch)};
+                  schedule_of(launch)};
   }
 
-  CUTLASS_HOST_DEVICE static int q_tiles(const AttentionLaunch& launch) { return static_cast<int>((launch.q_rows + TileQ - 1) / TileQ); }
-  CUTLASS_HOST_DEVICE static int unit_count(const AttentionLaunch& launch) { return q_tiles(launch) * launch.heads; }
-
-  // This CTA's unit of round `round`: rounds of gridDim.x units in snake order (CTA b takes unit b of
-  // an even round and unit grid - 1 - b of an odd one), so that where a round's units get shorter
-  // along it (causal, longest first) every CTA's sum of lengths evens out. Past the last unit in
-  // the last round only.
+  // This CTA's unit of round `round` (AttentionSchedule: past the last unit in the last round only).
   CUTLASS_DEVICE static int unit_index(int round) {
-    const int grid = static_cast<int>(gridDim.x), cta = static_cast<int>(blockIdx.x);
-    return round * grid + ((round & 1) ? grid - 1 - cta : cta);
+    return AttentionSchedule::unit_index(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), round);
   }
 
   CUTLASS_DEVICE static Unit unit_of(const Params& params, int index) {
     const AttentionLaunch& launch = params.launch;
-    const int tiles = q_tiles(launch);
-    const int section = index / (tiles * params.section_heads);  // every section but the last is full
-    const int first_head = section * params.section_heads;
-    const int section_heads = min(params.section_heads, launch.heads - first_head);
-    const int in_section = index - section * tiles * params.section_heads;
+    const UnitCoord c = params.schedule.unit(index);
     Unit u;
-    u.q_tile = tiles - 1 - in_section / section_heads;  // the last query tiles (most keys, causal) first
-    u.head = first_head + in_section % section_heads;
+    u.q_tile = c.q_tile;
+    u.head = c.head;
     u.first_row = int64_t{u.q_tile} * TileQ;
     u.valid_rows = static_cast<int>(min(int64_t{TileQ}, launch.q_rows - u.first_row));
     u.first_position = launch.q_position + u.first_row;
@@ -235,7 +219,7 @@ struct AttentionKernel {
 
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
     int units_done = 0;
-    for (int index = unit_index(0); index < unit_count(launch); index = unit_index(units_done + 1), ++units_done) {
+    for (int index = unit_index(0); index < params.schedule.unit_count(); index = unit_index(units_done + 1), ++units_done) {
       const Unit u = unit_of(params, index);
       const int kv_head = u.head / group;
       // The previous unit's consumers are done with sQ before it is overwritten.
@@ -355,7 +339,7 @@ struct AttentionKernel {
 
     PipelineState read;
     int units_done = 0;
-    for (int index = unit_index(0); index < unit_count(launch); index = unit_index(units_done + 1), ++units_done) {
+    for (int index = unit_index(0); index < params.schedule.unit_count(); index = unit_index(units_done + 1), ++units_done) {
       const Unit u = unit_of(params, index);
       int local_row[2];
       for (int half = 0; half < 2; ++half) local_row[half] = get<0>(cS(make_coord(make_coord(0, half, 0), 0, 0)));
@@ -615,7 +599,7 @@ class PreparedAttention final : public Attention::Prepared {
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
     WEFT_CUDA_CHECK(cudaFuncSetAttribute(&attention_entry<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::kSharedBytes));
-    const int units = Kernel::unit_count(launch);
+    const int units = Kernel::schedule_of(launch).unit_count();
     ctas_ = std::min(units, launch.max_ctas > 0 ? launch.max_ctas : sm_count);
   }
 
