@@ -330,7 +330,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     if (variants.size() > configs.size()) {  // splits swept or a tail split: each (tile, split) on its own
       std::printf("  %-28s", "each tile and split, ms:");
       for (size_t v = 0; v < variants.size(); ++v)
-        std::printf(" %s %.3f", variants[v].name(configs, name_of).c_str(),
+        std::printf(" %s %.4f", variants[v].name(configs, name_of).c_str(),
                     medians[1 + kWorkCount + v]);
       std::printf("\n");
     }
