@@ -2,8 +2,11 @@
 // causal and not: inputs random, the output poisoned, one run checked on sampled rows (first, middle
 // and last query of the first and last head) against softmax(Q K^T / sqrt(d)) V in double, then
 // timed (median of `iterations`, L2 not flushed: Q, K and V are read many times per run anyway).
+// Beside it, interleaved, the same run with every KV tile waiting on a signal that is already met,
+// its output checked too: what the per-tile waits of the overlapped plans cost when nothing waits.
 #include "attention_bench.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -35,10 +38,10 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   if (!o.csv_path.empty()) {
     csv_file.emplace(o.csv_path, "CSV file");
     csv = csv_file->stream();
-    std::fprintf(csv, "tokens,heads,kv_heads,head_dim,causal,tiles,tflop,ms,tflops,error,check\n");
+    std::fprintf(csv, "tokens,heads,kv_heads,head_dim,causal,tiles,tflop,ms,tflops,error,check,waited_ms,wait_cost\n");
   }
-  std::printf("%8s %6s %8s %8s %7s %10s %10s %9s %9s %s\n", "tokens", "heads", "kv_heads", "head_dim", "causal", "TFLOP", "ms", "TFLOP/s",
-              "error", "check");
+  std::printf("%8s %6s %8s %8s %7s %10s %10s %9s %9s %5s %10s %9s\n", "tokens", "heads", "kv_heads", "head_dim", "causal", "TFLOP", "ms",
+              "TFLOP/s", "error", "check", "waited ms", "wait cost");
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int failed = 0;
@@ -55,10 +58,29 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       const double error = attention_sampled_error(run.shape, run.q.data, run.k.data, run.v.data, run.o.data,
                                                    {{0, 0}, {0, s.heads - 1}, {s.tokens / 2, 0}, {s.tokens / 2, s.heads - 1}, {s.tokens - 1, 0},
                                                     {s.tokens - 1, s.heads - 1}});
+      // The same run with every KV tile waiting for a signal that is already 1.
+      DeviceBuffer met(sizeof(uint64_t));
+      const uint64_t one = 1;
+      WEFT_CUDA_CHECK(cudaMemcpy(met.data, &one, sizeof one, cudaMemcpyHostToDevice));
+      std::vector<AttentionKvTile> waiting = tiles;
+      for (AttentionKvTile& t : waiting) t.wait_signal = 0, t.wait_value = 1;
+      DeviceBuffer waiting_table(waiting.size() * sizeof(AttentionKvTile));
+      WEFT_CUDA_CHECK(cudaMemcpy(waiting_table.data, waiting.data(), waiting.size() * sizeof(AttentionKvTile), cudaMemcpyHostToDevice));
+      AttentionLaunch waited_launch = l;
+      waited_launch.kv_tiles = waiting_table.as<const AttentionKvTile>();
+      waited_launch.wait_signals = met.as<const uint64_t>();
+      require_valid_kv_tiles(waited_launch, waiting);
+      Attention waited(waited_launch);
+      run.poison_output(stream);
+      waited.launch(stream);
+      if (!synchronize_with_timeout(stream, 60000)) throw std::runtime_error("the attention kernel with met waits did not finish in 60 s");
+      const double waited_error = attention_sampled_error(run.shape, run.q.data, run.k.data, run.v.data, run.o.data,
+                                                          {{0, 0}, {s.tokens / 2, s.heads - 1}, {s.tokens - 1, 0}});
       // Two bf16 roundings (P and O) of the weighted |v|, with margin; NaN fails.
-      const bool ok = error <= 4 * std::ldexp(1.0, -9);
+      const bool ok = error <= 4 * std::ldexp(1.0, -9) && waited_error <= 4 * std::ldexp(1.0, -9);
       if (!ok) ++failed;
-      const std::vector<double> ms = interleaved_median_ms({[&](cudaStream_t st) { attention.launch(st); }}, stream, o.warmup, o.iterations,
+      const std::vector<double> ms = interleaved_median_ms({[&](cudaStream_t st) { attention.launch(st); }, [&](cudaStream_t st) { waited.launch(st); }},
+                                                           stream, o.warmup, o.iterations,
                                                            [&](size_t) {
                                                              if (!synchronize_with_timeout(stream, 60000))
                                                                throw std::runtime_error("the attention kernel did not finish in 60 s");
@@ -66,12 +88,14 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       const int64_t computed = attention_tiles_computed(l, tiles);
       const double tflop = 4.0 * tiling.tile_q * tiling.tile_kv * s.head_dim * static_cast<double>(computed) / 1e12;
       const double tflops = tflop / (ms[0] * 1e-3);
-      std::printf("%8lld %6d %8d %8d %7s %10.3f %10.4f %9.1f %9.2e %s\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads, s.head_dim,
-                  causal ? "yes" : "no", tflop, ms[0], tflops, error, ok ? "ok" : "FAILED");
+      const double wait_cost = ms[1] / ms[0] - 1.0;
+      std::printf("%8lld %6d %8d %8d %7s %10.3f %10.4f %9.1f %9.2e %5s %10.4f %8.1f%%\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads,
+                  s.head_dim, causal ? "yes" : "no", tflop, ms[0], tflops, std::max(error, waited_error), ok ? "ok" : "FAILED", ms[1], wait_cost * 100);
       std::fflush(stdout);
       if (csv)
-        std::fprintf(csv, "%lld,%d,%d,%d,%d,%lld,%.4f,%.5f,%.2f,%.3e,%s\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads, s.head_dim,
-                     causal ? 1 : 0, static_cast<long long>(computed), tflop, ms[0], tflops, error, ok ? "ok" : "FAILED");
+        std::fprintf(csv, "%lld,%d,%d,%d,%d,%lld,%.4f,%.5f,%.2f,%.3e,%s,%.5f,%.4f\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads,
+                     s.head_dim, causal ? 1 : 0, static_cast<long long>(computed), tflop, ms[0], tflops, std::max(error, waited_error),
+                     ok ? "ok" : "FAILED", ms[1], wait_cost);
     }
   cudaStreamDestroy(stream);
   if (csv_file) csv_file->close();
