@@ -249,6 +249,10 @@ struct AttentionKernel {
           copy(params.tma_k.with(*full), tKgK, tKsK);
           copy(params.tma_vt.with(*full), tVgV, tVsV);
         }
+        // The warp stays converged, piece by piece: lanes 1-31 left to run ahead spin on the next
+        // unit's q_free barrier, a divergent path of lane 0's own warp that takes its turns from lane
+        // 0's stage acquisitions (the K/V waits' latency tail).
+        __syncwarp();
         ++write;
       });
     }
