@@ -11,7 +11,8 @@
 // the K and V of every piece the causal mask does not hide from the whole query tile into the next
 // pipeline stage. Before the first piece of a KV tile that waits it makes the tile's wait
 // (tile::producer_warp_wait: lane 0 waits, bounded, then the warp fences the async proxy), as the
-// overlap GEMM's producer does before a tile's loads. Warp groups 1..TileQ/64 are the consumers, 64
+// overlap GEMM's producer does before a tile's loads, unless its last wait covers it (the same
+// signal, a value no larger). The warp stays converged piece by piece (lane 0 issues the loads). Warp groups 1..TileQ/64 are the consumers, 64
 // query rows each: per piece, S = Q K^T (WGMMA, both operands in shared memory), the online softmax
 // in registers (fp32; scores prescaled by log2(e)/sqrt(d) so that exp2 gives the exponentials;
 // each thread holds two rows, reduced over the 4 threads of a quad), P rounded to bf16 in registers
@@ -218,6 +219,12 @@ struct AttentionKernel {
     const int group = launch.heads / launch.kv_heads;
 
     PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+    // The last wait made: a later tile waiting on the same signal for no more is met already (signals
+    // only grow during a launch) and its data ordered before the TMA loads by that wait's fence. The
+    // KV tiles of one arrival share its signal (a plan's tiles are pieces of a rank's block), so
+    // the producer waits once per arrival and unit, not once per tile.
+    int32_t met_signal = -1;
+    uint64_t met_value = 0;
     int units_done = 0;
     for (int index = unit_index(0); index < params.schedule.unit_count(); index = unit_index(units_done + 1), ++units_done) {
       const Unit u = unit_of(params, index);
@@ -230,13 +237,13 @@ struct AttentionKernel {
         cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&shared.q_full, kQBytes);
         copy(params.tma_q.with(shared.q_full), tQgQ, tQsQ);
       }
-      int waited_tile = -1;
       for_each_piece(launch, [&](int t, const AttentionKvTile& tile, const Piece& piece) {
         if (hidden(launch, u, piece)) return;
-        if (tile.wait_signal >= 0 && waited_tile != t) {
+        if (tile.wait_signal >= 0 && (tile.wait_signal != met_signal || tile.wait_value > met_value)) {
           tile::producer_warp_wait(launch.wait_signals + tile.wait_signal, tile.wait_signal, tile.wait_value,
                                    tile::WaitPolicy{launch.wait_timeout_ns, launch.error, tile::kWaitInAttention}, t);
-          waited_tile = t;
+          met_signal = tile.wait_signal;
+          met_value = tile.wait_value;
         }
         if (lane == 0) {
           const int row = static_cast<int>(piece.row);

@@ -319,6 +319,48 @@ TEST_P(AttentionKernel, WaitsPerKvTileAreReleasedByAnotherStream) {
   cudaStreamDestroy(other);
 }
 
+// Every tile waits on one signal, tile t for value t + 1, and tile t's K and V land just before the
+// signal reaches it (NaN until then): a producer that took a later tile's wait as met by an earlier
+// one on the same signal reads NaN.
+TEST_P(AttentionKernel, ALaterTileOnTheSameSignalWaitsForItsLargerValue) {
+  Fixture f(GetParam(), 7);
+  if (f.tiles.size() < 2) GTEST_SKIP() << "one KV tile";
+  for (size_t t = 0; t < f.tiles.size(); ++t) {
+    f.tiles[t].wait_signal = 0;
+    f.tiles[t].wait_value = t + 1;
+  }
+  // The true K and V stay in a copy; the kernel's K and V rows of tiles 1.. are NaN until they land.
+  const size_t ldk = static_cast<size_t>(f.ldk);
+  Device<uint16_t> true_k(f.dk.count), true_v(f.dv.count);
+  true_k.upload(f.k);
+  true_v.upload(f.v);
+  const size_t landed_from = static_cast<size_t>(f.tiles[1].row) * ldk;
+  fill_u16(f.dk.data + landed_from, static_cast<int64_t>(f.dk.count - landed_from), kBf16Nan, f.stream);
+  fill_u16(f.dv.data + landed_from, static_cast<int64_t>(f.dv.count - landed_from), kBf16Nan, f.stream);
+  AttentionLaunch l = f.launch();
+  f.poison();
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(f.stream));
+  cudaStream_t other;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  launch_attention(l, f.stream);
+  Device<uint16_t> busy(size_t{1} << 24);
+  for (size_t t = 0; t < f.tiles.size(); ++t) {
+    for (int i = 0; i < 4; ++i) fill_random_bf16(busy.data, static_cast<int64_t>(busy.count), t * 4 + static_cast<uint64_t>(i), other);
+    if (t > 0) {
+      const size_t at = static_cast<size_t>(f.tiles[t].row) * ldk, count = static_cast<size_t>(f.tiles[t].rows) * ldk;
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(f.dk.data + at, true_k.data + at, count * sizeof(uint16_t), cudaMemcpyDeviceToDevice, other));
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(f.dv.data + at, true_v.data + at, count * sizeof(uint16_t), cudaMemcpyDeviceToDevice, other));
+    }
+    signal_add(f.signals.data + 0, 1, other);
+  }
+  ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000));
+  EXPECT_EQ(f.read_error().failed, 0u);
+  const std::string bad = f.mismatches(f.expected(0, f.tiles.size()), kRoundings);
+  EXPECT_TRUE(bad.empty()) << bad;
+  cudaStreamSynchronize(other);
+  cudaStreamDestroy(other);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernel, testing::ValuesIn(cases()), case_name);
 
 TEST(AttentionKernelWaits, AnUnmetWaitTimesOutAndNamesItsKvTile) {
