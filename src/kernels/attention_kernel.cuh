@@ -194,10 +194,16 @@ struct AttentionKernel {
   }
 
   // Calls f(tile index, piece, first piece of its tile) for every piece of the table, in order.
+  // The next tile's entry is loaded a tile ahead: a plan's tiles are often one piece each, and a
+  // wait's acquire invalidates the SM's L1 (CCTL.IVALL), so an entry read when needed would put an
+  // L2 round trip in every warp's path at every piece after a wait.
   template <class F>
   CUTLASS_DEVICE static void for_each_piece(const AttentionLaunch& launch, F&& f) {
+    if (launch.kv_tile_count == 0) return;
+    AttentionKvTile next = launch.kv_tiles[0];
     for (int t = 0; t < launch.kv_tile_count; ++t) {
-      const AttentionKvTile tile = launch.kv_tiles[t];
+      const AttentionKvTile tile = next;
+      if (t + 1 < launch.kv_tile_count) next = launch.kv_tiles[t + 1];
       for (int64_t row = tile.row; row < tile.row + tile.rows; row += TileKv)
         f(t, tile, Piece{row, static_cast<int>(min(int64_t{TileKv}, tile.row + tile.rows - row))});
     }

@@ -76,6 +76,18 @@ __device__ __forceinline__ uint64_t load_acquire_system(const uint64_t* address)
   return value;
 }
 
+__device__ __forceinline__ uint64_t load_relaxed_gpu(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ uint64_t load_relaxed_system(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
 __device__ __forceinline__ void add_release_gpu(uint64_t* address, uint64_t increment) {
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(address), "l"(increment) : "memory");
 }
@@ -128,6 +140,10 @@ __device__ __forceinline__ void record_timeout(WaitRecord* record, int32_t sourc
 
 // One thread: spins until *flag >= expected (acquire at the given scope), at most
 // policy.timeout_ns; false on timeout, with the wait recorded as signal `signal` at `where`.
+// A met signal costs one acquire load. A wait that spins looks with relaxed loads and acquires once
+// it sees the value: an acquire invalidates the SM's L1 (CCTL.IVALL), and one per look of a spin
+// would take the L1 from every other warp of the SM while this one waits (counters only grow, so
+// the acquire reads at least the value seen).
 template <bool System>
 __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t signal, uint64_t expected, const WaitPolicy& policy,
                                               int32_t where) {
@@ -135,7 +151,7 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t sign
   if (value >= expected) return true;
   const uint64_t start = global_timer_ns();
   uint64_t next_record_check = start + kRecordCheckNs;
-  while ((value = System ? load_acquire_system(flag) : load_acquire_gpu(flag)) < expected) {
+  while ((value = System ? load_relaxed_system(flag) : load_relaxed_gpu(flag)) < expected) {
     const uint64_t now = global_timer_ns();
     if (now - start > policy.timeout_ns) {
       record_timeout(policy.record, policy.source, signal, where, expected, value);
@@ -151,6 +167,7 @@ __device__ __forceinline__ bool wait_at_least(const uint64_t* flag, int32_t sign
     }
     __nanosleep(128);  // the overlap GEMM's tiles wait here too: short, so that a met signal is seen soon
   }
+  (void)(System ? load_acquire_system(flag) : load_acquire_gpu(flag));
   return true;
 }
 
