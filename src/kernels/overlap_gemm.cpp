@@ -89,6 +89,17 @@ bool compiled_in_clusters(OverlapGemmConfig config) {
   return config == OverlapGemmConfig::tile_128x128 || config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8;
 }
 
+std::vector<std::pair<int, int>> compiled_cluster_shapes() { return {{2, 1}, {1, 2}, {2, 2}, {2, 4}, {4, 2}}; }
+
+bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n) {
+  if (!compiled_in_clusters(config)) return false;
+  if ((cluster_m == 2 && cluster_n == 1) || (cluster_m == 1 && cluster_n == 2)) return true;
+  // Clusters of four and eight: bf16 128x128 (its loads of 32 KB a stage are the ones cuBLASLt
+  // multicasts over 4x2 at small m).
+  const bool larger = (cluster_m == 2 && cluster_n == 2) || (cluster_m == 2 && cluster_n == 4) || (cluster_m == 4 && cluster_n == 2);
+  return larger && config == OverlapGemmConfig::tile_128x128;
+}
+
 std::vector<OverlapGemmTile> split_along_k(const std::vector<OverlapGemmTile>& table, int splits, int64_t k,
                                            OverlapGemmConfig config, int group) {
   const int64_t k_tiles = ceil_div(k, shape_of(config).tile_k);
@@ -255,17 +266,20 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   if (launch.store_transposed && (launch.b_n_major || launch.a2))
     reject("the exchanged product (store_transposed) reads K-major operands and no second A operand");
   const bool clustered = launch.cluster_m != 1 || launch.cluster_n != 1;
-  if (clustered && !((launch.cluster_m == 2 && launch.cluster_n == 1) || (launch.cluster_m == 1 && launch.cluster_n == 2)))
-    reject("clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " CTAs; 2x1 and 1x2 are compiled");
-  if (clustered && (launch.store_transposed || launch.b_n_major))
-    reject("clusters of two run the K-major (B stored [N, K]), untransposed product only");
+  const int cluster_size = launch.cluster_m * launch.cluster_n;
+  const std::string cluster = "clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n);
+  if (clustered && (launch.store_transposed || launch.b_n_major)) reject(cluster + " run the K-major (B stored [N, K]), untransposed product only");
   if (clustered && !compiled_in_clusters(config))
     reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64, 128x256x64 and 128x128x128 (FP8) do");
-  // Both CTAs of a cluster walk as many entries (an unpaired one would wait for its peer's half of a
-  // tile forever); require_valid_table checks the pairs themselves.
-  if (clustered && launch.tile_count % 2 != 0)
-    reject("a table for clusters of two has an even number of entries, this one " + std::to_string(launch.tile_count));
-  if (clustered && launch.max_ctas == 1) reject("max_ctas 1 leaves no room for a cluster of two CTAs");
+  if (clustered && !compiled_in_cluster(config, launch.cluster_m, launch.cluster_n))
+    reject("no " + to_string(config) + " kernel runs in " + cluster + "; 2x1 and 1x2 are compiled for it" +
+           (config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8 ? " (2x2, 2x4, 4x2 for bf16 128x128x64)" : ", and 2x2, 2x4, 4x2"));
+  // Every CTA of a cluster walks as many entries (a CTA without its group's entry would leave its
+  // peers waiting for its share of a tile forever); require_valid_table checks the groups themselves.
+  if (clustered && launch.tile_count % cluster_size != 0)
+    reject("a table for " + cluster + " is whole groups of " + std::to_string(cluster_size) + " entries, this one has " + std::to_string(launch.tile_count));
+  if (clustered && launch.max_ctas > 0 && launch.max_ctas < cluster_size)
+    reject("max_ctas " + std::to_string(launch.max_ctas) + " leaves no room for a cluster of " + std::to_string(cluster_size) + " CTAs");
   if (launch.fp8) {
     if (launch.store_transposed || launch.b_n_major) reject("FP8 operands run the K-major (B stored [N, K]), untransposed product only");
     // 128x256: the FP8 main loop's two fragments of partial sums beside the accumulators would not fit in registers.
@@ -284,28 +298,37 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
 
 namespace {
 
-// Clusters of two (OverlapGemmLaunch::cluster_m / cluster_n): the table in pairs that share a tile
-// of B (2x1) or of A (1x2) over the same K-tiles, neither waiting nor split nor padding.
-void require_cluster_pairs(const OverlapGemmLaunch& launch, const std::vector<OverlapGemmTile>& table) {
-  if (launch.cluster_m == 1 && launch.cluster_n == 1) return;
-  const bool share_b = launch.cluster_m == 2;
-  if (table.size() % 2 != 0)
-    reject("a table for clusters of two has an even number of entries, this one " + std::to_string(table.size()));
-  for (size_t i = 0; i < table.size(); i += 2) {
-    const OverlapGemmTile &x = table[i], &y = table[i + 1];
-    const std::string pair = "tile table entries " + std::to_string(i) + " and " + std::to_string(i + 1) + " (a cluster's pair) ";
-    for (const OverlapGemmTile* e : {&x, &y})
-      if (e->k_tiles == kNoWorkKTiles || e->wait_signal >= 0)
-        reject(pair + "must both do work and wait for nothing: a wait holds the peer's loads too");
-    if (x.k_begin != y.k_begin || x.k_tiles != y.k_tiles) reject(pair + "cover different K-tiles; the pair loads its shared tile once");
-    // Splits of a pair's tiles in step (split_along_k with group 2): a split waits only for earlier
-    // splits of its tile, which both CTAs of the earlier pair ran, so the pairing adds no cycle.
-    if (x.split != y.split || x.splits != y.splits) reject(pair + "are different splits; a pair's tiles are split in step (split_along_k, group 2)");
-    if (share_b && x.tile_n != y.tile_n)
-      reject(pair + "are in tile columns " + std::to_string(x.tile_n) + " and " + std::to_string(y.tile_n) +
-             "; clusters of 2x1 share B's tile (order the table along N with an even swizzle)");
-    if (!share_b && (x.tile_m != y.tile_m || x.a_operand != y.a_operand || (x.a_operand == 1 && x.a_tile_m != y.a_tile_m)))
-      reject(pair + "read different rows of A; clusters of 1x2 share A's tile (order the table along M with an even swizzle)");
+// Clusters (OverlapGemmLaunch::cluster_m / cluster_n): the table in groups of cluster_m x cluster_n
+// entries over the same K-tiles, neither waiting nor padding, whose entries of one cluster column
+// share a tile of B and those of one cluster row a tile of A.
+void require_cluster_groups(const OverlapGemmLaunch& launch, const std::vector<OverlapGemmTile>& table) {
+  const int cm = launch.cluster_m, cn = launch.cluster_n, size = cm * cn;
+  if (size == 1) return;
+  const std::string cluster = "clusters of " + std::to_string(cm) + "x" + std::to_string(cn);
+  if (table.size() % static_cast<size_t>(size) != 0)
+    reject("a table for " + cluster + " is whole groups of " + std::to_string(size) + " entries, this one has " + std::to_string(table.size()));
+  for (size_t first = 0; first < table.size(); first += static_cast<size_t>(size)) {
+    const std::string group = "tile table entries " + std::to_string(first) + ".." + std::to_string(first + static_cast<size_t>(size) - 1) + " (a cluster's group) ";
+    const OverlapGemmTile& x = table[first];
+    for (int j = 0; j < size; ++j) {
+      const OverlapGemmTile& e = table[first + static_cast<size_t>(j)];
+      if (e.k_tiles == kNoWorkKTiles || e.wait_signal >= 0) reject(group + "must all do work and wait for nothing: a wait holds the peers' loads too");
+      if (e.k_begin != x.k_begin || e.k_tiles != x.k_tiles) reject(group + "cover different K-tiles; the cluster loads each shared tile once");
+      // Splits of a group's tiles in step (split_along_k with the group's size): a split waits only
+      // for earlier splits of its tile, which every CTA of the earlier group ran, so the grouping
+      // adds no cycle.
+      if (e.split != x.split || e.splits != x.splits) reject(group + "are different splits; a group's tiles are split in step (split_along_k)");
+      // Entry j sits at (j % cm, j / cm): the one at (j % cm, 0) heads its cluster row, (0, j / cm) its column.
+      const OverlapGemmTile& row_head = table[first + static_cast<size_t>(j % cm)];
+      const OverlapGemmTile& column_head = table[first + static_cast<size_t>(j / cm * cm)];
+      if (e.tile_n != column_head.tile_n)
+        reject(group + "put tile columns " + std::to_string(column_head.tile_n) + " and " + std::to_string(e.tile_n) + " in one cluster column (entries " +
+               std::to_string(first + static_cast<size_t>(j / cm * cm)) + ", " + std::to_string(first + static_cast<size_t>(j)) +
+               "), which share B's tile (plan::order_tiles_in_clusters orders a table so)");
+      if (e.tile_m != row_head.tile_m || e.a_operand != row_head.a_operand || (e.a_operand == 1 && e.a_tile_m != row_head.a_tile_m))
+        reject(group + "read different rows of A in one cluster row (entries " + std::to_string(first + static_cast<size_t>(j % cm)) + ", " +
+               std::to_string(first + static_cast<size_t>(j)) + "), which share A's tile (plan::order_tiles_in_clusters orders a table so)");
+    }
   }
 }
 
@@ -313,7 +336,7 @@ void require_cluster_pairs(const OverlapGemmLaunch& launch, const std::vector<Ov
 
 void require_valid_table(const OverlapGemmLaunch& launch, OverlapGemmConfig config, const std::vector<OverlapGemmTile>& table) {
   require_launchable(launch, config);
-  require_cluster_pairs(launch, table);
+  require_cluster_groups(launch, table);
   const OverlapGemmShape s = shape_of(config);
   const int64_t tiles_m = ceil_div(launch.m, s.tile_m), tiles_n = ceil_div(launch.n, s.tile_n);
   const int64_t k_tiles = ceil_div(launch.k, s.tile_k);

@@ -82,12 +82,13 @@ CUTLASS_DEVICE void wait_for_signal(const OverlapGemmLaunch& launch, int tile_in
 // transposed, so that the storers write rows of C: a tile of the kernel's TileM x TileN is TileN
 // rows by TileM columns of C. For small m, where the m rows fit in one tile column and B is read
 // once (cuBLASLt runs such products this way).
-// ClusterM x ClusterN (1x1, 2x1 or 1x2): CTAs run in clusters of two whose entries share a B tile
-// (2x1: the same tile column) or an A tile (1x2: the same tile row), loaded once from L2 by TMA
-// multicast, each CTA loading half and both receiving it (OverlapGemmLaunch::cluster_m/cluster_n:
-// the table comes in such pairs). The grid is clusters of two along x (2x1) or y (1x2), so that
-// CuTe's block_id_in_cluster() is the CTA's place in CUTLASS's cluster layout; the CTA's index in
-// the table walk is its linear block index either way.
+// ClusterM x ClusterN (1x1, 2x1, 1x2, 2x2, 2x4, 4x2): CTAs run in clusters whose entries of one
+// cluster column share a B tile (the same tile column) and of one cluster row an A tile (the same
+// tile row), loaded once from L2 by TMA multicast, each CTA loading its share and every CTA of the
+// row or column receiving it (OverlapGemmLaunch::cluster_m/cluster_n: the table comes in such
+// groups). The grid is ClusterM wide along x and clusters of ClusterN along y, so that a cluster's
+// CTAs have consecutive linear indices x + ClusterM y, in the order of CuTe's block_rank_in_cluster();
+// the CTA's index in the table walk is its linear block index.
 // ElementIn: the operands' type, bf16 or FP8 (e4m3; OverlapGemmLaunch::fp8): FP8 operands are loaded
 // by CUTLASS's FP8 collective and multiplied by weft's FP8 main loop (fp8_mainloop.cuh: each k-tile's
 // partial sums promoted into fp32 accumulators behind the next k-tile's WGMMAs, as cuBLASLt promotes
@@ -104,7 +105,8 @@ struct OverlapGemmKernel {
   using TileShape = cute::Shape<cute::Int<TileM>, cute::Int<TileN>, cute::Int<TileK>>;
   using ClusterShape = cute::Shape<cute::Int<ClusterM>, cute::Int<ClusterN>, cute::_1>;
   static constexpr int kClusterSize = ClusterM * ClusterN;
-  static_assert(kClusterSize <= 2, "clusters of one or two CTAs");
+  static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) && (ClusterN == 1 || ClusterN == 2 || ClusterN == 4) && kClusterSize <= 8,
+                "clusters of up to 8 CTAs, 1, 2 or 4 along each side");
   static_assert(kClusterSize == 1 || (!Transposed && !BNMajor), "clusters for the K-major, untransposed product only");
   // The CTA's place in the table walk: CTA c takes entries c, c + ctas, c + 2 ctas, ...
   CUTLASS_DEVICE static int cta_index() { return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); }
@@ -648,10 +650,10 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
   }
 
  private:
-  // The grid: `ctas` along x, or along y for clusters along N (Kernel's cluster layout).
+  // The grid of clusters: ClusterM wide along x, `ctas` / ClusterM along y (Kernel's cluster layout).
   static cudaLaunchConfig_t launch_config(int ctas, cudaStream_t stream) {
     cudaLaunchConfig_t config{};
-    config.gridDim = ClusterN > 1 ? dim3(1, ctas, 1) : dim3(ctas, 1, 1);
+    config.gridDim = dim3(ClusterM, static_cast<unsigned>(ctas / ClusterM), 1);
     config.blockDim = dim3(Kernel::kThreads, 1, 1);
     config.dynamicSmemBytes = Kernel::kSharedBytes;
     config.stream = stream;
@@ -675,22 +677,24 @@ class PreparedWithTile final : public OverlapGemm::Prepared {
   int ctas_ = 0;
 };
 
-// The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
-// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
-// clusters of two where it is compiled for them (Clusterable). FP8 operands are dispatched by their
-// tiles' own preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
 // The kernel of one entry per CTA where the tile has it compiled (Deepenable) and the launch's entries
 // fit its grid (OverlapGemmKernel's OneTilePerCta), else the one of these template arguments.
-template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed, int ClusterM, int ClusterN, bool Deepenable>
+template <int TileM, int TileN, int TileK, bool BNMajor, bool Transposed, int ClusterM, int ClusterN, bool Deepenable,
+          class ElementIn = cutlass::bfloat16_t>
 std::unique_ptr<OverlapGemm::Prepared> prepare_deepest(const OverlapGemmLaunch& launch) {
   if constexpr (Deepenable) {
-    using Deep = PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, cutlass::bfloat16_t, true>;
+    using Deep = PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, ElementIn, true>;
     if (launch.tile_count <= Deep::grid_ctas(launch)) return std::make_unique<Deep>(launch);
   }
-  return std::make_unique<PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN>>(launch);
+  return std::make_unique<PreparedWithTile<TileM, TileN, TileK, BNMajor, Transposed, ClusterM, ClusterN, ElementIn>>(launch);
 }
 
-template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Deepenable = false>
+// The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
+// pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
+// clusters of two where it is compiled for them (Clusterable; of four and eight with LargerClusters),
+// one entry per CTA where it fits (Deepenable: prepare_deepest). FP8 operands are dispatched by their
+// tiles' own preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Deepenable = false, bool LargerClusters = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
   if (launch.fp8)
     throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
@@ -701,8 +705,13 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch
         throw std::invalid_argument("overlap GEMM: clusters run the K-major, untransposed product only");
       if (launch.cluster_m == 2 && launch.cluster_n == 1) return prepare_deepest<TileM, TileN, TileK, false, false, 2, 1, Deepenable>(launch);
       if (launch.cluster_m == 1 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, false, 1, 2, Deepenable>(launch);
-      throw std::invalid_argument("overlap GEMM: clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) +
-                                  " CTAs; 2x1 and 1x2 are compiled");
+      if constexpr (LargerClusters) {
+        if (launch.cluster_m == 2 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, false, 2, 2, Deepenable>(launch);
+        if (launch.cluster_m == 2 && launch.cluster_n == 4) return prepare_deepest<TileM, TileN, TileK, false, false, 2, 4, Deepenable>(launch);
+        if (launch.cluster_m == 4 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, false, 4, 2, Deepenable>(launch);
+      }
+      throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + " kernel runs in clusters of " +
+                                  std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " (compiled_in_cluster)");
     } else {
       throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) +
                                   " kernel runs in clusters (128x128 and 128x256 do)");

@@ -140,22 +140,24 @@ std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& 
   return std::nullopt;
 }
 
-// Clusters of two (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
-// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), B stored [N, K], untransposed, no tail splits or
-// stream-K, no tile waiting. Whether the table comes in pairs is the kernel layer's check at lowering
-// (require_valid_table).
+// Clusters (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
+// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), and 2x2, 2x4 or 4x2 on bf16 128x128; B stored
+// [N, K], untransposed, no tail splits or stream-K, no tile waiting. Whether the table comes in the
+// cluster's groups is the kernel layer's check at lowering (require_valid_table).
 std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "GEMM step '" + label + "' runs in clusters of " + std::to_string(gemm.cluster_m) + "x" + std::to_string(gemm.cluster_n);
-  if (!((gemm.cluster_m == 2 && gemm.cluster_n == 1) || (gemm.cluster_m == 1 && gemm.cluster_n == 2)))
-    return step + "; the overlap GEMM has clusters of 2x1 and 1x2 only";
+  const bool of_two = (gemm.cluster_m == 2 && gemm.cluster_n == 1) || (gemm.cluster_m == 1 && gemm.cluster_n == 2);
+  const bool larger = (gemm.cluster_m == 2 && (gemm.cluster_n == 2 || gemm.cluster_n == 4)) || (gemm.cluster_m == 4 && gemm.cluster_n == 2);
+  if (!of_two && !larger) return step + "; the overlap GEMM has clusters of 2x1, 1x2, 2x2, 2x4 and 4x2 only";
   if (gemm.tile_m != 128 || (gemm.tile_n != 128 && gemm.tile_n != 256))
     return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; compiled for 128x128 and 128x256 only";
+  if (larger && gemm.tile_n != 128) return step + " on 128x256 tiles; clusters of four and eight are compiled for 128x128 only";
   if (gemm.exchanged) return step + " and the exchanged product; clusters run the untransposed product only";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); clusters read B [N, K] only";
   for (const Region& r : {gemm.a, gemm.b}) {
     const DType t = decl_of(plan, r).dtype;
-    if (t == DType::e4m3 && gemm.tile_n == 128) continue;  // FP8's 128x128x128 (overlap_fp8_gemm_gap judges the rest)
-    if (t != DType::bf16) return step + " on " + std::string(to_string(t)) + " operands; bf16, and e4m3 on 128x128 tiles, only";
+    if (t == DType::e4m3 && gemm.tile_n == 128 && of_two) continue;  // FP8's 128x128x128 (overlap_fp8_gemm_gap judges the rest)
+    if (t != DType::bf16) return step + " on " + std::string(to_string(t)) + " operands; bf16, and e4m3 on 128x128 tiles in clusters of two, only";
   }
   if (gemm.tail_splits != 1 || gemm.stream_k)
     return step + " with its last wave cut along K (tail splits or stream-K); clusters split every tile in step (k_splits) only";

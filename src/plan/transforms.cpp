@@ -1,7 +1,10 @@
 #include "weft/plan/transforms.hpp"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "strategies/builder_support.hpp"
 #include "weft/plan/strategies.hpp"
@@ -96,6 +99,54 @@ Plan split_gemms(const Plan& plan, GemmSplitAxis axis, int parts) {
     rp.steps = std::move(steps);
   }
   return result;
+}
+
+void order_tiles_in_clusters(GemmStep& gemm, int cluster_m, int cluster_n) {
+  const std::string what = "order_tiles_in_clusters(" + std::to_string(cluster_m) + "x" + std::to_string(cluster_n) + "): ";
+  if (cluster_m < 1 || cluster_n < 1) throw std::invalid_argument(what + "cluster sides must be >= 1");
+  // Tile (i, j) of the grid lies at rows i * tile_m.., columns j * tile_n.. of the step's output.
+  struct Place {
+    int64_t i, j;
+  };
+  std::vector<Place> places;
+  places.reserve(gemm.tiles.size());
+  int64_t rows = 0, columns = 0;
+  for (const GemmTile& t : gemm.tiles) {
+    if (t.tile.row % gemm.tile_m != 0 || t.tile.col % gemm.tile_n != 0)
+      throw std::invalid_argument(what + "tile at (" + std::to_string(t.tile.row) + ", " + std::to_string(t.tile.col) + ") is off the " +
+                                  std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " grid");
+    places.push_back({t.tile.row / gemm.tile_m, t.tile.col / gemm.tile_n});
+    rows = std::max(rows, places.back().i + 1);
+    columns = std::max(columns, places.back().j + 1);
+  }
+  if (rows % cluster_m != 0 || columns % cluster_n != 0)
+    throw std::invalid_argument(what + std::to_string(rows) + " tile rows by " + std::to_string(columns) + " tile columns are not whole blocks of " +
+                                std::to_string(cluster_m) + "x" + std::to_string(cluster_n));
+  // Each block's tiles by their place in it; blocks in the order their first tile comes.
+  const int size = cluster_m * cluster_n;
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> members;  // block -> tile index per place (-1: none)
+  std::vector<std::pair<int64_t, int64_t>> block_order;
+  for (size_t t = 0; t < places.size(); ++t) {
+    const std::pair<int64_t, int64_t> block{places[t].i / cluster_m, places[t].j / cluster_n};
+    auto [it, fresh] = members.try_emplace(block, std::vector<int64_t>(static_cast<size_t>(size), -1));
+    if (fresh) block_order.push_back(block);
+    const size_t at = static_cast<size_t>(places[t].i % cluster_m + places[t].j % cluster_n * cluster_m);
+    if (it->second[at] >= 0)
+      throw std::invalid_argument(what + "two tiles at (" + std::to_string(places[t].i) + ", " + std::to_string(places[t].j) + ") of the grid");
+    it->second[at] = static_cast<int64_t>(t);
+  }
+  std::vector<GemmTile> ordered;
+  ordered.reserve(gemm.tiles.size());
+  for (const auto& block : block_order)
+    for (int64_t t : members.at(block)) {
+      if (t < 0)
+        throw std::invalid_argument(what + "the block at tile row " + std::to_string(block.first * cluster_m) + ", tile column " +
+                                    std::to_string(block.second * cluster_n) + " is not whole (a cluster needs every tile of its block)");
+      ordered.push_back(gemm.tiles[static_cast<size_t>(t)]);
+    }
+  gemm.tiles = std::move(ordered);
+  gemm.cluster_m = cluster_m;
+  gemm.cluster_n = cluster_n;
 }
 
 }  // namespace weft

@@ -377,13 +377,13 @@ TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
   rejects(2, 1, by_rows, "tile columns");
   rejects(1, 2, by_columns, "different rows of A");
   // An odd count, a wait, a split or padding, and different K-tiles in a pair.
-  rejects(1, 2, std::vector<OverlapGemmTile>(by_rows.begin(), by_rows.end() - 1), "even number of entries");
+  rejects(1, 2, std::vector<OverlapGemmTile>(by_rows.begin(), by_rows.end() - 1), "whole groups of 2 entries");
   std::vector<OverlapGemmTile> waiting = by_rows;
   waiting[5].wait_signal = 0;
   rejects(1, 2, waiting, "wait for nothing");
   std::vector<OverlapGemmTile> padded = by_rows;
   padded[2].k_tiles = kNoWorkKTiles;
-  rejects(1, 2, padded, "both do work");
+  rejects(1, 2, padded, "all do work");
   std::vector<OverlapGemmTile> shorter = by_rows;
   shorter[1].k_tiles = 2;
   rejects(1, 2, shorter, "different K-tiles");
@@ -443,6 +443,90 @@ TEST(OverlapGemmTable, ClustersOfTwoTakePairsThatShareATileOverTheSameK) {
   EXPECT_NO_THROW(require_launchable(odd, kConfig));
   odd.max_ctas = 1;
   EXPECT_THROW(require_launchable(odd, kConfig), std::invalid_argument);
+}
+
+TEST(OverlapGemmTable, ClustersOfFourAndEightTakeBlocksThatShareTilesAlongTheirRowsAndColumns) {
+  // 512 x 1024 on 128x128 tiles: 4 tile rows, 8 tile columns. Groups of 2x4: entry j of a group at
+  // (j % 2, j / 2): (0,0) (1,0) (0,1) (1,1) ... of its block.
+  constexpr OverlapGemmConfig k128 = OverlapGemmConfig::tile_128x128;
+  OverlapGemmLaunch l = launch_for(512, 1024, 256, 1);
+  std::vector<OverlapGemmTile> grid;  // row-major tile grid
+  for (int32_t i = 0; i < 4; ++i)
+    for (int32_t j = 0; j < 8; ++j) {
+      OverlapGemmTile e{};
+      e.tile_m = i, e.tile_n = j, e.rows = 128, e.cols = 128, e.store_row = 128 * i, e.store_col = 128 * j;
+      e.wait_signal = -1, e.notify_signal = -1, e.splits = 1;
+      grid.push_back(e);
+    }
+  auto blocks = [&](int cm, int cn) {
+    std::vector<OverlapGemmTile> table;
+    for (int32_t bi = 0; bi < 4 / cm; ++bi)
+      for (int32_t bj = 0; bj < 8 / cn; ++bj)
+        for (int32_t jj = 0; jj < cm * cn; ++jj) table.push_back(grid[static_cast<size_t>((bi * cm + jj % cm) * 8 + bj * cn + jj / cm)]);
+    return table;
+  };
+  auto refusal = [&](int cm, int cn, const std::vector<OverlapGemmTile>& table, OverlapGemmConfig config = OverlapGemmConfig::tile_128x128) {
+    OverlapGemmLaunch c = l;
+    c.cluster_m = cm, c.cluster_n = cn;
+    c.tiles = table.data();
+    c.tile_count = static_cast<int>(table.size());
+    try {
+      require_valid_table(c, config, table);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (auto [cm, cn] : {std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 2}}) {
+    SCOPED_TRACE(std::to_string(cm) + "x" + std::to_string(cn));
+    EXPECT_EQ(refusal(cm, cn, blocks(cm, cn)), "");
+    // A group one tile short, or a table in another cluster's blocks, is refused by what it breaks.
+    std::vector<OverlapGemmTile> short_one = blocks(cm, cn);
+    short_one.pop_back();
+    EXPECT_NE(refusal(cm, cn, short_one).find("whole groups of " + std::to_string(cm * cn)), std::string::npos);
+    EXPECT_NE(refusal(cm, cn, cm == 4 ? blocks(2, 4) : blocks(4, 2)), "");
+    // Splits in step keep the groups (split_along_k with the group's size); entry by entry they do not.
+    const std::vector<OverlapGemmTile> in_step = split_along_k(blocks(cm, cn), 2, 256, k128, cm * cn);
+    OverlapGemmLaunch split = l;
+    split.cluster_m = cm, split.cluster_n = cn, split.k_splits = 2;
+    split.tiles = in_step.data();
+    split.tile_count = static_cast<int>(in_step.size());
+    EXPECT_NO_THROW(require_valid_table(split, k128, in_step));
+    const std::vector<OverlapGemmTile> entry_by_entry = split_along_k(blocks(cm, cn), 2, 256, k128);
+    EXPECT_THROW(require_valid_table(split, k128, entry_by_entry), std::invalid_argument);
+  }
+  // In a 2x4 group, entry 5 at (1, 2): its cluster column is entries 4 and 5, its cluster row 1, 3, 5, 7.
+  std::vector<OverlapGemmTile> moved_column = blocks(2, 4);
+  moved_column[5].tile_n = 7;
+  EXPECT_NE(refusal(2, 4, moved_column).find("put tile columns 2 and 7 in one cluster column (entries 4, 5)"), std::string::npos)
+      << refusal(2, 4, moved_column);
+  std::vector<OverlapGemmTile> moved_row = blocks(2, 4);
+  moved_row[5].tile_m = 2;
+  EXPECT_NE(refusal(2, 4, moved_row).find("read different rows of A in one cluster row (entries 1, 5)"), std::string::npos)
+      << refusal(2, 4, moved_row);
+  std::vector<OverlapGemmTile> waiting = blocks(2, 4);
+  waiting[6].wait_signal = 0;
+  EXPECT_NE(refusal(2, 4, waiting).find("wait for nothing"), std::string::npos);
+  // Compiled for bf16 128x128 only: 128x256 and FP8's 128x128x128 refuse them by name; 4x4 nowhere.
+  EXPECT_NE(refusal(2, 4, blocks(2, 4), OverlapGemmConfig::tile_128x256).find("no 128x256x64 kernel runs in clusters of 2x4"), std::string::npos);
+  OverlapGemmLaunch fp8 = l;
+  fp8.fp8 = true;
+  const float scale = 1.0f;
+  fp8.a_scales = fp8.b_scales = &scale;
+  fp8.cluster_m = 2, fp8.cluster_n = 2;
+  EXPECT_THROW(require_launchable(fp8, OverlapGemmConfig::tile_128x128x128_fp8), std::invalid_argument);
+  EXPECT_NE(refusal(4, 4, grid).find("runs in clusters of 4x4"), std::string::npos);
+  EXPECT_FALSE(compiled_in_cluster(OverlapGemmConfig::tile_128x128, 4, 4));
+  EXPECT_TRUE(compiled_in_cluster(OverlapGemmConfig::tile_128x128, 2, 4));
+  // The launch alone: room for a whole cluster.
+  OverlapGemmLaunch few = l;
+  few.cluster_m = 2, few.cluster_n = 4;
+  few.tile_count = 32;
+  few.tiles = grid.data();
+  few.max_ctas = 4;
+  EXPECT_THROW(require_launchable(few, OverlapGemmConfig::tile_128x128), std::invalid_argument);
+  few.max_ctas = 8;
+  EXPECT_NO_THROW(require_launchable(few, OverlapGemmConfig::tile_128x128));
 }
 
 TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {

@@ -2,6 +2,9 @@
 // the original plan computes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "weft/reference/cpu_proof.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/transforms.hpp"
@@ -77,6 +80,49 @@ TEST(PlanTransforms, SplitRefusesTablesWithNotifies) {
       g->tiles.front().notify = Notify{SignalRef{0, static_cast<SignalId>(plan.ranks[0].signals.size()) - 1}, 1};
     }
   EXPECT_THROW(split_gemms(plan, GemmSplitAxis::rows, 2), std::invalid_argument);
+}
+
+TEST(PlanTransforms, TilesInClustersComeInWholeBlocksInTheirRasterAndStillCompute) {
+  // 200 x 1024 on 128x128 tiles: 2 tile rows (the second ragged), 8 tile columns; the plan's raster
+  // along M (8-column strips) gives (0,0) (0,1) .. (0,7) (1,0) ..; in 2x4 clusters the blocks come
+  // as their first tiles did: columns 0-3, then 4-7, each block as (0,c) (1,c) (0,c+1) (1,c+1) ...
+  const Problem p{OpKind::gemm_ar, 200, 1024, 256, 1, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.tile_m = 128;
+  o.tile_n = 128;
+  Plan plan = plan_sequential(p, o);
+  GemmStep* gemm = nullptr;
+  for (Step& s : plan.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&s.body)) gemm = g;
+  ASSERT_NE(gemm, nullptr);
+  ASSERT_EQ(gemm->tiles.size(), 16u);
+  const std::vector<GemmTile> before = gemm->tiles;
+  order_tiles_in_clusters(*gemm, 2, 4);
+  EXPECT_EQ(gemm->cluster_m, 2);
+  EXPECT_EQ(gemm->cluster_n, 4);
+  ASSERT_EQ(gemm->tiles.size(), 16u);
+  for (size_t t = 0; t < 16; ++t) {
+    const int64_t block = static_cast<int64_t>(t) / 8, j = static_cast<int64_t>(t) % 8;
+    EXPECT_EQ(gemm->tiles[t].tile.row, 128 * (j % 2)) << t;
+    EXPECT_EQ(gemm->tiles[t].tile.col, 128 * (block * 4 + j / 2)) << t;
+  }
+  // The same tiles, stores and all: a permutation, and the plan computes what it did.
+  for (const GemmTile& t : before) EXPECT_NE(std::find(gemm->tiles.begin(), gemm->tiles.end(), t), gemm->tiles.end());
+  EXPECT_TRUE(prove_on_cpu(plan, 5).passed());
+  // Blocks that are not whole, and tiles off the step's grid, are refused by name.
+  GemmStep copy = *gemm;
+  EXPECT_THROW(order_tiles_in_clusters(copy, 4, 2), std::invalid_argument);  // 2 tile rows
+  copy = *gemm;
+  copy.tiles.pop_back();
+  try {
+    order_tiles_in_clusters(copy, 2, 4);
+    ADD_FAILURE() << "a block with a tile missing was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not whole"), std::string::npos) << e.what();
+  }
+  copy = *gemm;
+  copy.tile_n = 96;
+  EXPECT_THROW(order_tiles_in_clusters(copy, 2, 2), std::invalid_argument);
 }
 
 }  // namespace

@@ -292,9 +292,17 @@ TEST(GpuLoweringGate, ClustersRunWhereTheOverlapGemmHasThem) {
   gap_names("need the whole GPU");
   gemm->sm_limit = 0;
   gemm->k_splits = 1;
-  gemm->cluster_n = 2;
-  gap_names("2x1 and 1x2 only");
-  gemm->cluster_n = 1;
+  // Clusters of four and eight on 128x128: lower; on 128x256, or shapes not compiled: refused.
+  for (auto [cm, cn] : {std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 2}}) {
+    gemm->cluster_m = cm, gemm->cluster_n = cn;
+    EXPECT_FALSE(gpu_lowering_gap(plan, {true})) << cm << "x" << cn;
+  }
+  gemm->tile_n = 256;
+  gap_names("clusters of four and eight are compiled for 128x128 only");
+  gemm->tile_n = 128;
+  gemm->cluster_m = 4, gemm->cluster_n = 4;
+  gap_names("2x1, 1x2, 2x2, 2x4 and 4x2 only");
+  gemm->cluster_m = 2, gemm->cluster_n = 1;
   gemm->tile_n = 192;
   gap_names("128x128 and 128x256 only");
   gemm->tile_n = 128;

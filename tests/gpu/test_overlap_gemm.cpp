@@ -536,6 +536,42 @@ TEST(OverlapGemm, ClustersOfTwoShareTheirTilesAndMatchTheHostGemm) {
   }
 }
 
+// Clusters of four and eight on 128x128 (2x2, 2x4, 4x2): the table in the clusters' groups (entry j of
+// a group at (j % cluster_m, j / cluster_m) of its block of tiles), on fewer tiles than SMs (one
+// entry per CTA: the kernel that stages its tile in the pipeline's memory) and on more (each CTA
+// walks several groups), ragged M, N and K, unsplit and split three ways in step; a notify per tile
+// after its last split; two calls into poisoned C. Each CTA loads a quarter or half of every shared
+// tile and multicasts it: a wrong mask or slice leaves part of a tile stale, which the comparison sees.
+TEST(OverlapGemm, ClustersOfFourAndEightShareTheirTilesAndMatchTheHostGemm) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x128;
+  for (const auto& [cm, cn] : {std::pair{2, 2}, std::pair{2, 4}, std::pair{4, 2}})
+    for (const bool many : {false, true}) {
+      const int64_t tiles_m = many ? 8 : cm, tiles_n = many ? (sms / 8 / cn + 2) * cn : 2 * cn;  // 4 groups; over the SM count
+      const int64_t m = tiles_m * 128 - 56, n = tiles_n * 128 - 40, k = 584;
+      Fixture f(config, m, n, k, static_cast<uint64_t>(171 + cm * 7 + cn + many));
+      f.cluster_m = cm, f.cluster_n = cn;
+      std::vector<OverlapGemmTile> grouped;  // the fixture's table is row by row
+      for (int64_t bi = 0; bi < tiles_m / cm; ++bi)
+        for (int64_t bj = 0; bj < tiles_n / cn; ++bj)
+          for (int j = 0; j < cm * cn; ++j)
+            grouped.push_back(f.table[static_cast<size_t>((bi * cm + j % cm) * tiles_n + bj * cn + j / cm)]);
+      for (auto& e : grouped) {
+        e.notify_rank = 0;
+        e.notify_signal = 1;
+        e.notify_increment = 1;
+      }
+      const size_t tiles = grouped.size();
+      for (const int splits : {1, 3}) {  // 10 K-tiles: 3, 3 and 4
+        f.table = split_along_k(grouped, splits, k, config, cm * cn);
+        f.expect_two_calls_match(splits, tiles, "clusters of " + std::to_string(cm) + "x" + std::to_string(cn) + ", " + std::to_string(m) + "x" +
+                                                    std::to_string(n) + "x" + std::to_string(k) + ", " + std::to_string(splits) + " splits in step");
+      }
+    }
+}
+
 // The table of the exchanged product of an m x n C on `tile` (the kernel's): kernel tile (i, j) is
 // C's rows [j tile_n, ...) and columns [i tile_m, ...), each notifying signal 1 where asked.
 std::vector<OverlapGemmTile> exchanged_table(int64_t m, int64_t n, OverlapGemmShape tile, bool notify) {

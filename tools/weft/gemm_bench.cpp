@@ -6,8 +6,9 @@
 //              tile's column its best; where the last wave is partial, also with stream-K on each
 //              128-row tile; for m <= 256, also the exchanged product C^T = B A^T on each tile
 //              compiled for it, "/x"; on 128x128 and 128x256 (FP8: 128x128x128), clusters of
-//              two sharing a B or an A tile by TMA multicast, "/c2x1" and "/c1x2", with the tile's
-//              splits), so the tile rule's pick can be judged;
+//              two sharing a B or an A tile by TMA multicast, "/c2x1" and "/c1x2", and on bf16
+//              128x128 of four and eight, "/c2x2", "/c2x4", "/c4x2", where the tile grid makes
+//              whole blocks, with the tile's splits), so the tile rule's pick can be judged;
 //   notify   : the chosen tile with a notify on every tile and every full row block of tiles stored
 //              at a remapped position (reversed), the epilogue work FlashOverlap's reordering needs;
 //              also each of the two alone (CSV and summary), to trace a cost to one of them;
@@ -50,15 +51,9 @@ Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const Gemm
     for (Step& step : plan.ranks.at(0).steps) std::get<GemmStep>(step.body).exchanged = true;
     return plan;
   }
-  if (cluster_m * cluster_n > 1) {  // pairs of tiles in one column (2x1) or one row (1x2), in that order
-    GemmBenchOptions paired = o;
-    paired.raster = cluster_m > 1 ? Raster::along_n : Raster::along_m;
-    paired.swizzle = 8;
-    Plan plan = gemm_plan(s, tile, splits, paired, tail_splits, stream_k);
-    for (Step& step : plan.ranks.at(0).steps) {
-      std::get<GemmStep>(step.body).cluster_m = cluster_m;
-      std::get<GemmStep>(step.body).cluster_n = cluster_n;
-    }
+  if (cluster_m * cluster_n > 1) {  // the plan's tiles in the clusters' groups (blocks of cluster_m x cluster_n)
+    Plan plan = gemm_plan(s, tile, splits, o, tail_splits, stream_k);
+    for (Step& step : plan.ranks.at(0).steps) order_tiles_in_clusters(std::get<GemmStep>(step.body), cluster_m, cluster_n);
     return plan;
   }
   PlanOptions options;
@@ -216,14 +211,12 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
       if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
       if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
-      // Clusters of two sharing B (2x1: an even number of tile rows) or A (1x2: of tile columns),
-      // with the tile's splits (in step), on the tiles compiled for them.
-      if (compiled_in_clusters(configs[c])) {
-        for (int split : splits) {
-          if ((s.m + t.tile_m - 1) / t.tile_m % 2 == 0) variants.push_back({c, split, 1, false, false, 2, 1});
-          if ((s.n + t.tile_n - 1) / t.tile_n % 2 == 0) variants.push_back({c, split, 1, false, false, 1, 2});
-        }
-      }
+      // Clusters (cluster_m x cluster_n sharing B down a cluster column and A along a cluster row)
+      // where the tile rows and columns make whole blocks, with the tile's splits (in step), on the
+      // tiles compiled for them.
+      for (const auto& [cm, cn] : compiled_cluster_shapes())
+        if (compiled_in_cluster(configs[c], cm, cn) && (s.m + t.tile_m - 1) / t.tile_m % cm == 0 && (s.n + t.tile_n - 1) / t.tile_n % cn == 0)
+          for (int split : splits) variants.push_back({c, split, 1, false, false, cm, cn});
       if (fp8) continue;
       // Stream-K on every 128-row tile where it applies (a partial last wave, or fewer tiles than SMs),
       // so that a rule for it can be judged: the memory-bound shapes too (m = 200 has 2 rows of tiles,

@@ -156,11 +156,11 @@ struct GemmStep {
   // (OverlapGemmLaunch::store_transposed). Invisible to everything but the overlap GEMM's lowering;
   // the tiling rule does not choose it yet (weft bench gemm times it).
   bool exchanged = false;
-  // 2x1 or 1x2: the overlap GEMM runs in clusters of two CTAs that load each shared B tile (2x1:
-  // pairs of tiles in one tile column) or A tile (1x2: in one tile row) once from L2 by TMA multicast
-  // (OverlapGemmLaunch::cluster_m / cluster_n). The tile table must come in such pairs (raster and
-  // swizzle: along N with an even swizzle for 2x1, along M for 1x2), without waits, tail splits or
-  // stream-K (k_splits split each pair in step).
+  // cluster_m x cluster_n (2x1, 1x2; 2x2, 2x4, 4x2 on 128x128): the overlap GEMM runs in clusters of
+  // CTAs that load each B tile shared down a cluster column and each A tile shared along a cluster
+  // row once from L2 by TMA multicast (OverlapGemmLaunch::cluster_m / cluster_n). The tiles must
+  // come in the clusters' groups (plan/transforms.hpp's order_tiles_in_clusters orders them so),
+  // without waits, tail splits or stream-K (k_splits split each group in step).
   // Invisible to everything but the overlap GEMM's lowering; the tiling rule does not choose it yet
   // (weft bench gemm times it).
   int cluster_m = 1, cluster_n = 1;

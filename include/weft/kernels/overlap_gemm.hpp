@@ -116,14 +116,15 @@ struct OverlapGemmLaunch {
   // tile_m and tile_n the kernel's grid. K-major operands, no second A operand; compiled for
   // 128x96, 128x128 and 128x192 (small m: the m rows in one tile column, B read once).
   bool store_transposed = false;
-  // Clusters of two CTAs that load each shared tile once from L2 and multicast it (TMA): 2x1 (cluster_m
-  // 2) pairs entries 2i and 2i + 1 of the table with the same tile column (they share B's tile), 1x2
-  // (cluster_n 2) with the same tile row and A rows (they share A's). Either way both entries of a
-  // pair cover the same K-tiles as the same split (split_along_k with group 2), do work and wait for
-  // nothing (a wait would hold the peer's loads too), and the table has an even number of entries;
-  // require_valid_table checks it.
-  // Compiled for the K-major, untransposed product on 128x128 and 128x256 tiles (bf16) and on FP8's
-  // 128x128x128.
+  // Clusters of cluster_m x cluster_n CTAs that load each shared tile once from L2 and multicast it
+  // (TMA): the table comes in groups of cluster_m * cluster_n consecutive entries, entry j of a group
+  // at (j % cluster_m, j / cluster_m) in the cluster; the entries of one cluster column (same j /
+  // cluster_m) share a tile column (B's tile), those of one cluster row (same j % cluster_m) a tile
+  // row and A rows (A's tile). Every entry of a group covers the same K-tiles as the same split
+  // (split_along_k with the group's size), does work and waits for nothing (a wait would hold the
+  // peers' loads too), and the table is whole groups; require_valid_table checks it.
+  // Compiled (compiled_in_cluster) for the K-major, untransposed product: 2x1 and 1x2 on 128x128 and
+  // 128x256 tiles (bf16) and on FP8's 128x128x128; 2x2, 2x4 and 4x2 on bf16 128x128.
   int cluster_m = 1, cluster_n = 1;
   // FP8 operands: a, a2 and b hold e4m3 elements (K-major, K a multiple of 16), accumulated in fp32
   // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
@@ -169,8 +170,12 @@ std::string to_string(OverlapGemmConfig config);
 std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // The configurations compiled for FP8 operands (OverlapGemmLaunch::fp8): 128x128x128 and 64x128x128.
 std::vector<OverlapGemmConfig> fp8_overlap_gemm_configs();
-// Whether a configuration is compiled in clusters of two (OverlapGemmLaunch::cluster_m / cluster_n).
+// Whether a configuration is compiled in clusters (of two at least; OverlapGemmLaunch::cluster_m /
+// cluster_n), and in clusters of cluster_m x cluster_n.
 bool compiled_in_clusters(OverlapGemmConfig config);
+bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n);
+// The cluster shapes compiled beyond 1x1 (2x1, 1x2, 2x2, 2x4, 4x2), for tools that time them all.
+std::vector<std::pair<int, int>> compiled_cluster_shapes();
 // The configuration of FP8 operands on a tile of the model (128x128 or 64x128; throws otherwise).
 OverlapGemmConfig fp8_config_for(int tile_m, int tile_n);
 // The configuration compiled for a tile shape of the model (model/tiling.hpp); throws

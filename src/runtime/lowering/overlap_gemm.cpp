@@ -158,7 +158,7 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   const auto scales_move = [](const std::optional<BoundScales>& s) { return s && (s->scale_base || s->elements.moves); };
   const bool rescales = scales_move(a_scales) || scales_move(b_scales) || scales_move(a2_scales);
   launch.k_splits = gemm.k_splits;
-  // A cluster's pairs split in step (their splits stay pairs).
+  // A cluster's groups split in step (their splits stay groups).
   if (launch.k_splits > 1) table = split_along_k(table, launch.k_splits, launch.k, config, launch.cluster_m * launch.cluster_n);
   // SMs left to peer copies: the GEMM runs on fewer CTAs than SMs, which a wave's split must know.
   const bool leaves_sms = context.peer_copies_on_sms && std::any_of(gemm.tiles.begin(), gemm.tiles.end(), [](const GemmTile& t) { return t.wait.has_value(); });
