@@ -76,6 +76,23 @@ void require_valid_kv_tiles(const AttentionLaunch& launch, const std::vector<Att
   }
 }
 
+std::vector<AttentionKvTile> merge_adjacent_kv_tiles(const std::vector<AttentionKvTile>& tiles) {
+  std::vector<AttentionKvTile> merged;
+  merged.reserve(tiles.size());
+  for (const AttentionKvTile& t : tiles) {
+    if (!merged.empty()) {
+      AttentionKvTile& last = merged.back();
+      const bool same_wait = last.wait_signal == t.wait_signal && (t.wait_signal < 0 || last.wait_value == t.wait_value);
+      if (same_wait && last.row + last.rows == t.row) {
+        last.rows += t.rows;
+        continue;
+      }
+    }
+    merged.push_back(t);
+  }
+  return merged;
+}
+
 int64_t attention_tiles_computed(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles) {
   const AttentionTiling tiling = attention_tiling(launch.head_dim);
   int64_t computed = 0;

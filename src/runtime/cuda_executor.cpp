@@ -651,7 +651,7 @@ void CudaExecutor::check() {
     throw DeviceWaitTimeout(why + "; the communicator was aborted");
   }
   if (e.source == tile::kWaitInAttention)
-    throw DeviceWaitTimeout(rank + ": an attention step's KV tile " + std::to_string(e.where) + " gave up waiting for signal '" +
+    throw DeviceWaitTimeout(rank + ": entry " + std::to_string(e.where) + " of an attention step's KV table (its plan's adjacent KV tiles with one wait merged) gave up waiting for signal '" +
                             signal_name(e.signal) + "' (#" + std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " +
                             std::to_string(e.observed) + ", so the call's result is wrong (WEFT_DEVICE_WAIT_TIMEOUT_MS sets the limit)");
   if (e.source == tile::kWaitInTileProgram) {

@@ -81,6 +81,13 @@ void require_launchable(const AttentionLaunch& launch);
 // Host-side check of a KV tile table (rows inside k, positive heights, waits on valid signals).
 void require_valid_kv_tiles(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles);
 
+// Adjacent tiles (each starting where the one before ends) that wait for the same signal value, or
+// for nothing, as one: the kernel cuts every tile into pieces of its own tile_kv rows, so a plan's
+// KV tile height does not shorten the kernel's pieces, and its table walk reads one entry per
+// arrival instead of one per tile. Reading the merged tile after its one wait is what each of its
+// tiles did.
+std::vector<AttentionKvTile> merge_adjacent_kv_tiles(const std::vector<AttentionKvTile>& tiles);
+
 // The tiles a query tile computes: (query tile, KV piece) pairs the causal mask leaves, summed over
 // query tiles and heads; FLOPs = 4 * tile_q * tile_kv * head_dim per pair (what a benchmark counts).
 int64_t attention_tiles_computed(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles);

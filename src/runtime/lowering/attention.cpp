@@ -69,6 +69,7 @@ Lowered lower_attention(const AttentionStep& step, const std::string& label, con
     }
     table.push_back(e);
   }
+  table = merge_adjacent_kv_tiles(table);
   launch.kv_tile_count = static_cast<int>(table.size());
   if (context.peer_copies_on_sms && std::any_of(step.kv_tiles.begin(), step.kv_tiles.end(), [](const KvTile& t) { return t.wait.has_value(); }))
     launch.max_ctas = leave_sms_for_peer_copies(launch.max_ctas);
