@@ -28,6 +28,15 @@ constexpr double kTailFixupKTiles = 4.0;
 // and its last piece's read back, each through L2 (the pieces it reads finished long before). An
 // estimate until measured.
 constexpr double kStreamKFixupKTiles = 6.0;
+// Stream-K is taken over a wide tile (128x256 or 128x192, widest first on a tie) where its estimate
+// is at most this share of the best whole-tile schedule's: the estimate counts K-tiles, not the L2
+// reuse stream-K loses (its CTAs leave the tiles' lockstep over K), which the margin stands for.
+// Fitted to the recorded sweeps with every 128-row tile's stream-K timed (bench/results/2026-11-28d
+// H100 and H200, 28j, 28k, 29l): at 0.86 it takes 6 of the 174 compute-bound rows' shapes,
+// m = 1000 and 2048 at n = 2304-4608, 1.03-1.25x faster on every H200 sweep (1000x4608x4608 0.75 ->
+// 0.85 of cuBLASLt), and on H100 1.21-1.44x on five, 0.91x on 1000x2304x7168; at 0.88-0.95 it takes
+// 9-32 and some of them lose up to 7% on H200.
+constexpr double kStreamKTakenBelow = 0.86;
 
 }  // namespace
 
@@ -170,12 +179,21 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
       best_time = t;
     }
   }
+  // Stream-K over a wide tile where it is estimated well ahead (kStreamKTakenBelow): it replaces
+  // the whole-tile schedule, splits and tail splits included.
+  GemmTiling streamed{best.tile, 1, 1, true};
+  double streamed_time = INFINITY;
+  for (const TileShape& s : overlap_gemm_tiles()) {
+    if (s.tile_m != 128 || (s.tile_n != 256 && s.tile_n != 192)) continue;
+    const double t = stream_k_time(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), k, s, sm_count, rates);
+    if (t < streamed_time) {
+      streamed.tile = s;
+      streamed_time = t;
+    }
+  }
+  if (streamed_time <= kStreamKTakenBelow * best_time) return streamed;
   if (best.k_splits == 1)
     best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
-  // Stream-K (GemmTiling::stream_k) is not taken: its cut as first measured lost the L2 reuse of A
-  // and B that whole tiles' lockstep over K gives (bench/results/README.md, 2026-11-28 H100 sweep).
-  // Only an explicit PlanOptions::stream_k asks for it until the cut that keeps K in step is
-  // measured faster.
   return best;
 }
 

@@ -1,6 +1,9 @@
 // The model's tiling rule (model/tiling.hpp) and its one entry point into plans (make_plan).
 #include <gtest/gtest.h>
 
+#include <array>
+#include <vector>
+
 #include "weft/model/tiling.hpp"
 #include "weft/plan/strategies.hpp"
 #include "weft/plan/validation.hpp"
@@ -113,6 +116,32 @@ TEST(Tiling, GemmsThatKeepTheirSmsOrWavesTakeNoTailSplit) {
   EXPECT_EQ(tail_of(make_plan(find_strategy("tilelink"), p)), 1);
   const Problem rs{OpKind::gemm_rs, 8192, 2752, 4096, 4, DType::bf16, DType::bf16, {}};
   EXPECT_EQ(tail_of(make_plan(find_strategy("signal"), rs)), 1);
+}
+
+// Stream-K over a wide tile where its estimate is well ahead of every whole-tile schedule (the
+// recorded sweeps' m = 1000 and 2048 shapes at n = 2304-4608, measured 1.03-1.25x faster on H200),
+// not where it is only a little ahead (2048 x 7168 x 8192: 0.89 of the best whole-tile estimate), not
+// on whole waves, and never for memory-bound or 64-row GEMMs (their own rules).
+TEST(Tiling, StreamKIsTakenOverAWideTileWhereItIsEstimatedWellAhead) {
+  for (const auto& [m, n, k] : std::vector<std::array<int64_t, 3>>{{1000, 4608, 4608}, {1000, 4608, 9216}, {2048, 2304, 7168}}) {
+    const GemmTiling t = choose_overlap_gemm_tiling(m, n, k, 132);
+    EXPECT_TRUE(t.stream_k) << m << "x" << n << "x" << k;
+    EXPECT_EQ(t.tile, (TileShape{128, 256, 64})) << m << "x" << n << "x" << k;
+    EXPECT_EQ(t.k_splits, 1);
+    EXPECT_EQ(t.tail_splits, 1);
+  }
+  EXPECT_FALSE(choose_overlap_gemm_tiling(2048, 7168, 8192, 132).stream_k) << "estimated only 11% ahead";
+  EXPECT_FALSE(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).stream_k) << "4096 tiles of 128x128: no partial wave to balance";
+  EXPECT_FALSE(choose_overlap_gemm_tiling(200, 7168, 4096, 132).stream_k) << "memory-bound";
+  EXPECT_FALSE(choose_overlap_gemm_tiling(64, 7168, 4096, 132).stream_k) << "64 rows";
+  // make_plan writes it into the GEMM of a strategy that has every SM, and the plan validates.
+  const Problem p{OpKind::ag_gemm, 250, 4608, 4608, 4, DType::bf16, DType::bf16, {}};
+  const Plan fused = make_plan(find_strategy("fused"), p);
+  EXPECT_NO_THROW(require_valid(fused));
+  bool streamed = false;
+  for (const Step& s : fused.ranks[0].steps)
+    if (const auto* g = std::get_if<GemmStep>(&s.body)) streamed = streamed || g->stream_k;
+  EXPECT_TRUE(streamed) << "ag_gemm of 4 x 250 rows: the 1000 x 4608 x 4608 GEMM";
 }
 
 TEST(Tiling, MeasuredTileRatesFromTheMachineProfileDecide) {

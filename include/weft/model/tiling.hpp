@@ -7,8 +7,9 @@
 // --calibrate` measured on the GPU (MachineProfile::tile_rates) or built-in estimates, so that wave
 // quantisation (5.3 waves of wide tiles vs 10.7 of narrow ones) and too few tiles for the SMs
 // (m = 512: 192 tiles of 128x256 on 132 SMs are 1.45 waves, 256 of 128x192 are 1.94) are weighed. A split is only taken
-// when it is estimated 5% faster. Stream-K (GemmStep::stream_k) is not chosen here yet (see
-// choose_overlap_gemm_tiling); stream_k_time estimates it for the benchmark. Memory-bound GEMMs
+// when it is estimated 5% faster. Stream-K (GemmStep::stream_k) over a 128x256 or 128x192 tile is
+// taken where stream_k_time estimates it well ahead of the best whole-tile schedule (the margin for
+// the L2 reuse it loses: src/model/tiling.cpp). Memory-bound GEMMs
 // (FLOP per byte below Hopper's ridge) of more than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
 // SMs stream (an SM streams only a share of HBM's rate, so most must pull at once). GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the
@@ -43,7 +44,7 @@ struct GemmTiling {
   TileShape tile;
   int k_splits = 1;
   int tail_splits = 1;  // GemmStep::tail_splits
-  bool stream_k = false;  // GemmStep::stream_k (the rule does not set it yet)
+  bool stream_k = false;  // GemmStep::stream_k (k_splits and tail_splits are then 1)
   bool operator==(const GemmTiling&) const = default;
 };
 
