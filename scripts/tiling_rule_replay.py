@@ -4,7 +4,9 @@ each compute-bound shape above 64 rows, the pick of the whole-tile rule and of "
 128x256 or 128x192 where its estimate is at most THRESHOLD of the best whole-tile schedule's", both
 read off the sweep's own per-variant times (every 128-row tile's /sk is timed where it applies).
 It prints, per threshold, how many shapes change and their time before / after (median, min), and
-with --detail the changed shapes. The rule's inputs come from weft_core itself
+with --detail the changed shapes. With --clusters it prints instead, for each memory-bound shape of
+at most 256 rows, the rule's pick and every 128x128 cluster variant's speed against it (the data a
+rule for clusters would be fitted to). The rule's inputs come from weft_core itself
 (scripts/tiling_rule_candidates.cpp, built here against BUILD/src/libweft_core.so).
 
     python3 scripts/tiling_rule_replay.py [--build build] [--detail 0.86] RUN.txt[.gz] [RUN.txt ...]
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--thresholds", default="0.80,0.86,0.88,0.90,0.92,0.95")
     ap.add_argument("--detail", type=float, help="list the changed shapes at this threshold")
+    ap.add_argument("--clusters", action="store_true", help="the 128x128 cluster variants against the pick at m <= 256")
     ap.add_argument("runs", nargs="+", help="weft bench gemm tables (RUN.txt or RUN.txt.gz)")
     a = ap.parse_args()
     exe = candidates_tool(a.build)
@@ -92,6 +95,20 @@ def main():
                     lib[(int(r["m"]), int(r["n"]), int(r["k"]))] = float(r["library_ms"])
                 break
         tiles, picks = rule_inputs(exe, list(shapes))
+        if a.clusters:
+            print(os.path.basename(txt))
+            for s in sorted(shapes):
+                if s[0] > 256 or not tiles[s][0][5]:
+                    continue
+                times = shapes[s][1]
+                pick = variant(*picks[s][:3], stream_k=picks[s][3])
+                if pick not in times:
+                    continue
+                clustered = {v: t for v, t in times.items() if v.startswith("128x128x64/c")}
+                entries = -(-s[0] // 128) * -(-s[1] // 128)
+                print(f"  {s[0]}x{s[1]}x{s[2]} ({entries} tiles of 128x128) pick {pick} {lib[s] / times[pick]:.3f} of cuBLASLt; "
+                      + " ".join(f"{v.split('/', 1)[1]} {times[pick] / t:.2f}" for v, t in sorted(clustered.items())))
+            continue
         compute = [s for s in shapes if s[0] > 64 and not tiles[s][0][5]]
         replica = sum(whole_tile_pick(tiles[s])[1] != variant(*picks[s][:3]) for s in compute if not picks[s][3])
         print(f"{os.path.basename(txt)}: {len(compute)} compute-bound shapes above 64 rows; "
