@@ -20,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemm_sweep_summary import variants_by_shape  # noqa: E402
@@ -29,20 +30,20 @@ ROOT = os.path.dirname(HERE)
 
 
 def unzipped(path):
-    """A plain file's path; a .gz one unpacked next to the build's tool (variants_by_shape opens paths)."""
+    """A plain file's path; a .gz one unpacked into a temporary file (variants_by_shape opens paths)."""
     if not path.endswith(".gz"):
         return path
-    out = os.path.join("/tmp", os.path.basename(path)[:-3])
-    with gzip.open(path, "rt") as f, open(out, "w") as g:
+    with gzip.open(path, "rt") as f, tempfile.NamedTemporaryFile("w", suffix="_" + os.path.basename(path)[:-3], delete=False) as g:
         g.write(f.read())
-    return out
+        return g.name
 
 
 def candidates_tool(build):
     exe = os.path.join(build, "tiling_rule_candidates")
     src = os.path.join(HERE, "tiling_rule_candidates.cpp")
     lib = os.path.join(os.path.abspath(build), "src")
-    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+    inputs = [src] + [os.path.join(lib, f) for f in os.listdir(lib) if f.startswith("libweft_core")] if os.path.isdir(lib) else [src]
+    if not os.path.exists(exe) or any(os.path.getmtime(exe) < os.path.getmtime(f) for f in inputs):
         subprocess.run(["c++", "-std=c++20", "-O1", "-I", os.path.join(ROOT, "include"), src, "-L", lib, "-lweft_core",
                         f"-Wl,-rpath,{lib}", "-o", exe], check=True)
     return exe
@@ -114,15 +115,20 @@ def main():
         print(f"{os.path.basename(txt)}: {len(compute)} compute-bound shapes above 64 rows; "
               f"the replayed whole-tile rule differs from weft_core's on {replica}")
         for th in [float(x) for x in a.thresholds.split(",")]:
-            gains = []
+            gains, untimed = [], []
             for s in compute:
                 before, after = whole_tile_pick(tiles[s])[1], stream_k_pick(tiles[s], th)
                 times = shapes[s][1]
-                if after != before and before in times and after in times:
+                if after == before:
+                    continue
+                if before in times and after in times:
                     gains.append((times[before] / times[after], s, before, after))
+                else:
+                    untimed.append(f"{s[0]}x{s[1]}x{s[2]} ({before if before not in times else after} not timed)")
             g = [x[0] for x in gains]
-            print(f"  threshold {th:.2f}: {len(g)} shapes change" +
-                  (f", time before / after median {statistics.median(g):.3f}, min {min(g):.3f}" if g else ""))
+            print(f"  threshold {th:.2f}: {len(g) + len(untimed)} shapes change" +
+                  (f", time before / after median {statistics.median(g):.3f}, min {min(g):.3f}" if g else "") +
+                  (f"; {len(untimed)} not judged: " + ", ".join(untimed) if untimed else ""))
             if a.detail is not None and abs(th - a.detail) < 1e-9:
                 for ratio, s, before, after in sorted(gains, key=lambda x: x[1]):
                     t = shapes[s][1]

@@ -162,7 +162,7 @@ GemmTiling choose_memory_bound_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 
 }  // namespace
 
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates) {
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates, bool stream_k_allowed) {
   if (m <= kSmallTileRows) return choose_small_m_tiling(n, k, sm_count);
   // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins. 64-row tiles
   // are only for m <= 64: above, each would stream all of B once more per 64 rows.
@@ -191,7 +191,7 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
       streamed_time = t;
     }
   }
-  if (streamed_time <= kStreamKTakenBelow * best_time) return streamed;
+  if (stream_k_allowed && streamed_time <= kStreamKTakenBelow * best_time) return streamed;
   if (best.k_splits == 1)
     best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
   return best;

@@ -131,7 +131,8 @@ TEST(Tiling, StreamKIsTakenOverAWideTileWhereItIsEstimatedWellAhead) {
     EXPECT_EQ(t.tail_splits, 1);
   }
   EXPECT_FALSE(choose_overlap_gemm_tiling(2048, 7168, 8192, 132).stream_k) << "estimated only 11% ahead";
-  EXPECT_FALSE(choose_overlap_gemm_tiling(8192, 8192, 8192, 132).stream_k) << "4096 tiles of 128x128: no partial wave to balance";
+  EXPECT_FALSE(choose_overlap_gemm_tiling(16896, 4096, 4096, 132).stream_k) << "132 tile rows: whole waves of every tile";
+  EXPECT_FALSE(choose_overlap_gemm_tiling(1000, 4608, 4608, 132, {}, false).stream_k) << "not allowed";
   EXPECT_FALSE(choose_overlap_gemm_tiling(200, 7168, 4096, 132).stream_k) << "memory-bound";
   EXPECT_FALSE(choose_overlap_gemm_tiling(64, 7168, 4096, 132).stream_k) << "64 rows";
   // make_plan writes it into the GEMM of a strategy that has every SM, and the plan validates.
@@ -142,6 +143,37 @@ TEST(Tiling, StreamKIsTakenOverAWideTileWhereItIsEstimatedWellAhead) {
   for (const Step& s : fused.ranks[0].steps)
     if (const auto* g = std::get_if<GemmStep>(&s.body)) streamed = streamed || g->stream_k;
   EXPECT_TRUE(streamed) << "ag_gemm of 4 x 250 rows: the 1000 x 4608 x 4608 GEMM";
+}
+
+// A strategy whose GEMM shares the GPU (with NCCL, the companion kernel or SM copies) keeps its waves
+// and runs no stream-K, so it takes the whole-tile pick for its SMs, not the tile stream-K brought.
+TEST(Tiling, StrategiesThatCannotStreamKeepTheWholeTilePick) {
+  const PlanOptions base;
+  const Problem ag{OpKind::ag_gemm, 250, 4608, 4608, 4, DType::bf16, DType::bf16, {}};
+  const Problem rs{OpKind::gemm_rs, 1000, 4608, 4608, 4, DType::bf16, DType::bf16, {}};
+  const int sms = base.machine.sm_count;
+  struct Case {
+    const char* strategy;
+    const Problem& problem;
+    int gemm_sms;
+  };
+  for (const Case& c : {Case{"chunked", ag, sms}, Case{"tilelink", ag, sms - base.tilelink.comm_sms},
+                        Case{"signal", rs, sms - base.machine.collective_sms}}) {
+    const PlanOptions o = resolve_options(find_strategy(c.strategy), c.problem, base);
+    const GemmTiling whole = choose_overlap_gemm_tiling(1000, 4608, 4608, c.gemm_sms, {}, false);
+    EXPECT_FALSE(o.stream_k) << c.strategy;
+    EXPECT_EQ((TileShape{o.tile_m, o.tile_n, 64}), whole.tile) << c.strategy;
+  }
+  const PlanOptions fused = resolve_options(find_strategy("fused"), ag, base);
+  EXPECT_TRUE(fused.stream_k);
+  EXPECT_EQ((TileShape{fused.tile_m, fused.tile_n, 64}), (TileShape{128, 256, 64}));
+  // fused gemm_rs adds the peers' partial sums in its own tiles' epilogue, which stream-K's cut leaves
+  // whole: the whole-tile pick (2048 x 2304 x 7168: shares of 512 rows, reduced in the epilogue).
+  const Problem rs_reduced{OpKind::gemm_rs, 2048, 2304, 7168, 4, DType::bf16, DType::bf16, {}};
+  ASSERT_TRUE(choose_overlap_gemm_tiling(2048, 2304, 7168, sms).stream_k) << "a shape where the rule would stream";
+  const PlanOptions fused_rs = resolve_options(find_strategy("fused"), rs_reduced, base);
+  EXPECT_FALSE(fused_rs.stream_k);
+  EXPECT_EQ((TileShape{fused_rs.tile_m, fused_rs.tile_n, 64}), choose_overlap_gemm_tiling(2048, 2304, 7168, sms, {}, false).tile);
 }
 
 TEST(Tiling, MeasuredTileRatesFromTheMachineProfileDecide) {

@@ -72,7 +72,8 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       }();
       std::vector<int32_t> signal_per_tile(tiles.size());
       for (size_t i = 0; i < tiles.size(); ++i) signal_per_tile[i] = static_cast<int32_t>(i);
-      const std::vector<uint64_t> ones(tiles.size(), 1);
+      // Signal ids up to 7 (the eighths) and up to the tile count - 1 (per tile): room for both.
+      const std::vector<uint64_t> ones(std::max<size_t>(tiles.size(), 8), 1);
       DeviceBuffer met(ones.size() * sizeof(uint64_t));
       WEFT_CUDA_CHECK(cudaMemcpy(met.data, ones.data(), ones.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
       struct Waited {

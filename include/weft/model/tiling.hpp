@@ -48,7 +48,10 @@ struct GemmTiling {
   bool operator==(const GemmTiling&) const = default;
 };
 
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {});
+// stream_k_allowed false: the GEMM cannot run stream-K (it shares the GPU with NCCL, a companion or
+// SM copies, and keeps its waves), so the pick is among whole-tile schedules only; a stream-K pick
+// brings its own tile, which would be the wrong one without it.
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {}, bool stream_k_allowed = true);
 // FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 and 64x128 tiles, 128
 // deep in K, only (on 128x256 the main loop's partial sums would not fit in registers beside the
 // accumulators): m <= 64 takes the 64-row tile, split as bf16's small-M rule splits; above, 128x128,

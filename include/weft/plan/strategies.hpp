@@ -148,6 +148,9 @@ struct Strategy {
   bool gemm_beside_nccl = false;
   // Its GEMM shares the GPU with its companion kernel (TileLinkOptions::comm_sms SMs).
   bool gemm_beside_companion = false;
+  // Its GEMM may share the GPU with SM copies (a chunk schedule's choice, per operation), and then
+  // keeps its waves: the tiling rule does not give it stream-K.
+  bool gemm_beside_copies = false;
 
   bool supports(OpKind op) const;
 };

@@ -64,7 +64,8 @@ const std::vector<Strategy>& strategies() {
       {"chunked", "AutoOverlap",
        "a chunk schedule (template swizzle, ring, 2d, pull or partition, or a user's JSON) lowered to one overlap GEMM "
        "whose tiles follow chunk arrival, chunks moved by the copy engine, SMs or NCCL",
-       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}, plan_chunked, /*overlap_gemm=*/true},
+       {OpKind::ag_gemm, OpKind::gemm_rs, OpKind::gemm_ar}, plan_chunked, /*overlap_gemm=*/true, /*gemm_beside_nccl=*/false,
+       /*gemm_beside_companion=*/false, /*gemm_beside_copies=*/true},
       {"tilelink", "TileLink",
        "tile-centric notify/wait: the GEMM on the SMs the companion kernel leaves; the companion pulls A tiles (AG) or "
        "reduces each communication tile of partials from every rank as it completes (RS)",
@@ -116,8 +117,13 @@ PlanOptions resolve_options(const Strategy& strategy, const Problem& problem, co
                                                   : machine.sm_count - machine.collective_sms;
   // The one GEMM of a rank: over every rank's rows for AllGather+GEMM, its own rows otherwise.
   const int64_t rows = problem.op == OpKind::ag_gemm ? problem.m * problem.world_size : problem.m;
+  // Stream-K (whose pick brings its own tile) only where the lowering will cut the table so: the GEMM
+  // keeps every SM, and no tile adds peers' partial sums in its epilogue (gemm_rs reduced there;
+  // stream_k_tail leaves such tables whole, which would run the stream-K tile without stream-K).
+  const bool may_stream = !strategy.gemm_beside_nccl && !strategy.gemm_beside_companion && !strategy.gemm_beside_copies &&
+                          problem.op != OpKind::gemm_rs;
   const GemmTiling tiling = is_fp8(problem.input_dtype) ? choose_fp8_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates)
-                                                        : choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates);
+                                                        : choose_overlap_gemm_tiling(rows, problem.n, problem.k, sms, machine.tile_rates, may_stream);
   o.tile_m = tiling.tile.tile_m;
   o.tile_n = tiling.tile.tile_n;
   // A GEMM beside NCCL keeps its waves (wave groups are counted in tiles of one wave); one beside
