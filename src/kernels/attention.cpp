@@ -105,6 +105,21 @@ int64_t attention_tiles_computed(const AttentionLaunch& launch, const std::vecto
   return computed * launch.heads;
 }
 
+double attention_exact_flops(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles) {
+  double pairs = 0;
+  for (const AttentionKvTile& t : tiles) {
+    if (!launch.causal) {
+      pairs += static_cast<double>(launch.q_rows) * static_cast<double>(t.rows);
+      continue;
+    }
+    // Query row i sees the tile's keys at positions up to q_position + i: min(rows, max(0, that - first + 1)).
+    const int64_t first = launch.kv_position + t.row;
+    for (int64_t i = 0; i < launch.q_rows; ++i)
+      pairs += static_cast<double>(std::clamp<int64_t>(launch.q_position + i - first + 1, 0, t.rows));
+  }
+  return 4.0 * launch.head_dim * launch.heads * pairs;
+}
+
 namespace {
 
 // No query rows: nothing to launch, and no TMA descriptor to make for empty boxes.

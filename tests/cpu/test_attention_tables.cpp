@@ -89,5 +89,26 @@ TEST(AttentionKvTables, MergingKeepsEveryRowsWaitOnRandomTables) {
   }
 }
 
+// Exact FLOPs against a count of (query, key) pairs made one by one: causal with the keys' block
+// after, before and across the queries' positions, and non-causal; tiles with a gap and ragged ends.
+TEST(AttentionKvTables, ExactFlopsCountEveryVisiblePairOnce) {
+  const std::vector<AttentionKvTile> tiles = {tile(0, 100), tile(100, 28), tile(200, 77)};
+  for (const bool causal : {false, true})
+    for (const int64_t q_position : {int64_t{0}, int64_t{150}, int64_t{500}}) {
+      AttentionLaunch l;
+      l.q_rows = 130;
+      l.heads = 3;
+      l.head_dim = 64;
+      l.causal = causal;
+      l.q_position = q_position;
+      l.kv_position = 20;
+      double pairs = 0;
+      for (int64_t i = 0; i < l.q_rows; ++i)
+        for (const AttentionKvTile& t : tiles)
+          for (int64_t j = t.row; j < t.row + t.rows; ++j) pairs += !causal || l.kv_position + j <= l.q_position + i;
+      EXPECT_DOUBLE_EQ(attention_exact_flops(l, tiles), 4.0 * 64 * 3 * pairs) << (causal ? "causal" : "non-causal") << " at " << q_position;
+    }
+}
+
 }  // namespace
 }  // namespace weft

@@ -42,10 +42,10 @@ int run_attention_bench(const AttentionBenchOptions& o) {
   if (!o.csv_path.empty()) {
     csv_file.emplace(o.csv_path, "CSV file");
     csv = csv_file->stream();
-    std::fprintf(csv, "tokens,heads,kv_heads,head_dim,causal,tiles,tflop,ms,tflops,error,check,waited_ms,wait_cost,tile_waited_ms,tile_wait_cost\n");
+    std::fprintf(csv, "tokens,heads,kv_heads,head_dim,causal,tiles,tflop,ms,tflops,error,check,waited_ms,wait_cost,tile_waited_ms,tile_wait_cost,exact_tflops\n");
   }
-  std::printf("%8s %6s %8s %8s %7s %10s %10s %9s %9s %5s %10s %9s %10s %9s\n", "tokens", "heads", "kv_heads", "head_dim", "causal", "TFLOP", "ms",
-              "TFLOP/s", "error", "check", "waited ms", "wait cost", "tile-w ms", "tile-w");
+  std::printf("%8s %6s %8s %8s %7s %10s %10s %9s %9s %5s %10s %9s %10s %9s %9s\n", "tokens", "heads", "kv_heads", "head_dim", "causal", "TFLOP", "ms",
+              "TFLOP/s", "error", "check", "waited ms", "wait cost", "tile-w ms", "tile-w", "exact TF/s");
   cudaStream_t stream;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int failed = 0;
@@ -116,14 +116,15 @@ int run_attention_bench(const AttentionBenchOptions& o) {
       const double tflop = 4.0 * tiling.tile_q * tiling.tile_kv * s.head_dim * static_cast<double>(computed) / 1e12;
       const double tflops = tflop / (ms[0] * 1e-3);
       const double wait_cost = ms[1] / ms[0] - 1.0, tile_wait_cost = ms[2] / ms[0] - 1.0;
-      std::printf("%8lld %6d %8d %8d %7s %10.3f %10.4f %9.1f %9.2e %5s %10.4f %8.1f%% %10.4f %8.1f%%\n", static_cast<long long>(s.tokens), s.heads,
+      const double exact_tflops = attention_exact_flops(l, tiles) / 1e12 / (ms[0] * 1e-3);
+      std::printf("%8lld %6d %8d %8d %7s %10.3f %10.4f %9.1f %9.2e %5s %10.4f %8.1f%% %10.4f %8.1f%% %9.1f\n", static_cast<long long>(s.tokens), s.heads,
                   s.kv_heads, s.head_dim, causal ? "yes" : "no", tflop, ms[0], tflops, std::max(error, waited_error), ok ? "ok" : "FAILED", ms[1],
-                  wait_cost * 100, ms[2], tile_wait_cost * 100);
+                  wait_cost * 100, ms[2], tile_wait_cost * 100, exact_tflops);
       std::fflush(stdout);
       if (csv)
-        std::fprintf(csv, "%lld,%d,%d,%d,%d,%lld,%.4f,%.5f,%.2f,%.3e,%s,%.5f,%.4f,%.5f,%.4f\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads,
+        std::fprintf(csv, "%lld,%d,%d,%d,%d,%lld,%.4f,%.5f,%.2f,%.3e,%s,%.5f,%.4f,%.5f,%.4f,%.2f\n", static_cast<long long>(s.tokens), s.heads, s.kv_heads,
                      s.head_dim, causal ? 1 : 0, static_cast<long long>(computed), tflop, ms[0], tflops, std::max(error, waited_error),
-                     ok ? "ok" : "FAILED", ms[1], wait_cost, ms[2], tile_wait_cost);
+                     ok ? "ok" : "FAILED", ms[1], wait_cost, ms[2], tile_wait_cost, exact_tflops);
     }
   cudaStreamDestroy(stream);
   if (csv_file) csv_file->close();

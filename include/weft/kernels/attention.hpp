@@ -91,6 +91,10 @@ std::vector<AttentionKvTile> merge_adjacent_kv_tiles(const std::vector<Attention
 // The tiles a query tile computes: (query tile, KV piece) pairs the causal mask leaves, summed over
 // query tiles and heads; FLOPs = 4 * tile_q * tile_kv * head_dim per pair (what a benchmark counts).
 int64_t attention_tiles_computed(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles);
+// The FLOPs of the attention itself, whatever the tiling: 4 * head_dim per (query row, visible key)
+// pair, summed over the heads; a key is visible when a tile covers it and (causal) its position is
+// not after the query's. What compares kernels of different tilings (the tiles count their padding).
+double attention_exact_flops(const AttentionLaunch& launch, const std::vector<AttentionKvTile>& tiles);
 
 class Attention {
  public:
