@@ -1,7 +1,6 @@
 // For scripts/tiling_rule_replay.py: reads "m n k" lines, prints for each 128-row tile the tiling
 // rule's inputs (weft/model/tiling.hpp) on 132 SMs: the whole-tile schedule's K split, tail split
 // and estimate, stream-K's estimate, and whether the shape is memory-bound; then the rule's pick.
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 
@@ -11,12 +10,6 @@ using namespace weft;
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// As model/tiling.cpp's estimated_time (the rule's units).
-double whole_tile_time(int64_t count, int64_t k, TileShape t, int splits, int sms) {
-  const double k_tiles = static_cast<double>(ceil_div(k, t.tile_k));
-  const double per_entry = k_tiles / splits + (splits > 1 ? kSplitFixupKTiles : 0.0);
-  return static_cast<double>(ceil_div(count * splits, sms)) * per_entry * t.tile_m * t.tile_n / tile_rate(t);
-}
 }  // namespace
 
 int main() {
@@ -29,7 +22,7 @@ int main() {
       const int splits = choose_k_splits(tiles, m, n, k, s, sms);
       const int tail = splits == 1 ? choose_tail_splits(tiles, k, s, sms) : 1;
       std::printf("tile %lld %lld %lld %s %d %d %.9g %.9g %d\n", m, n, k, tile_name(s).c_str(), splits, tail,
-                  whole_tile_time(tiles, k, s, splits, sms), stream_k_time(tiles, k, s, sms), memory_bound_gemm(m, n, k) ? 1 : 0);
+                  estimated_time(tiles, k, s, splits, sms), stream_k_time(tiles, k, s, sms), memory_bound_gemm(m, n, k) ? 1 : 0);
     }
     const GemmTiling t = choose_overlap_gemm_tiling(m, n, k, sms);
     std::printf("pick %lld %lld %lld %s %d %d %d\n", m, n, k, tile_name(t.tile).c_str(), t.k_splits, t.tail_splits, t.stream_k ? 1 : 0);

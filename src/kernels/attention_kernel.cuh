@@ -12,10 +12,11 @@
 // pipeline stage. Before the first piece of a KV tile that waits it makes the tile's wait
 // (tile::producer_warp_wait: lane 0 waits, bounded, then the warp fences the async proxy), as the
 // overlap GEMM's producer does before a tile's loads, unless its last wait covers it (the same
-// signal, a value no larger). The warp stays converged piece by piece (lane 0 issues the loads). Warp groups 1..TileQ/64 are the consumers, 64
-// query rows each: per piece, S = Q K^T (WGMMA, both operands in shared memory), the online softmax
-// in registers (fp32; scores prescaled by log2(e)/sqrt(d) so that exp2 gives the exponentials;
-// each thread holds two rows, reduced over the 4 threads of a quad), P rounded to bf16 in registers
+// signal, a value no larger). The warp stays converged piece by piece (lane 0 issues the loads).
+// Warp groups 1..TileQ/64 are the consumers, 64 query rows each: per piece, S = Q K^T (WGMMA, both
+// operands in shared memory), the online softmax in registers (fp32; scores prescaled by
+// log2(e)/sqrt(d) so that exp2 gives the exponentials; each thread holds two rows, reduced over the
+// 4 threads of a quad), P rounded to bf16 in registers
 // as the A operand of O += P V (WGMMA, register-sourced A). As FA3 does, a piece's P V is issued
 // behind the next piece's S (intra-warp-group overlap), and the two consumer groups take turns to
 // issue their WGMMAs (ping-pong), so that one group's softmax runs while the other's products do.

@@ -9,14 +9,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Relative time of `count` entries of `tile` split `splits` ways over `k`.
-double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates) {
-  const double k_tiles = static_cast<double>(ceil_div(k, tile.tile_k));
-  const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
-  const double per_entry = k_tiles / splits + (splits > 1 ? kSplitFixupKTiles : 0.0);
-  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
-}
-
 constexpr int kMaxKSplits = 8;
 constexpr int kMinKTilesPerSplit = 4;
 constexpr int kSmallTileRows = 64;
@@ -31,14 +23,18 @@ constexpr double kStreamKFixupKTiles = 6.0;
 // Stream-K is taken over a wide tile (128x256 or 128x192, widest first on a tie) where its estimate
 // is at most this share of the best whole-tile schedule's: the estimate counts K-tiles, not the L2
 // reuse stream-K loses (its CTAs leave the tiles' lockstep over K), which the margin stands for.
-// Fitted to the recorded sweeps with every 128-row tile's stream-K timed (bench/results/2026-11-28d
-// H100 and H200, 28j, 28k, 29l): at 0.86 it takes 6 of the 174 compute-bound rows' shapes,
-// m = 1000 and 2048 at n = 2304-4608, 1.03-1.25x faster on every H200 sweep (1000x4608x4608 0.75 ->
-// 0.85 of cuBLASLt), and on H100 1.21-1.44x on five, 0.91x on 1000x2304x7168; at 0.88-0.95 it takes
-// 9-32 and some of them lose up to 7% on H200.
+// Fitted to recorded sweeps by scripts/tiling_rule_replay.py (the figures: its commit message and
+// bench/results/README.md).
 constexpr double kStreamKTakenBelow = 0.86;
 
 }  // namespace
+
+double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates) {
+  const double k_tiles = static_cast<double>(ceil_div(k, tile.tile_k));
+  const int64_t waves = ceil_div(count * splits, std::max(sm_count, 1));
+  const double per_entry = k_tiles / splits + (splits > 1 ? kSplitFixupKTiles : 0.0);
+  return static_cast<double>(waves) * per_entry * tile.tile_m * tile.tile_n / tile_rate(tile, rates);
+}
 
 // A GEMM that cannot keep the tensor cores busy from HBM: FLOP per byte of A, B and C below
 // Hopper's ~300 (989 TFLOP/s over 3.35 TB/s), with margin.
@@ -184,14 +180,14 @@ GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   GemmTiling streamed{best.tile, 1, 1, true};
   double streamed_time = INFINITY;
   for (const TileShape& s : overlap_gemm_tiles()) {
-    if (s.tile_m != 128 || (s.tile_n != 256 && s.tile_n != 192)) continue;
+    if (!stream_k_allowed || s.tile_m != 128 || (s.tile_n != 256 && s.tile_n != 192)) continue;
     const double t = stream_k_time(ceil_div(m, s.tile_m) * ceil_div(n, s.tile_n), k, s, sm_count, rates);
     if (t < streamed_time) {
       streamed.tile = s;
       streamed_time = t;
     }
   }
-  if (stream_k_allowed && streamed_time <= kStreamKTakenBelow * best_time) return streamed;
+  if (streamed_time <= kStreamKTakenBelow * best_time) return streamed;
   if (best.k_splits == 1)
     best.tail_splits = choose_tail_splits(ceil_div(m, best.tile.tile_m) * ceil_div(n, best.tile.tile_n), k, best.tile, sm_count);
   return best;

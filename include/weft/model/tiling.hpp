@@ -70,6 +70,9 @@ double tile_rate(TileShape tile, const TileRates& rates = {});
 // a split entry costs about 32 K-tiles more than its share (the partial tile's round trip and the
 // wait for the previous split).
 constexpr double kSplitFixupKTiles = 32.0;
+// The rule's estimate of `count` entries of `tile` split `splits` ways over `k` (relative units:
+// waves x K-tiles per entry, with a split's fix-up, x tile area / tile rate).
+double estimated_time(int64_t count, int64_t k, TileShape tile, int splits, int sm_count, const TileRates& rates = {});
 // The K split for `tile_count` entries of one tile shape (a table may hold fewer tiles than the
 // grid) of an m x n x k GEMM; 1 for memory-bound shapes.
 int choose_k_splits(int64_t tile_count, int64_t m, int64_t n, int64_t k, TileShape tile, int sm_count, const TileRates& rates = {});
