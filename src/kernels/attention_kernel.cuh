@@ -69,18 +69,21 @@ template <int HeadDim, int TileQ, int TileKv, int Stages>
 struct AttentionKernel {
   using Element = cutlass::bfloat16_t;
   static_assert(HeadDim == 64 || HeadDim == 128, "compiled head dims: 64, 128");
-  static_assert(TileQ == 64 || TileQ == 128, "a query tile has one or two 64-row consumer warp groups");
+  static_assert(TileQ == 64 || TileQ == 128 || TileQ == 192, "a query tile has one, two or three 64-row consumer warp groups");
   static_assert(TileKv % 64 == 0 && TileKv <= 256, "a WGMMA's N is at most 256");
   static constexpr int kConsumerGroups = TileQ / 64;
   static constexpr int kMmaThreads = 128 * kConsumerGroups;
   static constexpr int kThreads = 128 + kMmaThreads;
-  static constexpr int kProducerRegisters = kConsumerGroups == 2 ? 40 : 56;
-  static constexpr int kConsumerRegisters = kConsumerGroups == 2 ? 232 : 240;
+  // The register file (64K) over the warp groups: three consumer groups get 160 each beside a
+  // 32-register producer (FA3's split at 192-row query tiles).
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kConsumerGroups == 2 ? 40 : 56;
+  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160 : kConsumerGroups == 2 ? 232 : 240;
+  static_assert(128 * kProducerRegisters + kMmaThreads * kConsumerRegisters <= 65536, "the warp groups' registers exceed the SM's");
   // A user barrier: NamedBarrier::sync(n, id) adds CUTLASS's reserved count (8), and PTX has 16 IDs.
   static constexpr uint32_t kConsumerBarrier = 0;
-  // The consumer groups' turns to issue WGMMAs (take_turn), user barriers 1 and 2.
+  // The consumer groups' turns to issue WGMMAs (take_turn), user barriers 1 .. kConsumerGroups.
   static constexpr uint32_t kTurnBarrier = 1;
-  static constexpr bool kPingPong = kConsumerGroups == 2;
+  static constexpr bool kPingPong = kConsumerGroups >= 2;
 
   // Shared-memory tiles: Q and K K-major (head dim contiguous), V as V^T (head dim x keys),
   // MN-major, which is how its rows lie in memory and how WGMMA reads P V's B operand; 128-byte
@@ -309,14 +312,15 @@ struct AttentionKernel {
     return x + __shfl_xor_sync(0xffffffff, x, 2);
   }
 
-  // The two consumer warp groups take turns to issue their WGMMAs (FA3's ping-pong): while one
-  // group's softmax runs on the CUDA cores, the other's products run on the tensor cores.
-  // Group g waits on barrier kTurnBarrier + g, then hands the turn to the other group's barrier.
+  // The consumer warp groups take turns to issue their WGMMAs (FA3's ping-pong; round robin with
+  // three): while one group's softmax runs on the CUDA cores, another's products run on the tensor
+  // cores. Group g waits on barrier kTurnBarrier + g, then hands the turn to the next group's barrier.
   CUTLASS_DEVICE static void take_turn(int consumer_group) {
     if constexpr (kPingPong) cutlass::arch::NamedBarrier::sync(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + consumer_group);
   }
   CUTLASS_DEVICE static void pass_turn(int consumer_group) {
-    if constexpr (kPingPong) cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + (1 - consumer_group));
+    if constexpr (kPingPong)
+      cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier + (consumer_group + 1) % kConsumerGroups);
   }
 
   CUTLASS_DEVICE static void consume(const Params& params, SharedStorage& shared, Pipeline& pipeline, int mma_thread_idx) {
@@ -351,7 +355,7 @@ struct AttentionKernel {
                   decltype(size<0, 2>(probabilities))::value == 2 && decltype(size<1>(probabilities))::value == 1 &&
                   decltype(size<2>(probabilities))::value == TileKv / 16, "unexpected WGMMA register A layout for P");
     const int consumer_group = mma_thread_idx / cutlass::NumThreadsPerWarpGroup;
-    // The first group holds the first turn: its own arrival stands in for the other group's hand-off.
+    // The first group holds the first turn: its own arrival stands in for the last group's hand-off.
     if constexpr (kPingPong)
       if (consumer_group == 0) cutlass::arch::NamedBarrier::arrive(2 * cutlass::NumThreadsPerWarpGroup, kTurnBarrier);
 

@@ -38,7 +38,7 @@ struct AttentionKvTile {
 };
 static_assert(sizeof(AttentionKvTile) == 32, "the device table layout is part of the kernel's contract");
 
-// The kernel's tile sizes and pipeline depth, as data: query rows per CTA tile (two 64-row consumer
+// The kernel's tile sizes and pipeline depth, as data: query rows per CTA tile (64-row consumer
 // warp groups), keys per K/V pipeline stage, and the stages. One is compiled per head dim
 // (attention_tiling); the kernel walks a KV tile in pieces of tile_kv rows.
 struct AttentionTiling {
