@@ -51,19 +51,22 @@ def candidates_tool(build):
 
 def rule_inputs(exe, shapes):
     out = subprocess.run([exe], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True).stdout
-    tiles, picks = {}, {}
+    tiles, picks, clustered = {}, {}, {}
     for line in out.splitlines():
         w = line.split()
         key = (int(w[1]), int(w[2]), int(w[3]))
         if w[0] == "tile":
             tiles.setdefault(key, []).append((w[4], int(w[5]), int(w[6]), float(w[7]), float(w[8]), w[9] == "1"))
-        else:
+        elif w[0] == "pick":
             picks[key] = (w[4], int(w[5]), int(w[6]), w[7] == "1")
-    return tiles, picks
+        else:
+            clustered[key] = variant(w[4], int(w[5]), int(w[6]), w[7] == "1", int(w[8]), int(w[9]))
+    return tiles, picks, clustered
 
 
-def variant(tile, splits=1, tail=1, stream_k=False):
-    return f"{tile}x64" + (f"/k{splits}" if splits > 1 else "") + (f"/t{tail}" if tail > 1 else "") + ("/sk" if stream_k else "")
+def variant(tile, splits=1, tail=1, stream_k=False, cluster_m=1, cluster_n=1):
+    return (f"{tile}x64" + (f"/c{cluster_m}x{cluster_n}" if cluster_m * cluster_n > 1 else "") + (f"/k{splits}" if splits > 1 else "")
+            + (f"/t{tail}" if tail > 1 else "") + ("/sk" if stream_k else ""))
 
 
 def whole_tile_pick(cands):
@@ -95,9 +98,10 @@ def main():
                 for r in csv.DictReader(open(unzipped(csv_path))):
                     lib[(int(r["m"]), int(r["n"]), int(r["k"]))] = float(r["library_ms"])
                 break
-        tiles, picks = rule_inputs(exe, list(shapes))
+        tiles, picks, clustered_picks = rule_inputs(exe, list(shapes))
         if a.clusters:
             print(os.path.basename(txt))
+            gains, untimed = [], []
             for s in sorted(shapes):
                 if s[0] > 256 or not tiles[s][0][5]:
                     continue
@@ -107,8 +111,18 @@ def main():
                     continue
                 clustered = {v: t for v, t in times.items() if v.startswith("128x128x64/c")}
                 entries = -(-s[0] // 128) * -(-s[1] // 128)
-                print(f"  {s[0]}x{s[1]}x{s[2]} ({entries} tiles of 128x128) pick {pick} {lib[s] / times[pick]:.3f} of cuBLASLt; "
+                rule = clustered_picks[s]
+                if rule != pick:
+                    if rule in times:
+                        gains.append(times[pick] / times[rule])
+                    else:
+                        untimed.append(rule)
+                taken = "" if rule == pick else f"; the rule in clusters {rule} " + (f"{times[pick] / times[rule]:.2f}" if rule in times else "(not timed)")
+                print(f"  {s[0]}x{s[1]}x{s[2]} ({entries} tiles of 128x128) pick {pick} {lib[s] / times[pick]:.3f} of cuBLASLt{taken}; "
                       + " ".join(f"{v.split('/', 1)[1]} {times[pick] / t:.2f}" for v, t in sorted(clustered.items())))
+            if gains:
+                print(f"  the rule in clusters changes {len(gains) + len(untimed)} picks: time before / after median {statistics.median(gains):.3f}, "
+                      f"min {min(gains):.3f}, max {max(gains):.3f}" + (f"; not timed: {', '.join(untimed)}" if untimed else ""))
             continue
         compute = [s for s in shapes if s[0] > 64 and not tiles[s][0][5]]
         replica = sum(whole_tile_pick(tiles[s])[1] != variant(*picks[s][:3]) for s in compute if not picks[s][3])

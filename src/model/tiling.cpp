@@ -156,13 +156,48 @@ GemmTiling choose_memory_bound_tiling(int64_t m, int64_t n, int64_t k, int sm_co
   return best;
 }
 
+// Clusters for memory-bound GEMMs of two 128-row tile rows: the pair of a tile column loads its B
+// tile once by TMA multicast (B is what such a GEMM streams), where the entries fill most SMs in
+// one wave; fewer entries leave SMs idle and more pay a second wave. Clusters of 4 and 8 fit 120 of
+// 132 SMs at once (cudaOccupancyMaxActiveClusters on H200: the grid the kernel gets), so more
+// entries take pairs. A K split makes the entries where the tiles are few, keeping 16 K-tiles per
+// split (the 64-tile shape at k = 1792 lost at 14). Fitted to the H200 sweep's 29 shapes at m = 200,
+// every cluster and split timed (bench/results/2026-11-29r_h200x1_gemm_sweep, replayed by
+// scripts/tiling_rule_replay.py --clusters): it takes 18, 0.975-1.30x the unclustered pick, median
+// 1.125; on the earlier sweep 2026-11-29l, not fitted to, 0.976-1.315x, median 1.139.
+constexpr double kClusterFillAtLeast = 0.8;           // entries / SMs
+constexpr double kLargeClusterShare = 120.0 / 132.0;  // the SMs clusters of 4 and 8 occupy at once
+constexpr int kMaxClusterSplits = 3;
+constexpr int kMinKTilesPerClusterSplit = 16;
+
 }  // namespace
 
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates, bool stream_k_allowed) {
+std::optional<GemmTiling> choose_memory_bound_clusters(int64_t m, int64_t n, int64_t k, int sm_count) {
+  constexpr TileShape kTile{128, 128, 64};
+  if (m <= kTile.tile_m || m > 2 * kTile.tile_m || !memory_bound_gemm(m, n, k) || sm_count < 2) return std::nullopt;
+  const int64_t columns = ceil_div(n, kTile.tile_n), tiles = 2 * columns, k_tiles = ceil_div(k, kTile.tile_k);
+  int splits = kMaxClusterSplits;
+  while (splits > 1 && (tiles * splits > sm_count || k_tiles / splits < kMinKTilesPerClusterSplit)) --splits;
+  const int64_t entries = tiles * splits;
+  if (entries > sm_count || static_cast<double>(entries) < kClusterFillAtLeast * sm_count) return std::nullopt;
+  const bool large_fit = static_cast<double>(entries) <= kLargeClusterShare * sm_count;
+  const int cluster_n = large_fit && columns % 4 == 0 ? 4 : large_fit && columns % 2 == 0 ? 2 : 1;
+  GemmTiling t{kTile, splits};
+  t.cluster_m = 2;
+  t.cluster_n = cluster_n;
+  return t;
+}
+
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates, bool stream_k_allowed,
+                                      bool clusters_allowed) {
   if (m <= kSmallTileRows) return choose_small_m_tiling(n, k, sm_count);
   // Widest first (overlap_gemm_tiles' order): on equal estimates the wider tile wins. 64-row tiles
   // are only for m <= 64: above, each would stream all of B once more per 64 rows.
-  if (memory_bound_gemm(m, n, k)) return choose_memory_bound_tiling(m, n, k, sm_count);
+  if (memory_bound_gemm(m, n, k)) {
+    if (clusters_allowed)
+      if (auto clustered = choose_memory_bound_clusters(m, n, k, sm_count)) return *clustered;
+    return choose_memory_bound_tiling(m, n, k, sm_count);
+  }
   GemmTiling best{overlap_gemm_tiles().front(), 1};
   double best_time = INFINITY;
   for (const TileShape& s : overlap_gemm_tiles()) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <tuple>
 #include <vector>
 
 #include "weft/model/tiling.hpp"
@@ -77,6 +78,47 @@ TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
           EXPECT_LE(tiles * t.k_splits, 132) << m << "x" << n << "x" << k;
           EXPECT_GE((k + t.tile.tile_k - 1) / t.tile.tile_k / t.k_splits, 4) << m << "x" << n << "x" << k;
         }
+      }
+}
+
+TEST(Tiling, MemoryBoundGemmsOfTwoTileRowsRunInClustersWhereAllowedAndTheyFillOneWave) {
+  // The H200 sweep at m = 200 (bench/results/2026-11-29r_h200x1_gemm_sweep): 112 tiles of 128x128 in
+  // clusters of 2x4 (1.30x the unclustered pick at k = 4096); 116 (58 columns) in 2x2; 128 more than
+  // clusters of 4 or 8 fit at once (120 of 132 SMs): pairs; 56 split in two; 36 split in three.
+  auto clustered = [](int64_t m, int64_t n, int64_t k) { return choose_overlap_gemm_tiling(m, n, k, 132, {}, true, /*clusters_allowed=*/true); };
+  auto tiling = [](int splits, int cluster_n) {
+    GemmTiling t{TileShape{128, 128, 64}, splits};
+    t.cluster_m = 2;
+    t.cluster_n = cluster_n;
+    return t;
+  };
+  EXPECT_EQ(clustered(200, 7168, 4096), tiling(1, 4));
+  EXPECT_EQ(clustered(200, 7392, 8192), tiling(1, 2));
+  EXPECT_EQ(clustered(200, 8192, 7168), tiling(1, 1));
+  EXPECT_EQ(clustered(200, 3584, 4096), tiling(2, 4));
+  EXPECT_EQ(clustered(200, 2304, 7168), tiling(3, 2));
+  EXPECT_EQ(clustered(256, 7168, 4096), tiling(1, 4));
+  // Not taken: not allowed; 64 entries that a split would leave 14 K-tiles each; 72 entries (too
+  // few SMs busy); 144 (a second wave); one tile row (m <= 128) or more than two; not memory-bound.
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132), choose_overlap_gemm_tiling(200, 7168, 4096, 132, {}, true, false));
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132).cluster_m, 1);
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {200, 4096, 1792}, {200, 4608, 4608}, {200, 9216, 4608}, {128, 7168, 4096}, {257, 7168, 4096}, {64, 7168, 4096}, {1000, 7168, 4096}}) {
+    EXPECT_FALSE(choose_memory_bound_clusters(m, n, k, 132)) << m << "x" << n << "x" << k;
+    EXPECT_EQ(clustered(m, n, k), choose_overlap_gemm_tiling(m, n, k, 132)) << m << "x" << n << "x" << k;
+  }
+  // Whatever the shape: one wave, whole blocks of tiles, clusters of 4 or 8 within the SMs they fit.
+  for (int64_t m : {129, 200, 256})
+    for (int64_t n : {1024, 1792, 2304, 3584, 4608, 7168, 7392, 8192, 14336})
+      for (int64_t k : {1024, 4096, 8192, 18432}) {
+        const auto t = choose_memory_bound_clusters(m, n, k, 132);
+        if (!t) continue;
+        const int64_t columns = (n + 127) / 128, entries = 2 * columns * t->k_splits;
+        EXPECT_LE(entries, 132) << m << "x" << n << "x" << k;
+        EXPECT_GE(entries, 0.8 * 132) << m << "x" << n << "x" << k;
+        EXPECT_EQ(columns % t->cluster_n, 0) << m << "x" << n << "x" << k;
+        if (t->cluster_n > 1) EXPECT_LE(entries, 120) << m << "x" << n << "x" << k;
+        EXPECT_GE((k + 63) / 64 / t->k_splits, 16) << m << "x" << n << "x" << k;
       }
 }
 

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,13 +46,24 @@ struct GemmTiling {
   int k_splits = 1;
   int tail_splits = 1;  // GemmStep::tail_splits
   bool stream_k = false;  // GemmStep::stream_k (k_splits and tail_splits are then 1)
+  int cluster_m = 1, cluster_n = 1;  // GemmStep::cluster_m / cluster_n (the tiles in blocks of this many)
   bool operator==(const GemmTiling&) const = default;
 };
 
 // stream_k_allowed false: the GEMM cannot run stream-K (it shares the GPU with NCCL, a companion or
 // SM copies, and keeps its waves), so the pick is among whole-tile schedules only; a stream-K pick
 // brings its own tile, which would be the wrong one without it.
-GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {}, bool stream_k_allowed = true);
+// clusters_allowed: the GEMM may run in clusters (no tile waits, B stored [N, K], bf16, the GPU to
+// itself: gpu_lowering's clustered_gemm_gap); the rule then takes them for memory-bound GEMMs of two
+// 128-row tile rows (choose_memory_bound_clusters). No strategy's plan allows them yet (their GEMMs
+// wait for tiles, or share the SMs with NCCL, a companion kernel or copies); `weft bench gemm` does
+// for the plain GEMM it times.
+GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {}, bool stream_k_allowed = true,
+                                      bool clusters_allowed = false);
+// Memory-bound GEMMs of 129-256 rows in clusters: 128x128 tiles, the two of a tile column sharing their
+// B tile (cluster_m 2) and 1, 2 or 4 columns their A tile, split along K so that the entries fill
+// most SMs in one wave; std::nullopt where they would not (then the unclustered rule decides).
+std::optional<GemmTiling> choose_memory_bound_clusters(int64_t m, int64_t n, int64_t k, int sm_count);
 // FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 and 64x128 tiles, 128
 // deep in K, only (on 128x256 the main loop's partial sums would not fit in registers beside the
 // accumulators): m <= 64 takes the 64-row tile, split as bf16's small-M rule splits; above, 128x128,
