@@ -11,7 +11,9 @@
 // taken where stream_k_time estimates it well ahead of the best whole-tile schedule (the margin for
 // the L2 reuse it loses: src/model/tiling.cpp). Memory-bound GEMMs
 // (FLOP per byte below Hopper's ridge) of more than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
-// SMs stream (an SM streams only a share of HBM's rate, so most must pull at once). GEMMs
+// SMs stream (an SM streams only a share of HBM's rate, so most must pull at once); those of 129-256
+// rows run 128x128 tiles in clusters instead where the caller allows them and they fill one wave
+// (choose_memory_bound_clusters). GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the
 // fewest K splits, that keeps enough bytes in flight to stream HBM at full rate.
 #pragma once
