@@ -160,11 +160,9 @@ GemmTiling choose_memory_bound_tiling(int64_t m, int64_t n, int64_t k, int sm_co
 // tile once by TMA multicast (B is what such a GEMM streams), where the entries fill most SMs in
 // one wave; fewer entries leave SMs idle and more pay a second wave. Clusters of 4 and 8 fit 120 of
 // 132 SMs at once (cudaOccupancyMaxActiveClusters on H200: the grid the kernel gets), so more
-// entries take pairs. A K split makes the entries where the tiles are few, keeping 16 K-tiles per
-// split (the 64-tile shape at k = 1792 lost at 14). Fitted to the H200 sweep's 29 shapes at m = 200,
-// every cluster and split timed (bench/results/2026-11-29r_h200x1_gemm_sweep, replayed by
-// scripts/tiling_rule_replay.py --clusters): it takes 18, 0.975-1.30x the unclustered pick, median
-// 1.125; on the earlier sweep 2026-11-29l, not fitted to, 0.976-1.315x, median 1.139.
+// entries take pairs. A K split makes the entries where the tiles are few, keeping enough K-tiles
+// per split. Fitted to recorded sweeps with every cluster and split timed at m = 200 by
+// scripts/tiling_rule_replay.py --clusters (the figures: its commit message and bench/results/README.md).
 constexpr double kClusterFillAtLeast = 0.8;           // entries / SMs
 constexpr double kLargeClusterShare = 120.0 / 132.0;  // the SMs clusters of 4 and 8 occupy at once
 constexpr int kMaxClusterSplits = 3;

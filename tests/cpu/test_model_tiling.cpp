@@ -82,9 +82,8 @@ TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
 }
 
 TEST(Tiling, MemoryBoundGemmsOfTwoTileRowsRunInClustersWhereAllowedAndTheyFillOneWave) {
-  // The H200 sweep at m = 200 (bench/results/2026-11-29r_h200x1_gemm_sweep): 112 tiles of 128x128 in
-  // clusters of 2x4 (1.30x the unclustered pick at k = 4096); 116 (58 columns) in 2x2; 128 more than
-  // clusters of 4 or 8 fit at once (120 of 132 SMs): pairs; 56 split in two; 36 split in three.
+  // Shapes of the sweep at m = 200: 112 tiles of 128x128 in clusters of 2x4; 116 (58 columns) in 2x2;
+  // 128, more than clusters of 4 or 8 fit at once (120 of 132 SMs): pairs; 56 split in two; 36 in three.
   auto clustered = [](int64_t m, int64_t n, int64_t k) { return choose_overlap_gemm_tiling(m, n, k, 132, {}, true, /*clusters_allowed=*/true); };
   auto tiling = [](int splits, int cluster_n) {
     GemmTiling t{TileShape{128, 128, 64}, splits};

@@ -174,7 +174,7 @@ std::vector<CommandSpec> build() {
                              flag("summary", "per rank: steps by kind, tiles, waits, notifies, bytes moved (instead of every step)")} +
                      topology_knobs()});
   // Last: the fuzz corpus picks a command by its index (tests/fuzz/fuzz_arguments.cpp), so new commands go at the end.
-  all.push_back({"bench attention", "the attention kernel alone on GPU 0, causal and not, in TFLOP/s (FLOPs of the tiles it computes)", "",
+  all.push_back({"bench attention", "the attention kernel alone on GPU 0, causal and not, in TFLOP/s (FLOPs of the tiles it computes, and of the attention itself: exact TF/s)", "",
                  Options{list("attention", "TxHxGxD,...", "tokens x heads x kv heads x head dim (default: GQA and MHA at 4k-16k tokens)"), csv,
                          seed} +
                      timing(20)});
