@@ -48,6 +48,7 @@ OverlapGemmShape shape_of(OverlapGemmConfig config) {
     case OverlapGemmConfig::tile_64x192: return {64, 192, 128};
     case OverlapGemmConfig::tile_64x256: return {64, 256, 64};
     case OverlapGemmConfig::tile_128x96: return {128, 96, 64};
+    case OverlapGemmConfig::tile_128x112: return {128, 112, 64};
     case OverlapGemmConfig::tile_128x128: return {128, 128, 64};
     case OverlapGemmConfig::tile_128x192: return {128, 192, 64};
     case OverlapGemmConfig::tile_128x256: return {128, 256, 64};
@@ -79,20 +80,25 @@ std::string to_string(OverlapGemmConfig config) {
 }
 
 std::vector<OverlapGemmConfig> overlap_gemm_configs() {
-  return {OverlapGemmConfig::tile_64x64, OverlapGemmConfig::tile_64x128, OverlapGemmConfig::tile_64x192, OverlapGemmConfig::tile_64x256, OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192,
-          OverlapGemmConfig::tile_128x256};
+  return {OverlapGemmConfig::tile_64x64, OverlapGemmConfig::tile_64x128, OverlapGemmConfig::tile_64x192, OverlapGemmConfig::tile_64x256, OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x112, OverlapGemmConfig::tile_128x128,
+          OverlapGemmConfig::tile_128x192, OverlapGemmConfig::tile_128x256};
 }
 
 std::vector<OverlapGemmConfig> fp8_overlap_gemm_configs() { return {OverlapGemmConfig::tile_128x128x128_fp8, OverlapGemmConfig::tile_64x128}; }
 
 bool compiled_in_clusters(OverlapGemmConfig config) {
-  return config == OverlapGemmConfig::tile_128x128 || config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8;
+  return config == OverlapGemmConfig::tile_128x128 || config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8 ||
+         config == OverlapGemmConfig::tile_128x112;
 }
 
 std::vector<std::pair<int, int>> compiled_cluster_shapes() { return {{2, 1}, {1, 2}, {2, 2}, {2, 4}, {4, 2}}; }
 
-bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n) {
+bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n, bool exchanged) {
   if (!compiled_in_clusters(config)) return false;
+  // The exchanged product on 128x112: the kernel's 1x2 (C's two row tiles of a tile column), and 2x2
+  // and 4x2 (two and four tile columns of C besides).
+  if (exchanged || config == OverlapGemmConfig::tile_128x112)
+    return exchanged && config == OverlapGemmConfig::tile_128x112 && cluster_n == 2 && (cluster_m == 1 || cluster_m == 2 || cluster_m == 4);
   if ((cluster_m == 2 && cluster_n == 1) || (cluster_m == 1 && cluster_n == 2)) return true;
   // Clusters of four and eight: bf16 128x128 (its loads of 32 KB a stage are the ones cuBLASLt
   // multicasts over 4x2 at small m).
@@ -268,10 +274,14 @@ void require_launchable(const OverlapGemmLaunch& launch, OverlapGemmConfig confi
   const bool clustered = launch.cluster_m != 1 || launch.cluster_n != 1;
   const int cluster_size = launch.cluster_m * launch.cluster_n;
   const std::string cluster = "clusters of " + std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n);
-  if (clustered && (launch.store_transposed || launch.b_n_major)) reject(cluster + " run the K-major (B stored [N, K]), untransposed product only");
+  if (clustered && launch.b_n_major) reject(cluster + " run K-major operands (B stored [N, K]) only");
   if (clustered && !compiled_in_clusters(config))
-    reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64, 128x256x64 and 128x128x128 (FP8) do");
-  if (clustered && !compiled_in_cluster(config, launch.cluster_m, launch.cluster_n))
+    reject("no " + to_string(config) + " kernel runs in clusters; 128x128x64, 128x256x64, 128x128x128 (FP8) and 128x112x64 (exchanged) do");
+  if (clustered && launch.store_transposed && !compiled_in_cluster(config, launch.cluster_m, launch.cluster_n, true))
+    reject("no " + to_string(config) + " kernel of the exchanged product runs in " + cluster + "; 128x112x64 does in 1x2, 2x2 and 4x2");
+  if (clustered && !launch.store_transposed && config == OverlapGemmConfig::tile_128x112)
+    reject("128x112x64 runs in clusters for the exchanged product (store_transposed) only");
+  if (clustered && !launch.store_transposed && !compiled_in_cluster(config, launch.cluster_m, launch.cluster_n))
     reject("no " + to_string(config) + " kernel runs in " + cluster + "; 2x1 and 1x2 are compiled for it" +
            (config == OverlapGemmConfig::tile_128x256 || config == OverlapGemmConfig::tile_128x128x128_fp8 ? " (2x2, 2x4, 4x2 for bf16 128x128x64)" : ", and 2x2, 2x4, 4x2"));
   // Every CTA of a cluster walks as many entries (a CTA without its group's entry would leave its
@@ -432,6 +442,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare(const OverlapGemmLaunch& launch, 
     case OverlapGemmConfig::tile_64x192: return overlap_gemm_detail::prepare_64x192(launch);
     case OverlapGemmConfig::tile_64x256: return overlap_gemm_detail::prepare_64x256(launch);
     case OverlapGemmConfig::tile_128x96: return overlap_gemm_detail::prepare_128x96(launch);
+    case OverlapGemmConfig::tile_128x112: return overlap_gemm_detail::prepare_128x112(launch);
     case OverlapGemmConfig::tile_128x128: return overlap_gemm_detail::prepare_128x128(launch);
     case OverlapGemmConfig::tile_128x192: return overlap_gemm_detail::prepare_128x192(launch);
     case OverlapGemmConfig::tile_128x256: return overlap_gemm_detail::prepare_128x256(launch);

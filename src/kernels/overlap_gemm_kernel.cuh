@@ -107,7 +107,7 @@ struct OverlapGemmKernel {
   static constexpr int kClusterSize = ClusterM * ClusterN;
   static_assert((ClusterM == 1 || ClusterM == 2 || ClusterM == 4) && (ClusterN == 1 || ClusterN == 2 || ClusterN == 4) && kClusterSize <= 8,
                 "clusters of up to 8 CTAs, 1, 2 or 4 along each side");
-  static_assert(kClusterSize == 1 || (!Transposed && !BNMajor), "clusters for the K-major, untransposed product only");
+  static_assert(kClusterSize == 1 || !BNMajor, "clusters for K-major operands only");
   // The CTA's place in the table walk: CTA c takes entries c, c + ctas, c + 2 ctas, ...
   CUTLASS_DEVICE static int cta_index() { return static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); }
   CUTLASS_DEVICE static int cta_count() { return static_cast<int>(gridDim.x * gridDim.y); }
@@ -120,16 +120,21 @@ struct OverlapGemmKernel {
   using MainloopSchedule = std::conditional_t<kConsumerGroups == 2, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                               cutlass::gemm::KernelTmaWarpSpecialized>;
 
-  // Epilogue staging: the whole tile, rows padded by 8 elements so that the column-pair writes of 8
-  // rows by a warp fall in 32 distinct banks (a row is 4 banks on from the last: TileN + 8 elements
-  // is 4 words more than a multiple of 32 for every compiled width). Its bytes are carved out of
+  // Epilogue staging: the whole tile, rows padded so that the column-pair writes of 8 rows by a warp
+  // fall in 32 distinct banks (a row is 4 or 20 banks on from the last: 8 elements of padding give 4
+  // at 64, 128, 192 and 256 columns and 20 at 96; 112 takes 24 for 4). Its bytes are carved out of
   // what the main loop's pipeline stages may use.
   // Transposed: staged as TileN rows of TileM (a warp's writes of one column pair then fall in 16
   // distinct words of 8 rows' columns, two lanes to a word).
   static_assert(!Transposed || !BNMajor, "the exchanged product reads the caller's B as its A: K-major only");
   static constexpr int kStagingRows = Transposed ? TileN : TileM;
   static constexpr int kStagingCols = Transposed ? TileM : TileN;
-  static constexpr int kStagingStride = kStagingCols + 8;
+  // The padding: 8 elements, or the next multiple of 8 that spreads them (24 elements at 112 columns).
+  static constexpr int staging_stride() {
+    for (int pad = 8;; pad += 8)
+      if (((kStagingCols + pad) / 2) % 32 == 4 || ((kStagingCols + pad) / 2) % 32 == 20) return kStagingCols + pad;
+  }
+  static constexpr int kStagingStride = staging_stride();
   static_assert((kStagingStride / 2) % 32 == 4 || (kStagingStride / 2) % 32 == 20, "staging rows must spread a warp's writes over all banks");
   static_assert(kStagingStride * 2 % 16 == 0, "a bulk copy reads a 16-byte aligned staging row");
   static constexpr int kStagingBytes = kStagingRows * kStagingStride * 2;
@@ -692,17 +697,29 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_deepest(const OverlapGemmLaunch& 
 // The kernel of this tile shape for the launch's B layout (a launch keeps its layout: retarget moves
 // pointers only), for the exchanged product where the tile is compiled for it (Exchangeable), and in
 // clusters of two where it is compiled for them (Clusterable; of four and eight with LargerClusters),
-// one entry per CTA where it fits (Deepenable: prepare_deepest). FP8 operands are dispatched by their
-// tiles' own preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
-template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Deepenable = false, bool LargerClusters = false>
+// the exchanged product in the kernel's clusters 1x2, 2x2 and 4x2 (ExchangedClusters), one entry per
+// CTA where it fits (Deepenable: prepare_deepest). FP8 operands are dispatched by their tiles' own
+// preparers (overlap_gemm_128x128x128_fp8.cu, overlap_gemm_64x128.cu), not here.
+template <int TileM, int TileN, int TileK, bool Exchangeable = false, bool Clusterable = false, bool Deepenable = false, bool LargerClusters = false,
+          bool ExchangedClusters = false>
 std::unique_ptr<OverlapGemm::Prepared> prepare_with_tile(const OverlapGemmLaunch& launch) {
   if (launch.fp8)
     throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + "x" + std::to_string(TileK) +
                                 " kernel has FP8 operands (128x128x128 and 64x128x128 do)");
+  if (launch.cluster_m * launch.cluster_n > 1 && launch.store_transposed) {
+    if constexpr (ExchangedClusters) {
+      if (launch.b_n_major)
+        throw std::invalid_argument("overlap GEMM: the exchanged product reads the caller's B as its A operand: B must be K-major ([N, K])");
+      if (launch.cluster_m == 1 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, true, 1, 2, Deepenable>(launch);
+      if (launch.cluster_m == 2 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, true, 2, 2, Deepenable>(launch);
+      if (launch.cluster_m == 4 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, true, 4, 2, Deepenable>(launch);
+    }
+    throw std::invalid_argument("overlap GEMM: no " + std::to_string(TileM) + "x" + std::to_string(TileN) + " kernel of the exchanged product runs in clusters of " +
+                                std::to_string(launch.cluster_m) + "x" + std::to_string(launch.cluster_n) + " (compiled_in_cluster)");
+  }
   if (launch.cluster_m * launch.cluster_n > 1) {
     if constexpr (Clusterable) {
-      if (launch.store_transposed || launch.b_n_major)
-        throw std::invalid_argument("overlap GEMM: clusters run the K-major, untransposed product only");
+      if (launch.b_n_major) throw std::invalid_argument("overlap GEMM: clusters run K-major operands only");
       if (launch.cluster_m == 2 && launch.cluster_n == 1) return prepare_deepest<TileM, TileN, TileK, false, false, 2, 1, Deepenable>(launch);
       if (launch.cluster_m == 1 && launch.cluster_n == 2) return prepare_deepest<TileM, TileN, TileK, false, false, 1, 2, Deepenable>(launch);
       if constexpr (LargerClusters) {

@@ -11,6 +11,7 @@ std::unique_ptr<OverlapGemm::Prepared> prepare_64x128(const OverlapGemmLaunch& l
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x192(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_64x256(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x96(const OverlapGemmLaunch& launch);
+std::unique_ptr<OverlapGemm::Prepared> prepare_128x112(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x128(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x192(const OverlapGemmLaunch& launch);
 std::unique_ptr<OverlapGemm::Prepared> prepare_128x256(const OverlapGemmLaunch& launch);

@@ -124,14 +124,14 @@ std::optional<std::string> overlap_fp8_gemm_gap(const Plan& plan, const GemmStep
 
 }  // namespace
 
-// The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 128 or
-// 192 rows by 128 columns (kernel tiles 128x96, 128x128, 128x192), bf16, B stored [N, K], no tile
-// reading its A rows in place (kernels/overlap_gemm.hpp, OverlapGemmLaunch::store_transposed).
+// The exchanged product (GemmStep::exchanged) as the overlap GEMM compiles it: C tiles of 96, 112,
+// 128 or 192 rows by 128 columns (kernel tiles 128x96, 128x112, 128x128, 128x192), bf16, B stored
+// [N, K], no tile reading its A rows in place (kernels/overlap_gemm.hpp, OverlapGemmLaunch::store_transposed).
 std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "GEMM step '" + label + "' runs the exchanged product (C^T = B A^T)";
-  if (gemm.tile_n != 128 || (gemm.tile_m != 96 && gemm.tile_m != 128 && gemm.tile_m != 192))
+  if (gemm.tile_n != 128 || (gemm.tile_m != 96 && gemm.tile_m != 112 && gemm.tile_m != 128 && gemm.tile_m != 192))
     return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
-           " tiles of C; the overlap GEMM has it for 96x128, 128x128 and 192x128 only";
+           " tiles of C; the overlap GEMM has it for 96x128, 112x128, 128x128 and 192x128 only";
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); it reads B as its A operand, [N, K] only";
   for (const Region& r : {gemm.a, gemm.b})
     if (decl_of(plan, r).dtype != DType::bf16) return step + " on " + std::string(to_string(decl_of(plan, r).dtype)) + " operands; bf16 only";
@@ -140,19 +140,25 @@ std::optional<std::string> exchanged_gemm_gap(const Plan& plan, const GemmStep& 
   return std::nullopt;
 }
 
-// Clusters (GemmStep::cluster_m / cluster_n) as the overlap GEMM compiles them: 2x1 or 1x2 on
-// 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), and 2x2, 2x4 or 4x2 on bf16 128x128; B stored
-// [N, K], untransposed, no tail splits or stream-K, no tile waiting. Whether the table comes in the
+// Clusters (GemmStep::cluster_m / cluster_n, C's tiles) as the overlap GEMM compiles them: 2x1 or 1x2
+// on 128x128 or 128x256 tiles, bf16 (e4m3 on 128x128), and 2x2, 2x4 or 4x2 on bf16 128x128; the
+// exchanged product in 2x1, 2x2 or 2x4 on C's 112x128 tiles (the kernel's 1x2, 2x2, 4x2 on 128x112);
+// B stored [N, K], no tail splits or stream-K, no tile waiting. Whether the table comes in the
 // cluster's groups is the kernel layer's check at lowering (require_valid_table).
 std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& gemm, const std::string& label) {
   const std::string step = "GEMM step '" + label + "' runs in clusters of " + std::to_string(gemm.cluster_m) + "x" + std::to_string(gemm.cluster_n);
   const bool of_two = (gemm.cluster_m == 2 && gemm.cluster_n == 1) || (gemm.cluster_m == 1 && gemm.cluster_n == 2);
   const bool larger = (gemm.cluster_m == 2 && (gemm.cluster_n == 2 || gemm.cluster_n == 4)) || (gemm.cluster_m == 4 && gemm.cluster_n == 2);
   if (!of_two && !larger) return step + "; the overlap GEMM has clusters of 2x1, 1x2, 2x2, 2x4 and 4x2 only";
-  if (gemm.tile_m != 128 || (gemm.tile_n != 128 && gemm.tile_n != 256))
-    return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; compiled for 128x128 and 128x256 only";
-  if (larger && gemm.tile_n != 128) return step + " on 128x256 tiles; clusters of four and eight are compiled for 128x128 only";
-  if (gemm.exchanged) return step + " and the exchanged product; clusters run the untransposed product only";
+  if (gemm.exchanged) {
+    if (gemm.tile_m != 112 || gemm.tile_n != 128 || gemm.cluster_m != 2)
+      return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) +
+             " tiles of C and the exchanged product; compiled for C's 112x128 tiles in 2x1, 2x2 and 2x4 only";
+  } else {
+    if (gemm.tile_m != 128 || (gemm.tile_n != 128 && gemm.tile_n != 256))
+      return step + " on " + std::to_string(gemm.tile_m) + "x" + std::to_string(gemm.tile_n) + " tiles; compiled for 128x128 and 128x256 only";
+    if (larger && gemm.tile_n != 128) return step + " on 128x256 tiles; clusters of four and eight are compiled for 128x128 only";
+  }
   if (decl_of(plan, gemm.b).order == MemoryOrder::column_major) return step + " with B stored [K, N] (layout kn); clusters read B [N, K] only";
   for (const Region& r : {gemm.a, gemm.b}) {
     const DType t = decl_of(plan, r).dtype;

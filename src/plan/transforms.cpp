@@ -130,7 +130,10 @@ void order_tiles_in_clusters(GemmStep& gemm, int cluster_m, int cluster_n) {
     const std::pair<int64_t, int64_t> block{places[t].i / cluster_m, places[t].j / cluster_n};
     auto [it, fresh] = members.try_emplace(block, std::vector<int64_t>(static_cast<size_t>(size), -1));
     if (fresh) block_order.push_back(block);
-    const size_t at = static_cast<size_t>(places[t].i % cluster_m + places[t].j % cluster_n * cluster_m);
+    // The kernel's place in its cluster: (row, column) of its block at row + column * (its cluster's
+    // rows); for the exchanged product the kernel's rows are C's tile columns.
+    const size_t at = gemm.exchanged ? static_cast<size_t>(places[t].j % cluster_n + places[t].i % cluster_m * cluster_n)
+                                     : static_cast<size_t>(places[t].i % cluster_m + places[t].j % cluster_n * cluster_m);
     if (it->second[at] >= 0)
       throw std::invalid_argument(what + "two tiles at (" + std::to_string(places[t].i) + ", " + std::to_string(places[t].j) + ") of the grid");
     it->second[at] = static_cast<int64_t>(t);

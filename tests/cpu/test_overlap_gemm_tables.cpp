@@ -10,6 +10,10 @@
 #include <string>
 
 #include "weft/kernels/overlap_gemm.hpp"
+#include "weft/plan/gpu_lowering.hpp"
+#include "weft/plan/strategies.hpp"
+#include "weft/plan/transforms.hpp"
+#include "weft/reference/cpu_proof.hpp"
 
 namespace weft {
 namespace {
@@ -577,4 +581,71 @@ TEST(OverlapGemmTable, Fp8LaunchesItCannotRunAreRefusedByName) {
 }
 
 }  // namespace
+
+TEST(OverlapGemmTable, ExchangedTilesInClustersComeInTheKernelsOrder) {
+  // 200 x 1024 as the exchanged product on C's 112x128 tiles: 2 tile rows, 8 tile columns; the
+  // kernel (128x112) runs C's columns as its rows, so C's 2x4 blocks are its 4x2 clusters, each
+  // group in the kernel's order: entry j at the kernel's (j % 4, j / 4), C's (j / 4, j % 4).
+  const Problem p{OpKind::gemm_ar, 200, 1024, 256, 1, DType::bf16, DType::bf16, {}};
+  PlanOptions o;
+  o.tile_m = 112;
+  o.tile_n = 128;
+  auto clustered = [&](bool exchanged_while_ordering) {
+    Plan plan = plan_sequential(p, o);
+    for (Step& s : plan.ranks[0].steps)
+      if (auto* g = std::get_if<GemmStep>(&s.body)) {
+        g->exchanged = exchanged_while_ordering;
+        order_tiles_in_clusters(*g, 2, 4);
+        g->exchanged = true;
+      }
+    return plan;
+  };
+  // The kernel's table of the step, as the lowering makes it (runtime/lowering/overlap_gemm.cpp).
+  auto refusal = [](const Plan& plan) {
+    const GemmStep* gemm = nullptr;
+    for (const Step& s : plan.ranks[0].steps)
+      if (const auto* g = std::get_if<GemmStep>(&s.body)) gemm = g;
+    std::vector<OverlapGemmTile> table;
+    for (const GemmTile& t : gemm->tiles) {
+      OverlapGemmTile e;
+      e.tile_m = static_cast<int32_t>(t.tile.col / 128), e.tile_n = static_cast<int32_t>(t.tile.row / 112);
+      e.rows = static_cast<int32_t>(t.store.box.rows), e.cols = static_cast<int32_t>(t.store.box.cols);
+      e.store_row = t.store.box.row, e.store_col = t.store.box.col;
+      table.push_back(e);
+    }
+    OverlapGemmLaunch l;
+    l.a = reinterpret_cast<const void*>(uintptr_t{0x10000}), l.lda = 256;
+    l.b = reinterpret_cast<const void*>(uintptr_t{0x20000}), l.ldb = 256;
+    l.m = 1024, l.n = 200, l.k = 256;
+    l.targets[0] = OverlapGemmTarget{reinterpret_cast<void*>(uintptr_t{0x30000}), 1024, 200, 1024};
+    l.target_count = 1;
+    l.store_transposed = true;
+    l.cluster_m = gemm->cluster_n, l.cluster_n = gemm->cluster_m;
+    l.tiles = table.data();
+    l.tile_count = static_cast<int>(table.size());
+    try {
+      require_valid_table(l, OverlapGemmConfig::tile_128x112, table);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const Plan plan = clustered(true);
+  EXPECT_EQ(refusal(plan), "");
+  EXPECT_FALSE(gpu_lowering_gap(plan, {true})) << *gpu_lowering_gap(plan, {true});
+  EXPECT_TRUE(prove_on_cpu(plan, 7).passed());
+  // Ordered as the untransposed product's groups, the kernel's clusters would pair the wrong tiles.
+  EXPECT_NE(refusal(clustered(false)), "");
+  // Exchanged clusters are compiled on C's 112x128 tiles only, in 2x1, 2x2 and 2x4.
+  Plan on_128 = plan_sequential(p, PlanOptions{});
+  for (Step& s : on_128.ranks[0].steps)
+    if (auto* g = std::get_if<GemmStep>(&s.body)) {
+      g->exchanged = true;
+      order_tiles_in_clusters(*g, 2, 4);
+    }
+  const auto gap = gpu_lowering_gap(on_128, {true});
+  ASSERT_TRUE(gap);
+  EXPECT_NE(gap->find("112x128 tiles in 2x1, 2x2 and 2x4"), std::string::npos) << *gap;
+}
+
 }  // namespace weft

@@ -125,5 +125,6 @@ TEST(PlanTransforms, TilesInClustersComeInWholeBlocksInTheirRasterAndStillComput
   EXPECT_THROW(order_tiles_in_clusters(copy, 2, 2), std::invalid_argument);
 }
 
+
 }  // namespace
 }  // namespace weft

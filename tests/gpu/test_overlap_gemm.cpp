@@ -608,7 +608,8 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
   // A is B, its B is A), each tile stored transposed into C: ragged m (one and several tile columns),
   // n and K, unsplit and split along K, a notify per tile that fires once per call, two calls into a
   // poisoned C.
-  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192}) {
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x112, OverlapGemmConfig::tile_128x128,
+                                   OverlapGemmConfig::tile_128x192}) {
     const OverlapGemmShape tile = shape_of(config);
     for (auto [m, n, k, splits] : {std::tuple{200, 700, 264, 1}, {64, 512, 2048, 2}, {192, 136, 72, 1}, {8, 24, 16, 1}, {300, 1000, 520, 3}}) {
       const std::string what = to_string(config) + " exchanged, " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + " / " +
@@ -635,7 +636,8 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
   // C in a buffer with padded rows (stride 304, 16-byte aligned): whole C rows of a tile leave as bulk
   // copies, the last kernel tile row (300 - 256 = 44 of C's columns, not a multiple of 8) through the
   // storing warps' 16-byte runs; the padding must stay untouched.
-  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x128, OverlapGemmConfig::tile_128x192}) {
+  for (OverlapGemmConfig config : {OverlapGemmConfig::tile_128x96, OverlapGemmConfig::tile_128x112, OverlapGemmConfig::tile_128x128,
+                                   OverlapGemmConfig::tile_128x192}) {
     const OverlapGemmShape tile = shape_of(config);
     const int64_t m = 200, n = 300, k = 64, stride = 304;
     Fixture f(config, m, n, k, 29);
@@ -661,6 +663,51 @@ TEST(OverlapGemm, TheExchangedProductStoresEachTileTransposed) {
   f.table = exchanged_table(64, 256, shape_of(OverlapGemmConfig::tile_128x256), /*notify=*/false);
   f.upload(l);
   EXPECT_THROW(OverlapGemm(l, OverlapGemmConfig::tile_128x256), std::invalid_argument);
+}
+
+// The exchanged product in clusters on 128x112 (the kernel's 1x2, 2x2 and 4x2: C's two 112-row tiles
+// of a tile column share the kernel's A tile, C's B rows; two and four of C's tile columns the
+// kernel's B tile, C's A rows): the table in the kernel's groups, m = 200 (two kernel tile columns),
+// on fewer tiles than SMs (one entry per CTA) and on more, ragged n and K, unsplit and split three
+// ways in step, a notify per tile, two calls into poisoned C. A wrong multicast mask or slice, or
+// groups in C's order instead of the kernel's, leaves part of a shared tile stale.
+TEST(OverlapGemm, TheExchangedProductInClustersSharesItsTilesAndMatchesTheHostGemm) {
+  int device = 0, sms = 0;
+  WEFT_CUDA_CHECK(cudaGetDevice(&device));
+  WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const OverlapGemmConfig config = OverlapGemmConfig::tile_128x112;
+  const OverlapGemmShape tile = shape_of(config);
+  for (const auto& [cm, cn] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{4, 2}})
+    for (const bool many : {false, true}) {
+      const int64_t kernel_rows = many ? (sms / 2 / cm + 2) * cm : 2 * cm;  // the kernel's tile rows: C's tile columns
+      const int64_t m = 200, n = kernel_rows * tile.tile_m - 40, k = 584;
+      Fixture f(config, m, n, k, static_cast<uint64_t>(191 + cm * 7 + many));
+      const std::vector<OverlapGemmTile> by_rows = exchanged_table(m, n, tile, /*notify=*/true);  // kernel row by kernel row, 2 entries each
+      std::vector<OverlapGemmTile> grouped;
+      for (int64_t bi = 0; bi < kernel_rows / cm; ++bi)
+        for (int j = 0; j < cm * cn; ++j) grouped.push_back(by_rows[static_cast<size_t>((bi * cm + j % cm) * 2 + j / cm)]);
+      const size_t tiles = grouped.size();
+      for (const int splits : {1, 3}) {  // 10 K-tiles: 3, 3 and 4
+        const std::string what = "exchanged in clusters of " + std::to_string(cm) + "x" + std::to_string(cn) + ", " + std::to_string(m) + "x" +
+                                 std::to_string(n) + "x" + std::to_string(k) + ", " + std::to_string(splits) + " splits in step";
+        f.table = split_along_k(grouped, splits, k, config, cm * cn);
+        OverlapGemmLaunch l = exchanged_launch(f);
+        l.cluster_m = cm, l.cluster_n = cn;
+        l.k_splits = splits;
+        l.wait_timeout_ns = 2'000'000'000ull;
+        f.upload(l);
+        OverlapGemm gemm(l, config);
+        const uint64_t before = f.read_signals()[1];
+        for (int call = 0; call < 2; ++call) {
+          fill_u16(f.c.data, f.c.rows * f.c.cols, kBf16Nan, f.stream);
+          gemm.launch(f.stream);
+          ASSERT_TRUE(synchronize_with_timeout(f.stream, 20000)) << what;
+          EXPECT_EQ(f.read_error().failed, 0u) << what;
+          EXPECT_TRUE(f.matches(download(f.c.region(), f.stream))) << what << ", call " << call;
+          EXPECT_EQ(f.read_signals()[1] - before, static_cast<uint64_t>(call + 1) * tiles) << what << ": one notify per tile, after its last split";
+        }
+      }
+    }
 }
 
 TEST(OverlapGemm, BadLaunchesAreRejectedWithAReason) {

@@ -47,9 +47,13 @@ namespace {
 // `splits` ways along K.
 Plan gemm_plan(const GemmShape& s, const TileShape& tile, int splits, const GemmBenchOptions& o, int tail_splits = 1, bool stream_k = false,
                bool exchanged = false, int cluster_m = 1, int cluster_n = 1) {
-  if (exchanged) {  // the kernel's tile, transposed onto C, and the exchanged product
+  if (exchanged) {  // the kernel's tile, transposed onto C, and the exchanged product (clusters: C's)
     Plan plan = gemm_plan(s, TileShape{tile.tile_n, tile.tile_m, tile.tile_k}, splits, o, tail_splits, stream_k);
-    for (Step& step : plan.ranks.at(0).steps) std::get<GemmStep>(step.body).exchanged = true;
+    for (Step& step : plan.ranks.at(0).steps) {
+      GemmStep& gemm = std::get<GemmStep>(step.body);
+      gemm.exchanged = true;
+      if (cluster_m * cluster_n > 1) order_tiles_in_clusters(gemm, cluster_m, cluster_n);
+    }
     return plan;
   }
   if (cluster_m * cluster_n > 1) {  // the plan's tiles in the clusters' groups (blocks of cluster_m x cluster_n)
@@ -229,10 +233,16 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
         variants.push_back({c, 1, 1, true});
       else if (configs[c] == chosen && tiling.stream_k)
         variants.push_back({c, 1, 1, true});
-      // The exchanged product where m fits a few tile columns (m <= 256) on the tiles compiled for it.
-      if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 128 || t.tile_n == 192))
-        for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count))
+      // The exchanged product where m fits a few tile columns (m <= 256) on the tiles compiled for it,
+      // and in clusters (C's: 2x1, 2x2, 2x4) where they are compiled and C's tiles make whole blocks.
+      if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 112 || t.tile_n == 128 || t.tile_n == 192))
+        for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) {
           variants.push_back({c, split, 1, false, true});
+          for (const auto& [cm, cn] : compiled_cluster_shapes())  // the kernel's shape; C's is (cn, cm)
+            if (compiled_in_cluster(configs[c], cm, cn, /*exchanged=*/true) && (s.m + t.tile_n - 1) / t.tile_n % cn == 0 &&
+                (s.n + t.tile_m - 1) / t.tile_m % cm == 0)
+              variants.push_back({c, split, 1, false, true, cn, cm});
+        }
     }
     double error_empty = 0;
     std::vector<std::unique_ptr<CudaExecutor>> empties;

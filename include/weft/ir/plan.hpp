@@ -152,17 +152,18 @@ struct GemmStep {
   bool stream_k = false;
   // The overlap GEMM computes the exchanged product C^T = B A^T and stores each tile transposed:
   // the plan's tile_m x tile_n tiles of C are the kernel's tile_n x tile_m (compiled: C tiles of
-  // 96, 128 or 192 rows by 128 columns), so that small m lies in one tile column and B is read once
+  // 96, 112, 128 or 192 rows by 128 columns), so that small m lies in one tile column and B is read once
   // (OverlapGemmLaunch::store_transposed). Invisible to everything but the overlap GEMM's lowering;
   // the tiling rule does not choose it yet (weft bench gemm times it).
   bool exchanged = false;
-  // cluster_m x cluster_n (2x1, 1x2; 2x2, 2x4, 4x2 on 128x128): the overlap GEMM runs in clusters of
-  // CTAs that load each B tile shared down a cluster column and each A tile shared along a cluster
-  // row once from L2 by TMA multicast (OverlapGemmLaunch::cluster_m / cluster_n). The tiles must
+  // cluster_m x cluster_n C tiles (2x1, 1x2; 2x2, 2x4, 4x2 on 128x128; exchanged, 2x1, 2x2, 2x4 on
+  // 112x128): the overlap GEMM runs in clusters of CTAs that load each B tile shared down a cluster
+  // column and each A tile shared along a cluster row once from L2 by TMA multicast
+  // (OverlapGemmLaunch::cluster_m / cluster_n, the kernel's: exchanged, these swapped). The tiles must
   // come in the clusters' groups (plan/transforms.hpp's order_tiles_in_clusters orders them so),
   // without waits, tail splits or stream-K (k_splits split each group in step).
-  // Invisible to everything but the overlap GEMM's lowering; the tiling rule does not choose it yet
-  // (weft bench gemm times it).
+  // Invisible to everything but the overlap GEMM's lowering; the tiling rule takes it for memory-bound
+  // GEMMs of two 128-row tile rows where its caller allows (model/tiling.hpp).
   int cluster_m = 1, cluster_n = 1;
 
   bool operator==(const GemmStep&) const = default;

@@ -114,7 +114,8 @@ struct OverlapGemmLaunch {
   // the caller's m along the kernel's N), and each tile is stored transposed into C: an entry's
   // rows, cols, store_row and store_col are C's (rows along the kernel's N, up to its tile_n), its
   // tile_m and tile_n the kernel's grid. K-major operands, no second A operand; compiled for
-  // 128x96, 128x128 and 128x192 (small m: the m rows in one tile column, B read once).
+  // 128x96, 128x112, 128x128 and 128x192 (small m: the m rows in one tile column, B read once;
+  // 128x112 covers m = 129-224 in two tile columns, 12.5% less MMA work than two of 128 at m = 200).
   bool store_transposed = false;
   // Clusters of cluster_m x cluster_n CTAs that load each shared tile once from L2 and multicast it
   // (TMA): the table comes in groups of cluster_m * cluster_n consecutive entries, entry j of a group
@@ -124,7 +125,9 @@ struct OverlapGemmLaunch {
   // (split_along_k with the group's size), does work and waits for nothing (a wait would hold the
   // peers' loads too), and the table is whole groups; require_valid_table checks it.
   // Compiled (compiled_in_cluster) for the K-major, untransposed product: 2x1 and 1x2 on 128x128 and
-  // 128x256 tiles (bf16) and on FP8's 128x128x128; 2x2, 2x4 and 4x2 on bf16 128x128.
+  // 128x256 tiles (bf16) and on FP8's 128x128x128; 2x2, 2x4 and 4x2 on bf16 128x128. For the
+  // exchanged product (store_transposed), in the kernel's coordinates: 1x2, 2x2 and 4x2 on 128x112
+  // (C's two row tiles of a tile column share the kernel's A tile, C's B rows).
   int cluster_m = 1, cluster_n = 1;
   // FP8 operands: a, a2 and b hold e4m3 elements (K-major, K a multiple of 16), accumulated in fp32
   // and scaled in the epilogue by their fp32 dequantization scales (ir/scaling.hpp) before C is
@@ -160,7 +163,10 @@ struct OverlapGemmLaunch {
 // tile_128x128x128_fp8 is FP8's alone (OverlapGemmLaunch::fp8): 128 e4m3 elements of K per stage are
 // the 128 bytes a bf16 stage of 64 holds; it is not among overlap_gemm_configs() (the bf16 tiles).
 // tile_64x128 (128 deep in K either way) runs bf16 or FP8 operands, FP8's tile for m <= 64.
-enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256, tile_128x128x128_fp8 };
+// tile_128x112 is the exchanged product's (C's m = 129-224 in two 112-row tile columns); it runs
+// untransposed too.
+enum class OverlapGemmConfig { tile_64x64, tile_64x128, tile_64x192, tile_64x256, tile_128x96, tile_128x128, tile_128x192, tile_128x256, tile_128x128x128_fp8,
+                               tile_128x112 };
 
 struct OverlapGemmShape {
   int tile_m, tile_n, tile_k;
@@ -171,9 +177,10 @@ std::vector<OverlapGemmConfig> overlap_gemm_configs();
 // The configurations compiled for FP8 operands (OverlapGemmLaunch::fp8): 128x128x128 and 64x128x128.
 std::vector<OverlapGemmConfig> fp8_overlap_gemm_configs();
 // Whether a configuration is compiled in clusters (of two at least; OverlapGemmLaunch::cluster_m /
-// cluster_n), and in clusters of cluster_m x cluster_n.
+// cluster_n), and in clusters of cluster_m x cluster_n (the kernel's), for the exchanged product
+// (store_transposed) or the untransposed one.
 bool compiled_in_clusters(OverlapGemmConfig config);
-bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n);
+bool compiled_in_cluster(OverlapGemmConfig config, int cluster_m, int cluster_n, bool exchanged = false);
 // The cluster shapes compiled beyond 1x1 (2x1, 1x2, 2x2, 2x4, 4x2), for tools that time them all.
 std::vector<std::pair<int, int>> compiled_cluster_shapes();
 // The configuration of FP8 operands on a tile of the model (128x128 or 64x128; throws otherwise).

@@ -30,7 +30,8 @@ Plan split_gemms(const Plan& plan, GemmSplitAxis axis, int parts);
 
 // The GEMM step's tiles reordered into groups of cluster_m x cluster_n for the overlap GEMM's
 // clusters (GemmStep::cluster_m / cluster_n, which it sets): each group a block of cluster_m tile
-// rows by cluster_n tile columns, its tile at (i, j) of the block at position i + j * cluster_m, the
+// rows by cluster_n tile columns, its tile at (i, j) of the block at position i + j * cluster_m
+// (j + i * cluster_n for the exchanged product, whose kernel runs C's tile columns as its rows), the
 // blocks in the order their first tile had (the plan's raster and swizzle, at block granularity).
 // Throws std::invalid_argument when the tiles do not cover whole blocks (a tile grid whose rows are
 // not a multiple of cluster_m or whose columns are not a multiple of cluster_n) or are not one

@@ -38,8 +38,9 @@ Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const
   launch.n = exchanged ? a.rows : b.rows;
   launch.k = a.cols;
   launch.store_transposed = exchanged;
-  launch.cluster_m = gemm.cluster_m;
-  launch.cluster_n = gemm.cluster_n;
+  // The plan's clusters group C's tiles; the kernel's its own (exchanged: C's columns are its rows).
+  launch.cluster_m = exchanged ? gemm.cluster_n : gemm.cluster_m;
+  launch.cluster_n = exchanged ? gemm.cluster_m : gemm.cluster_n;
   launch.wait_signals = context.own_signals;
   launch.error = context.device_error;
   launch.wait_timeout_ns = context.device_wait_timeout_ns;
