@@ -1,7 +1,8 @@
 // For scripts/tiling_rule_replay.py: reads "m n k" lines, prints for each 128-row tile the tiling
 // rule's inputs (weft/model/tiling.hpp) on 132 SMs: the whole-tile schedule's K split, tail split
 // and estimate, stream-K's estimate, and whether the shape is memory-bound; then the rule's pick,
-// and its pick where the GEMM may run in clusters ("cluster ... 1 1" where that is the same).
+// and its pick where the GEMM may run in clusters ("cluster ... 1 1 0" where that is the same; the
+// last field 1 for the exchanged product, whose tile and clusters are C's).
 #include <cstdint>
 #include <cstdio>
 
@@ -28,7 +29,7 @@ int main() {
     const GemmTiling t = choose_overlap_gemm_tiling(m, n, k, sms);
     std::printf("pick %lld %lld %lld %s %d %d %d\n", m, n, k, tile_name(t.tile).c_str(), t.k_splits, t.tail_splits, t.stream_k ? 1 : 0);
     const GemmTiling c = choose_overlap_gemm_tiling(m, n, k, sms, {}, true, /*clusters_allowed=*/true);
-    std::printf("cluster %lld %lld %lld %s %d %d %d %d %d\n", m, n, k, tile_name(c.tile).c_str(), c.k_splits, c.tail_splits, c.stream_k ? 1 : 0,
-                c.cluster_m, c.cluster_n);
+    std::printf("cluster %lld %lld %lld %s %d %d %d %d %d %d\n", m, n, k, tile_name(c.tile).c_str(), c.k_splits, c.tail_splits, c.stream_k ? 1 : 0,
+                c.cluster_m, c.cluster_n, c.exchanged ? 1 : 0);
   }
 }

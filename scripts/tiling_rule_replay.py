@@ -5,8 +5,9 @@ each compute-bound shape above 64 rows, the pick of the whole-tile rule and of "
 read off the sweep's own per-variant times (every 128-row tile's /sk is timed where it applies).
 It prints, per threshold, how many shapes change and their time before / after (median, min), and
 with --detail the changed shapes. With --clusters it prints instead, for each memory-bound shape of
-at most 256 rows, the rule's pick and every 128x128 cluster variant's speed against it (the data a
-rule for clusters would be fitted to). The rule's inputs come from weft_core itself
+at most 256 rows, the rule's pick without clusters, the rule's pick where they are allowed, and every
+128x128 and exchanged 128x112 cluster variant's speed against the first (the data the rule for
+clusters is fitted to). The rule's inputs come from weft_core itself
 (scripts/tiling_rule_candidates.cpp, built here against BUILD/src/libweft_core.so).
 
     python3 scripts/tiling_rule_replay.py [--build build] [--detail 0.86] RUN.txt[.gz] [RUN.txt ...]
@@ -60,13 +61,17 @@ def rule_inputs(exe, shapes):
         elif w[0] == "pick":
             picks[key] = (w[4], int(w[5]), int(w[6]), w[7] == "1")
         else:
-            clustered[key] = variant(w[4], int(w[5]), int(w[6]), w[7] == "1", int(w[8]), int(w[9]))
+            clustered[key] = variant(w[4], int(w[5]), int(w[6]), w[7] == "1", int(w[8]), int(w[9]), w[10] == "1")
     return tiles, picks, clustered
 
 
-def variant(tile, splits=1, tail=1, stream_k=False, cluster_m=1, cluster_n=1):
-    return (f"{tile}x64" + (f"/c{cluster_m}x{cluster_n}" if cluster_m * cluster_n > 1 else "") + (f"/k{splits}" if splits > 1 else "")
-            + (f"/t{tail}" if tail > 1 else "") + ("/sk" if stream_k else ""))
+def variant(tile, splits=1, tail=1, stream_k=False, cluster_m=1, cluster_n=1, exchanged=False):
+    """weft bench gemm's name of a variant; tile and clusters are C's (exchanged: named by the kernel's tile, '/x')."""
+    if exchanged:
+        rows, cols = tile.split("x")
+        tile = f"{cols}x{rows}"
+    return (f"{tile}x64" + ("/x" if exchanged else "") + (f"/c{cluster_m}x{cluster_n}" if cluster_m * cluster_n > 1 else "")
+            + (f"/k{splits}" if splits > 1 else "") + (f"/t{tail}" if tail > 1 else "") + ("/sk" if stream_k else ""))
 
 
 def whole_tile_pick(cands):
@@ -85,7 +90,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--thresholds", default="0.80,0.86,0.88,0.90,0.92,0.95")
     ap.add_argument("--detail", type=float, help="list the changed shapes at this threshold")
-    ap.add_argument("--clusters", action="store_true", help="the 128x128 cluster variants against the pick at m <= 256")
+    ap.add_argument("--clusters", action="store_true", help="the cluster variants against the pick at m <= 256")
     ap.add_argument("runs", nargs="+", help="weft bench gemm tables (RUN.txt or RUN.txt.gz)")
     a = ap.parse_args()
     exe = candidates_tool(a.build)
@@ -109,7 +114,7 @@ def main():
                 pick = variant(*picks[s][:3], stream_k=picks[s][3])
                 if pick not in times:
                     continue
-                clustered = {v: t for v, t in times.items() if v.startswith("128x128x64/c")}
+                clustered = {v: t for v, t in times.items() if v.startswith("128x128x64/c") or v.startswith("128x112x64/x/c")}
                 entries = -(-s[0] // 128) * -(-s[1] // 128)
                 rule = clustered_picks[s]
                 if rule != pick:
@@ -117,7 +122,8 @@ def main():
                         gains.append(times[pick] / times[rule])
                     else:
                         untimed.append(rule)
-                taken = "" if rule == pick else f"; the rule in clusters {rule} " + (f"{times[pick] / times[rule]:.2f}" if rule in times else "(not timed)")
+                taken = "" if rule == pick else f"; the rule in clusters {rule} " + (
+                    f"{times[pick] / times[rule]:.2f}x faster, {lib[s] / times[rule]:.3f} of cuBLASLt" if rule in times else "(not timed)")
                 print(f"  {s[0]}x{s[1]}x{s[2]} ({entries} tiles of 128x128) pick {pick} {lib[s] / times[pick]:.3f} of cuBLASLt{taken}; "
                       + " ".join(f"{v.split('/', 1)[1]} {times[pick] / t:.2f}" for v, t in sorted(clustered.items())))
             if gains:

@@ -168,11 +168,45 @@ constexpr double kLargeClusterShare = 120.0 / 132.0;  // the SMs clusters of 4 a
 constexpr int kMaxClusterSplits = 3;
 constexpr int kMinKTilesPerClusterSplit = 16;
 
+// Up to 224 rows, C's two rows of 112x128 tiles (the exchanged product: the kernel's 128x112, whose
+// MMA covers 224 rows where two 128-row tiles cover 256) in pairs sharing their B tile: where the
+// tiles make at most one wave, the K split s (at most 3, 16 K-tiles each at least) with the least
+// waves(tiles * s) x K-tiles per entry, plus kExchangedSplitFixupKTiles for a split's partial sums.
+// Fitted to one H200 sweep of every exchanged cluster and split at m = 200 (29 shapes; the figures:
+// the commit message and bench/results/README.md): a split that adds a wave pays only where K is
+// long (72 tiles: unsplit at 72 K-tiles, 3 ways at 144 and 288), and one within the wave where the
+// split halves a long K (56 tiles at 56 K-tiles: 2 ways). Beyond one wave (144 tiles at m = 200,
+// n = 9216) 128x192 whole tiles measured faster, so the 128x128 rule below decides.
+constexpr TileShape kExchangedClusterTile{112, 128, 64};  // C's tile
+constexpr double kExchangedSplitFixupKTiles = 26.0;
+
+std::optional<GemmTiling> choose_exchanged_clusters(int64_t m, int64_t n, int64_t k, int sm_count) {
+  const TileShape t = kExchangedClusterTile;
+  if (m <= t.tile_m || m > 2 * t.tile_m) return std::nullopt;
+  const int64_t tiles = 2 * ceil_div(n, t.tile_n), k_tiles = ceil_div(k, t.tile_k);
+  if (tiles > sm_count) return std::nullopt;
+  GemmTiling pick{t, 1};
+  double best = INFINITY;
+  for (int splits = 1; splits <= kMaxClusterSplits; ++splits) {
+    if (splits > 1 && k_tiles / splits < kMinKTilesPerClusterSplit) break;
+    const double time = static_cast<double>(ceil_div(tiles * splits, sm_count) * ceil_div(k_tiles, splits)) +
+                        (splits > 1 ? kExchangedSplitFixupKTiles : 0.0);
+    if (time < best) {
+      best = time;
+      pick.k_splits = splits;
+    }
+  }
+  pick.cluster_m = 2;
+  pick.exchanged = true;
+  return pick;
+}
+
 }  // namespace
 
 std::optional<GemmTiling> choose_memory_bound_clusters(int64_t m, int64_t n, int64_t k, int sm_count) {
   constexpr TileShape kTile{128, 128, 64};
   if (m <= kTile.tile_m || m > 2 * kTile.tile_m || !memory_bound_gemm(m, n, k) || sm_count < 2) return std::nullopt;
+  if (auto exchanged = choose_exchanged_clusters(m, n, k, sm_count)) return exchanged;
   const int64_t columns = ceil_div(n, kTile.tile_n), tiles = 2 * columns, k_tiles = ceil_div(k, kTile.tile_k);
   int splits = kMaxClusterSplits;
   while (splits > 1 && (tiles * splits > sm_count || k_tiles / splits < kMinKTilesPerClusterSplit)) --splits;

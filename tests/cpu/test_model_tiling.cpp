@@ -81,9 +81,53 @@ TEST(Tiling, MemoryBoundGemmsAbove64RowsTakeWideTilesSplitToFillOneWave) {
       }
 }
 
-TEST(Tiling, MemoryBoundGemmsOfTwoTileRowsRunInClustersWhereAllowedAndTheyFillOneWave) {
-  // Shapes of the sweep at m = 200: 112 tiles of 128x128 in clusters of 2x4; 116 (58 columns) in 2x2;
-  // 128, more than clusters of 4 or 8 fit at once (120 of 132 SMs): pairs; 56 split in two; 36 in three.
+TEST(Tiling, MemoryBoundGemmsOfUpTo224RowsRunTheExchangedProductInPairsWhereAllowedAndOneWave) {
+  auto clustered = [](int64_t m, int64_t n, int64_t k) { return choose_overlap_gemm_tiling(m, n, k, 132, {}, true, /*clusters_allowed=*/true); };
+  auto exchanged = [](int splits) {
+    GemmTiling t{TileShape{112, 128, 64}, splits};
+    t.cluster_m = 2;
+    t.exchanged = true;
+    return t;
+  };
+  // Shapes of the sweep at m = 200 (C's 112x128 tiles: two rows of n / 128): 112 tiles unsplit; 64 at
+  // 112 K-tiles in two (one wave); 64 at 28 K-tiles unsplit (14 a split); 56 at 64 in two; 28 in
+  // three; 72 unsplit at 72 K-tiles, in three (two waves) at 144; 36 in three.
+  EXPECT_EQ(clustered(200, 7168, 4096), exchanged(1));
+  EXPECT_EQ(clustered(200, 4096, 7168), exchanged(2));
+  EXPECT_EQ(clustered(200, 4096, 1792), exchanged(1));
+  EXPECT_EQ(clustered(200, 3584, 4096), exchanged(2));
+  EXPECT_EQ(clustered(200, 1792, 4096), exchanged(3));
+  EXPECT_EQ(clustered(200, 4608, 4608), exchanged(1));
+  EXPECT_EQ(clustered(200, 4608, 9216), exchanged(3));
+  EXPECT_EQ(clustered(200, 2304, 7168), exchanged(3));
+  EXPECT_EQ(clustered(129, 7168, 4096), exchanged(1));
+  EXPECT_EQ(clustered(224, 7168, 4096), exchanged(1));
+  // Not taken: not allowed; more than one wave of C's tiles (144 at n = 9216, 224 at n = 14336;
+  // there 128x128 tiles would make a second wave too); C in three tile rows (m = 225); one (m <= 128).
+  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132), choose_overlap_gemm_tiling(200, 7168, 4096, 132, {}, true, false));
+  EXPECT_FALSE(choose_overlap_gemm_tiling(200, 7168, 4096, 132).exchanged);
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{200, 9216, 4608}, {200, 14336, 8192}, {128, 7168, 4096}})
+    EXPECT_FALSE(choose_memory_bound_clusters(m, n, k, 132)) << m << "x" << n << "x" << k;
+  EXPECT_FALSE(clustered(225, 7168, 4096).exchanged);
+  // Whatever the shape: C's tiles in one wave, pairs, K-tiles enough for each split.
+  for (int64_t m : {129, 200, 224})
+    for (int64_t n : {1024, 1792, 2304, 3584, 4608, 7168, 7392, 8192, 14336})
+      for (int64_t k : {1024, 4096, 8192, 18432}) {
+        const auto t = choose_memory_bound_clusters(m, n, k, 132);
+        if (!t) continue;
+        EXPECT_TRUE(t->exchanged) << m << "x" << n << "x" << k;
+        EXPECT_EQ(t->tile, (TileShape{112, 128, 64})) << m << "x" << n << "x" << k;
+        EXPECT_LE(2 * ((n + 127) / 128), 132) << m << "x" << n << "x" << k;
+        EXPECT_EQ(t->cluster_m * 10 + t->cluster_n, 21) << m << "x" << n << "x" << k;
+        EXPECT_LE(t->k_splits, 3) << m << "x" << n << "x" << k;
+        EXPECT_GE((k + 63) / 64 / t->k_splits, 16) << m << "x" << n << "x" << k;
+      }
+}
+
+TEST(Tiling, MemoryBoundGemmsOf225To256RowsRunInClustersOf128x128WhereAllowedAndTheyFillOneWave) {
+  // Shapes of the sweep's widths at m = 240 (two rows of 128x128 tiles): 112 tiles in clusters of 2x4;
+  // 116 (58 columns) in 2x2; 128, more than clusters of 4 or 8 fit at once (120 of 132 SMs): pairs; 56
+  // split in two; 36 in three.
   auto clustered = [](int64_t m, int64_t n, int64_t k) { return choose_overlap_gemm_tiling(m, n, k, 132, {}, true, /*clusters_allowed=*/true); };
   auto tiling = [](int splits, int cluster_n) {
     GemmTiling t{TileShape{128, 128, 64}, splits};
@@ -91,28 +135,27 @@ TEST(Tiling, MemoryBoundGemmsOfTwoTileRowsRunInClustersWhereAllowedAndTheyFillOn
     t.cluster_n = cluster_n;
     return t;
   };
-  EXPECT_EQ(clustered(200, 7168, 4096), tiling(1, 4));
-  EXPECT_EQ(clustered(200, 7392, 8192), tiling(1, 2));
-  EXPECT_EQ(clustered(200, 8192, 7168), tiling(1, 1));
-  EXPECT_EQ(clustered(200, 3584, 4096), tiling(2, 4));
-  EXPECT_EQ(clustered(200, 2304, 7168), tiling(3, 2));
+  EXPECT_EQ(clustered(240, 7168, 4096), tiling(1, 4));
+  EXPECT_EQ(clustered(240, 7392, 8192), tiling(1, 2));
+  EXPECT_EQ(clustered(240, 8192, 7168), tiling(1, 1));
+  EXPECT_EQ(clustered(240, 3584, 4096), tiling(2, 4));
+  EXPECT_EQ(clustered(240, 2304, 7168), tiling(3, 2));
   EXPECT_EQ(clustered(256, 7168, 4096), tiling(1, 4));
-  // Not taken: not allowed; 64 entries that a split would leave 14 K-tiles each; 72 entries (too
-  // few SMs busy); 144 (a second wave); one tile row (m <= 128) or more than two; not memory-bound.
-  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132), choose_overlap_gemm_tiling(200, 7168, 4096, 132, {}, true, false));
-  EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132).cluster_m, 1);
+  // Not taken: 64 entries that a split would leave 14 K-tiles each; 72 entries (too few SMs busy);
+  // 144 (a second wave); more than two tile rows; not memory-bound.
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {200, 4096, 1792}, {200, 4608, 4608}, {200, 9216, 4608}, {128, 7168, 4096}, {257, 7168, 4096}, {64, 7168, 4096}, {1000, 7168, 4096}}) {
+           {240, 4096, 1792}, {240, 4608, 4608}, {240, 9216, 4608}, {257, 7168, 4096}, {64, 7168, 4096}, {1000, 7168, 4096}}) {
     EXPECT_FALSE(choose_memory_bound_clusters(m, n, k, 132)) << m << "x" << n << "x" << k;
     EXPECT_EQ(clustered(m, n, k), choose_overlap_gemm_tiling(m, n, k, 132)) << m << "x" << n << "x" << k;
   }
   // Whatever the shape: one wave, whole blocks of tiles, clusters of 4 or 8 within the SMs they fit.
-  for (int64_t m : {129, 200, 256})
+  for (int64_t m : {225, 240, 256})
     for (int64_t n : {1024, 1792, 2304, 3584, 4608, 7168, 7392, 8192, 14336})
       for (int64_t k : {1024, 4096, 8192, 18432}) {
         const auto t = choose_memory_bound_clusters(m, n, k, 132);
         if (!t) continue;
         const int64_t columns = (n + 127) / 128, entries = 2 * columns * t->k_splits;
+        EXPECT_FALSE(t->exchanged) << m << "x" << n << "x" << k;
         EXPECT_LE(entries, 132) << m << "x" << n << "x" << k;
         EXPECT_GE(entries, 0.8 * 132) << m << "x" << n << "x" << k;
         EXPECT_EQ(columns % t->cluster_n, 0) << m << "x" << n << "x" << k;

@@ -188,11 +188,14 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     // The rule as for a GEMM whose tiles wait for nothing (this plan's), on B stored [N, K]: clusters allowed.
     const GemmTiling tiling = fp8 ? choose_fp8_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates)
                                   : choose_overlap_gemm_tiling(s.m, s.n, s.k, sm_count, o.tile_rates, true, /*clusters_allowed=*/true);
-    const TileShape chosen_tile = tiling.tile;
-    const OverlapGemmConfig chosen = fp8 ? fp8_config_for(chosen_tile.tile_m, chosen_tile.tile_n) : config_for(chosen_tile.tile_m, chosen_tile.tile_n);
-    const std::string chosen_name = name_of(chosen, tiling.k_splits, tiling.tail_splits, tiling.stream_k, false, tiling.cluster_m, tiling.cluster_n);
-    const Plan chosen_plain =
-        gemm_plan(s, chosen_tile, tiling.k_splits, o, tiling.tail_splits, tiling.stream_k, false, tiling.cluster_m, tiling.cluster_n);
+    const TileShape chosen_tile = tiling.tile;  // C's
+    // The kernel's tile: C's, or for the exchanged product C's transposed.
+    const TileShape kernel_tile = tiling.exchanged ? TileShape{chosen_tile.tile_n, chosen_tile.tile_m, chosen_tile.tile_k} : chosen_tile;
+    const OverlapGemmConfig chosen = fp8 ? fp8_config_for(kernel_tile.tile_m, kernel_tile.tile_n) : config_for(kernel_tile.tile_m, kernel_tile.tile_n);
+    const std::string chosen_name =
+        name_of(chosen, tiling.k_splits, tiling.tail_splits, tiling.stream_k, tiling.exchanged, tiling.cluster_m, tiling.cluster_n);
+    const Plan chosen_plain = gemm_plan(s, kernel_tile, tiling.k_splits, o, tiling.tail_splits, tiling.stream_k, tiling.exchanged,
+                                        tiling.cluster_m, tiling.cluster_n);
     CudaExecutor library(comm, chosen_plain, ExecutorOptions{.plain_gemm = ExecutorOptions::PlainGemm::library});
     fill_buffers(library, 0, o.seed, stream);
     library.run(stream);
@@ -215,7 +218,8 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     for (size_t c = 0; c < configs.size(); ++c) {
       const OverlapGemmShape t = shape_of(configs[c]);
       std::vector<int> splits = splits_to_time(s, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count);
-      if (configs[c] == chosen && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end()) splits.push_back(tiling.k_splits);
+      if (configs[c] == chosen && !tiling.exchanged && std::find(splits.begin(), splits.end(), tiling.k_splits) == splits.end())
+        splits.push_back(tiling.k_splits);
       for (int split : splits) variants.push_back({c, split});
       if (configs[c] == chosen && tiling.tail_splits > 1) variants.push_back({c, tiling.k_splits, tiling.tail_splits});
       // Clusters (cluster_m x cluster_n sharing B down a cluster column and A along a cluster row)
@@ -235,8 +239,11 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
         variants.push_back({c, 1, 1, true});
       // The exchanged product where m fits a few tile columns (m <= 256) on the tiles compiled for it,
       // and in clusters (C's: 2x1, 2x2, 2x4) where they are compiled and C's tiles make whole blocks.
+      std::vector<int> exchanged_splits = splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count);
+      if (configs[c] == chosen && tiling.exchanged && std::find(exchanged_splits.begin(), exchanged_splits.end(), tiling.k_splits) == exchanged_splits.end())
+        exchanged_splits.push_back(tiling.k_splits);
       if (s.m <= 256 && t.tile_m == 128 && (t.tile_n == 96 || t.tile_n == 112 || t.tile_n == 128 || t.tile_n == 192))
-        for (int split : splits_to_time(GemmShape{s.n, s.m, s.k}, TileShape{t.tile_m, t.tile_n, t.tile_k}, sm_count)) {
+        for (int split : exchanged_splits) {
           variants.push_back({c, split, 1, false, true});
           for (const auto& [cm, cn] : compiled_cluster_shapes())  // the kernel's shape; C's is (cn, cm)
             if (compiled_in_cluster(configs[c], cm, cn, /*exchanged=*/true) && (s.m + t.tile_n - 1) / t.tile_n % cn == 0 &&
@@ -302,7 +309,7 @@ int run_gemm_bench(const std::vector<BenchSuite>& suites, const GemmBenchOptions
     for (size_t v = 0; v < variants.size(); ++v) {
       const double t = medians[1 + kWorkCount + v];
       if (configs[variants[v].config] == chosen && variants[v].splits == tiling.k_splits && variants[v].tail == tiling.tail_splits &&
-          variants[v].stream_k == tiling.stream_k && !variants[v].exchanged && variants[v].cluster_m == tiling.cluster_m &&
+          variants[v].stream_k == tiling.stream_k && variants[v].exchanged == tiling.exchanged && variants[v].cluster_m == tiling.cluster_m &&
           variants[v].cluster_n == tiling.cluster_n)
         t_chosen = t;
       // The exchanged product and clusters stand apart from the best: in the 'each tile and split' line

@@ -12,8 +12,8 @@
 // the L2 reuse it loses: src/model/tiling.cpp). Memory-bound GEMMs
 // (FLOP per byte below Hopper's ridge) of more than 64 rows take a 128-row tile, unsplit or split along K into at most one wave, by the bytes the
 // SMs stream (an SM streams only a share of HBM's rate, so most must pull at once); those of 129-256
-// rows run 128x128 tiles in clusters instead where the caller allows them and they fill one wave
-// (choose_memory_bound_clusters). GEMMs
+// rows run in clusters instead where the caller allows them and they make one wave: the exchanged
+// product on C's 112x128 tiles up to 224 rows, else 128x128 tiles (choose_memory_bound_clusters). GEMMs
 // of at most 64 rows take 64-row tiles (half the MMA work of a 128-row tile): the widest, with the
 // fewest K splits, that keeps enough bytes in flight to stream HBM at full rate.
 #pragma once
@@ -49,22 +49,28 @@ struct GemmTiling {
   int tail_splits = 1;  // GemmStep::tail_splits
   bool stream_k = false;  // GemmStep::stream_k (k_splits and tail_splits are then 1)
   int cluster_m = 1, cluster_n = 1;  // GemmStep::cluster_m / cluster_n (the tiles in blocks of this many)
+  // GemmStep::exchanged: the overlap GEMM computes C^T = B A^T; tile and clusters are C's (the
+  // kernel's tile is tile.tile_n x tile.tile_m).
+  bool exchanged = false;
   bool operator==(const GemmTiling&) const = default;
 };
 
 // stream_k_allowed false: the GEMM cannot run stream-K (it shares the GPU with NCCL, a companion or
 // SM copies, and keeps its waves), so the pick is among whole-tile schedules only; a stream-K pick
 // brings its own tile, which would be the wrong one without it.
-// clusters_allowed: the GEMM may run in clusters (no tile waits, B stored [N, K], bf16, the GPU to
-// itself: gpu_lowering's clustered_gemm_gap); the rule then takes them for memory-bound GEMMs of two
-// 128-row tile rows (choose_memory_bound_clusters). No strategy's plan allows them yet (their GEMMs
-// wait for tiles, or share the SMs with NCCL, a companion kernel or copies); `weft bench gemm` does
-// for the plain GEMM it times.
+// clusters_allowed: the GEMM may run in clusters and as the exchanged product (no tile waits, B
+// stored [N, K], bf16, the GPU to itself: gpu_lowering's clustered_gemm_gap and exchanged_gemm_gap);
+// the rule then takes them for memory-bound GEMMs of two tile rows (choose_memory_bound_clusters). No
+// strategy's plan allows them yet (their GEMMs wait for tiles, or share the SMs with NCCL, a
+// companion kernel or copies); `weft bench gemm` does for the plain GEMM it times.
 GemmTiling choose_overlap_gemm_tiling(int64_t m, int64_t n, int64_t k, int sm_count, const TileRates& rates = {}, bool stream_k_allowed = true,
                                       bool clusters_allowed = false);
-// Memory-bound GEMMs of 129-256 rows in clusters: 128x128 tiles, the two of a tile column sharing their
-// B tile (cluster_m 2) and 1, 2 or 4 columns their A tile, split along K so that the entries fill
-// most SMs in one wave; std::nullopt where they would not (then the unclustered rule decides).
+// Memory-bound GEMMs of 129-256 rows in clusters. Up to 224 rows, where C's two rows of 112x128
+// tiles make at most one wave: the exchanged product on them, the two of a tile column sharing their
+// B tile (C's clusters of 2x1), split along K by a wave estimate. Else 128x128 tiles, the two of a
+// tile column sharing their B tile (cluster_m 2) and 1, 2 or 4 columns their A tile, split along K so
+// that the entries fill most SMs in one wave; std::nullopt where they would not (then the
+// unclustered rule decides).
 std::optional<GemmTiling> choose_memory_bound_clusters(int64_t m, int64_t n, int64_t k, int sm_count);
 // FP8 operands (e4m3): the overlap GEMM compiles its FP8 main loop for 128x128 and 64x128 tiles, 128
 // deep in K, only (on 128x256 the main loop's partial sums would not fit in registers beside the
