@@ -175,15 +175,25 @@ constexpr int kMinKTilesPerClusterSplit = 16;
 // Fitted to one H200 sweep of every exchanged cluster and split at m = 200 (29 shapes; the figures:
 // the commit message and bench/results/README.md): a split that adds a wave pays only where K is
 // long (72 tiles: unsplit at 72 K-tiles, 3 ways at 144 and 288), and one within the wave where the
-// split halves a long K (56 tiles at 56 K-tiles: 2 ways). Beyond one wave (144 tiles at m = 200,
-// n = 9216) 128x192 whole tiles measured faster, so the 128x128 rule below decides.
+// split halves a long K (56 tiles at 56 K-tiles: 2 ways). From one and a half waves on (224-288
+// tiles) they run unsplit in blocks of 2x2 (C's; pairs where the tile columns are odd), which
+// measured 1.06-1.12x faster than the whole-tile pick; between one wave and one and a half (144
+// tiles at n = 9216) 128x192 whole tiles measured faster, so the 128x128 rule below decides.
 constexpr TileShape kExchangedClusterTile{112, 128, 64};  // C's tile
 constexpr double kExchangedSplitFixupKTiles = 26.0;
+constexpr double kExchangedManyWaves = 1.5;  // tiles / SMs from which they run in blocks of 2x2
 
 std::optional<GemmTiling> choose_exchanged_clusters(int64_t m, int64_t n, int64_t k, int sm_count) {
   const TileShape t = kExchangedClusterTile;
   if (m <= t.tile_m || m > 2 * t.tile_m) return std::nullopt;
-  const int64_t tiles = 2 * ceil_div(n, t.tile_n), k_tiles = ceil_div(k, t.tile_k);
+  const int64_t columns = ceil_div(n, t.tile_n), tiles = 2 * columns, k_tiles = ceil_div(k, t.tile_k);
+  if (static_cast<double>(tiles) >= kExchangedManyWaves * sm_count) {
+    GemmTiling pick{t, 1};
+    pick.cluster_m = 2;
+    pick.cluster_n = columns % 2 == 0 ? 2 : 1;
+    pick.exchanged = true;
+    return pick;
+  }
   if (tiles > sm_count) return std::nullopt;
   GemmTiling pick{t, 1};
   double best = INFINITY;

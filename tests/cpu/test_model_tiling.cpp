@@ -102,14 +102,25 @@ TEST(Tiling, MemoryBoundGemmsOfUpTo224RowsRunTheExchangedProductInPairsWhereAllo
   EXPECT_EQ(clustered(200, 2304, 7168), exchanged(3));
   EXPECT_EQ(clustered(129, 7168, 4096), exchanged(1));
   EXPECT_EQ(clustered(224, 7168, 4096), exchanged(1));
-  // Not taken: not allowed; more than one wave of C's tiles (144 at n = 9216, 224 at n = 14336;
-  // there 128x128 tiles would make a second wave too); C in three tile rows (m = 225); one (m <= 128).
+  // One and a half waves of C's tiles or more: unsplit, in blocks of 2x2 where the tile columns are
+  // even (224 tiles at n = 14336, 288 at 18432), else pairs (n = 14720: 115 columns).
+  auto blocks = [&](int cluster_n) {
+    GemmTiling t = exchanged(1);
+    t.cluster_n = cluster_n;
+    return t;
+  };
+  EXPECT_EQ(clustered(200, 14336, 8192), blocks(2));
+  EXPECT_EQ(clustered(200, 18432, 4608), blocks(2));
+  EXPECT_EQ(clustered(200, 14720, 8192), blocks(1));
+  // Not taken: not allowed; between one wave of C's tiles and one and a half (144 at n = 9216; there
+  // 128x128 tiles would make a second wave too); C in three tile rows (m = 225); one (m <= 128).
   EXPECT_EQ(choose_overlap_gemm_tiling(200, 7168, 4096, 132), choose_overlap_gemm_tiling(200, 7168, 4096, 132, {}, true, false));
   EXPECT_FALSE(choose_overlap_gemm_tiling(200, 7168, 4096, 132).exchanged);
-  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{200, 9216, 4608}, {200, 14336, 8192}, {128, 7168, 4096}})
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{200, 9216, 4608}, {200, 9216, 7168}, {128, 7168, 4096}})
     EXPECT_FALSE(choose_memory_bound_clusters(m, n, k, 132)) << m << "x" << n << "x" << k;
   EXPECT_FALSE(clustered(225, 7168, 4096).exchanged);
-  // Whatever the shape: C's tiles in one wave, pairs, K-tiles enough for each split.
+  // Whatever the shape: C's tiles in one wave, in pairs, K-tiles enough for each split; or from one
+  // and a half waves on, unsplit in whole blocks.
   for (int64_t m : {129, 200, 224})
     for (int64_t n : {1024, 1792, 2304, 3584, 4608, 7168, 7392, 8192, 14336})
       for (int64_t k : {1024, 4096, 8192, 18432}) {
@@ -117,8 +128,15 @@ TEST(Tiling, MemoryBoundGemmsOfUpTo224RowsRunTheExchangedProductInPairsWhereAllo
         if (!t) continue;
         EXPECT_TRUE(t->exchanged) << m << "x" << n << "x" << k;
         EXPECT_EQ(t->tile, (TileShape{112, 128, 64})) << m << "x" << n << "x" << k;
-        EXPECT_LE(2 * ((n + 127) / 128), 132) << m << "x" << n << "x" << k;
-        EXPECT_EQ(t->cluster_m * 10 + t->cluster_n, 21) << m << "x" << n << "x" << k;
+        const int64_t columns = (n + 127) / 128;
+        if (2 * columns > 132) {
+          EXPECT_GE(2 * columns, 1.5 * 132) << m << "x" << n << "x" << k;
+          EXPECT_EQ(t->k_splits, 1) << m << "x" << n << "x" << k;
+          EXPECT_EQ(columns % t->cluster_n, 0) << m << "x" << n << "x" << k;
+        } else {
+          EXPECT_EQ(t->cluster_m * 10 + t->cluster_n, 21) << m << "x" << n << "x" << k;
+        }
+        EXPECT_EQ(t->cluster_m, 2) << m << "x" << n << "x" << k;
         EXPECT_LE(t->k_splits, 3) << m << "x" << n << "x" << k;
         EXPECT_GE((k + 63) / 64 / t->k_splits, 16) << m << "x" << n << "x" << k;
       }
