@@ -86,6 +86,15 @@ RankTensors fill_inputs(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_
     if (decl.role == BufferRole::input) {
       const bool transposed = decl.order == MemoryOrder::column_major;
       const int64_t rows = transposed ? decl.cols : decl.rows, cols = transposed ? decl.rows : decl.cols;
+      if (decl.dtype == DType::i32) {  // indices (the MoE choices given on the device), as floats
+        std::vector<int32_t> raw(static_cast<size_t>(rows * cols));
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(raw.data(), exec.buffer(decl.name), raw.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+        WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+        HostMatrix m(rows, cols);
+        for (size_t i = 0; i < raw.size(); ++i) m.data[i] = static_cast<float>(raw[i]);
+        inputs[decl.name] = std::move(m);
+        continue;
+      }
       inputs[decl.name] = download(DeviceRegion{exec.buffer(decl.name), rows, cols, cols}, stream);
     }
   return inputs;

@@ -35,6 +35,13 @@ void fill_buffers(CudaExecutor& exec, int rank, uint64_t seed, cudaStream_t stre
     const uint64_t own_seed = buffer_seed(seed, rank, seed_name);
     if (decl.role == BufferRole::output) {
       fill_u16(data, count * static_cast<int64_t>(dtype_bytes(decl.dtype)) / 2, kBf16Nan, stream);  // NaN in bf16 and f32 alike
+    } else if (decl.dtype == DType::i32 && decl.role == BufferRole::input) {
+      // The MoE choices given on the device: each token's top-k distinct experts.
+      const Problem& p = exec.plan().problem;
+      const std::vector<int> choices = random_choices(1, decl.rows, p.experts, static_cast<int>(decl.cols), own_seed).at(0);
+      const std::vector<int32_t> values(choices.begin(), choices.end());
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(data, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+      WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vector goes out of scope
     } else if (is_fp8(decl.dtype)) {
       fill_random_e4m3(data, count, own_seed, stream);
       // Its dequantization scales, in [0.5, 1.5): a pure function of the seed, as the elements are.

@@ -192,6 +192,7 @@ std::string torch_name(DType dtype) {
     case DType::f32: return "torch.float32";
     case DType::e4m3: return "torch.float8_e4m3fn";
     case DType::e5m2: return "torch.float8_e5m2";
+    case DType::i32: return "torch.int32";
     default: return std::string(to_string(dtype));
   }
 }

@@ -60,6 +60,9 @@ std::string body_text(const Plan& plan, const StepBody& body) {
         if constexpr (std::is_same_v<T, GemmStep>) {
           out << (b.accumulate ? "gemm+= a=" : "gemm a=") << describe_region(plan, b.a) << " b=" << describe_region(plan, b.b) << " tile=" << b.tile_m
               << "x" << b.tile_n << " tiles=" << b.tiles.size();
+          if (b.routed)
+            out << " routed by " << describe_region(plan, b.routed->expert_first) << " over " << b.routed->experts << " experts -> "
+                << describe_region(plan, b.routed->out);
         } else if constexpr (std::is_same_v<T, CopyStep>) {
           out << "copy " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);
           if (b.sms > 0) out << " on " << b.sms << " SMs";
@@ -68,11 +71,20 @@ std::string body_text(const Plan& plan, const StepBody& body) {
           for (const auto& s : b.srcs) out << " " << describe_region(plan, s);
           if (b.sms > 0) out << " on " << b.sms << " SMs";
         } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
-          out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
-              << b.source_rows.size() << " rows)";
+          out << "permute_rows " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst);
+          if (b.index)
+            out << " (rows from " << describe_region(plan, *b.index) << ")";
+          else
+            out << " (" << b.source_rows.size() << " rows)";
         } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
           out << "combine_rows " << describe_region(plan, b.src) << " x " << describe_region(plan, b.weights) << " -> "
-              << describe_region(plan, b.dst) << " (top " << b.topk << ")";
+              << describe_region(plan, b.dst) << " (top " << b.topk << (b.index ? ", rows from " + describe_region(plan, *b.index) : std::string()) << ")";
+        } else if constexpr (std::is_same_v<T, RouteStep>) {
+          out << "route " << describe_region(plan, b.choices) << " (" << b.experts << " experts, top " << b.topk << ", align " << b.align
+              << ") -> " << (b.source == RouteSource::token ? "tokens " : "layout rows ") << describe_region(plan, b.scratch_source)
+              << " first " << describe_region(plan, b.expert_first);
+          if (b.layout_scratch) out << " layout->scratch " << describe_region(plan, *b.layout_scratch);
+          if (b.pair_scratch) out << " pair->scratch " << describe_region(plan, *b.pair_scratch);
         } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
           out << "move_boxes " << describe_region(plan, b.src) << " -> " << describe_region(plan, b.dst) << " ("
               << b.moves.size() << " boxes)";

@@ -14,6 +14,7 @@ std::string_view to_string(DType dtype) {
     case DType::f32: return "f32";
     case DType::e4m3: return "e4m3";
     case DType::e5m2: return "e5m2";
+    case DType::i32: return "i32";
   }
   return "?";
 }
@@ -87,7 +88,7 @@ OpKind parse_op(std::string_view text) {
   throw std::invalid_argument("unknown op '" + std::string(text) + "' (expected one of " + known + ")");
 }
 
-int dtype_bytes(DType dtype) { return dtype == DType::f32 ? 4 : is_fp8(dtype) ? 1 : 2; }
+int dtype_bytes(DType dtype) { return dtype == DType::f32 || dtype == DType::i32 ? 4 : is_fp8(dtype) ? 1 : 2; }
 
 DType operand_b_dtype(const Problem& p) { return p.b_dtype.value_or(p.input_dtype); }
 
@@ -125,6 +126,8 @@ void check_attention(const Problem& p, Fail fail) {
 template <class Fail>
 void check_dtypes(const Problem& p, Fail fail) {
   const DType b = operand_b_dtype(p);
+  for (DType d : {p.input_dtype, b, p.output_dtype})
+    if (d == DType::i32) fail("i32 holds indices (the MoE choices given on the device), not an operand or a result");
   const bool fp8 = is_fp8(p.input_dtype);
   if (fp8 != is_fp8(b))
     fail("A is " + std::string(to_string(p.input_dtype)) + " but B is " + std::string(to_string(b)) + ": FP8 multiplies only FP8");
@@ -185,6 +188,13 @@ void check_problem(const Problem& p) {
     if (p.experts < 1) fail("experts must be >= 1, got " + std::to_string(p.experts));
     if (p.topk < 1 || p.topk > p.experts)
       fail("topk must be between 1 and experts (" + std::to_string(p.experts) + "), got " + std::to_string(p.topk));
+    if (p.routing_on_device) {
+      if (!p.choices.empty()) fail("the choices are given on the device (routing_on_device): leave choices empty");
+      if (p.input_dtype != DType::bf16 || p.output_dtype != DType::bf16)
+        fail("choices given on the device take bf16 operands and results so far, not " + std::string(to_string(p.input_dtype)) + "->" +
+             std::string(to_string(p.output_dtype)));
+      return;
+    }
     if (static_cast<int>(p.choices.size()) != p.world_size)
       fail("choices has " + std::to_string(p.choices.size()) + " rows, expected one per rank");
     for (int r = 0; r < p.world_size; ++r) {
@@ -202,8 +212,8 @@ void check_problem(const Problem& p) {
               fail("token " + std::to_string(i) + " of rank " + std::to_string(r) + " picks expert " + std::to_string(e) + " twice");
         }
     }
-  } else if (p.experts != 0 || p.topk != 0 || !p.choices.empty()) {
-    fail("experts, topk and choices are only meaningful for ag_moe and moe_rs");
+  } else if (p.experts != 0 || p.topk != 0 || !p.choices.empty() || p.routing_on_device) {
+    fail("experts, topk, choices and routing_on_device are only meaningful for ag_moe and moe_rs");
   }
 }
 
@@ -212,6 +222,8 @@ bool is_moe(OpKind op) { return op == OpKind::ag_moe || op == OpKind::moe_rs; }
 int64_t b_rows(const Problem& p) { return is_moe(p.op) ? static_cast<int64_t>(p.experts) * p.n : p.n; }
 
 MoeRows moe_rows(const Problem& p) {
+  if (p.routing_on_device)
+    throw std::invalid_argument("moe_rows: " + describe(p) + " takes its choices on the device; its rows' places are a RouteStep's (plan/moe_route.hpp)");
   MoeRows rows;
   rows.experts = p.experts;
   const int64_t tokens = p.m * p.world_size;
@@ -280,7 +292,7 @@ std::string describe(const Problem& p) {
   if (p.b_dtype && *p.b_dtype != p.input_dtype) out << "x" << to_string(*p.b_dtype);
   out << "->" << to_string(p.output_dtype);
   if (p.scaling != Scaling::none) out << " scaling=" << to_string(p.scaling);
-  if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk;
+  if (is_moe(p.op)) out << " experts=" << p.experts << " topk=" << p.topk << (p.routing_on_device ? " routing_on_device" : "");
   if (p.b_layout != BLayout::nk) out << " b_layout=" << to_string(p.b_layout);
   return out.str();
 }
@@ -323,7 +335,7 @@ void draw_routing(Problem& p, uint64_t seed) {
   if (is_moe(p.op)) {
     if (p.experts == 0) p.experts = 8;
     if (p.topk == 0) p.topk = std::min(2, p.experts);
-    p.choices = random_choices(p.world_size, p.m, p.experts, p.topk, seed);
+    if (!p.routing_on_device) p.choices = random_choices(p.world_size, p.m, p.experts, p.topk, seed);  // else the plan's input
   }
 }
 

@@ -61,34 +61,12 @@ void require_reachable(const Plan& plan, const Topology& t) {
     };
     for (const Step& step : rp.steps) {
       for (const Notify& n : step.notifies) check(n.signal.rank, step, "raises a signal there");
-      std::visit(
-          [&](const auto& b) {
-            using T = std::decay_t<decltype(b)>;
-            auto region = [&](const Region& r) { check(r.rank, step, "touches a buffer there"); };
-            if constexpr (std::is_same_v<T, GemmStep>) {
-              region(b.a);
-              region(b.b);
-              for (const GemmTile& tile : b.tiles) {
-                region(tile.store);
-                for (const Region& addend : tile.addends) region(addend);
-                if (tile.a_rows) region(*tile.a_rows);
-                if (tile.notify) check(tile.notify->signal.rank, step, "raises a signal there from a tile");
-              }
-            } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep>) {
-              region(b.src);
-              region(b.dst);
-            } else if constexpr (std::is_same_v<T, ReduceStep>) {
-              for (const Region& r : b.srcs) region(r);
-              region(b.dst);
-            } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
-              region(b.src);
-              region(b.weights);
-              region(b.dst);
-            } else if constexpr (std::is_same_v<T, AttentionStep>) {
-              for (const Region* r : {&b.q, &b.k, &b.v, &b.o, &b.lse}) region(*r);
-            }
-          },
-          step.body);
+      if (const auto* gemm = std::get_if<GemmStep>(&step.body))
+        for (const GemmTile& tile : gemm->tiles)
+          if (tile.notify) check(tile.notify->signal.rank, step, "raises a signal there from a tile");
+      // Collectives name only their own rank's memory (NCCL moves it).
+      if (!std::holds_alternative<CollectiveStep>(step.body))
+        for (const Region& r : regions_of(step.body)) check(r.rank, step, "touches a buffer there");
     }
   }
 }

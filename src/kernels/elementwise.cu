@@ -229,7 +229,9 @@ int resident_ctas(const void* kernel) {
 
 // dst row i = src row source_rows[i]: each CTA a block of rows, its vectors numbered row-major (one
 // 32-bit division per vector), 16-byte accesses where the regions allow.
-__global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const int64_t* source_rows, int64_t rows_per_block, bool vectors) {
+// Index: int64_t (a plan's listed rows, uploaded) or int32_t (a route's table, written on the device).
+template <class Index>
+__global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const Index* source_rows, int64_t rows_per_block, bool vectors) {
   const int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const int64_t rows = min(rows_per_block, dst.rows - first_row);
   const auto* from = static_cast<const uint16_t*>(src.data);
@@ -247,7 +249,7 @@ __global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const in
         const uint32_t r = i / per_row, c = (i - r * per_row) * 8;
         const int64_t row = first_row + r;
         at[u] = row * dst.stride + c;
-        v[u] = *reinterpret_cast<const uint4*>(from + source_rows[row] * src.stride + c);
+        v[u] = *reinterpret_cast<const uint4*>(from + static_cast<int64_t>(source_rows[row]) * src.stride + c);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u)
@@ -256,19 +258,20 @@ __global__ void permute_rows_kernel(DeviceRegion dst, DeviceRegion src, const in
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t row = first_row + r, from_row = source_rows[row];
+    const int64_t row = first_row + r, from_row = static_cast<int64_t>(source_rows[row]);
     for (int64_t c = threadIdx.x; c < dst.cols; c += blockDim.x) to[row * dst.stride + c] = from[from_row * src.stride + c];
   }
 }
 
 // A warp per destination row: its top-k source rows, weighted, summed in fp32, 16-byte accesses
 // where the regions allow.
-__global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRegion weights, const int64_t* source_rows, int topk, bool vectors) {
+template <class Index>
+__global__ void combine_rows_kernel(DeviceRegion dst, DeviceRegion src, DeviceRegion weights, const Index* source_rows, int topk, bool vectors) {
   const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * warps + threadIdx.x / 32; row < dst.rows; row += static_cast<int64_t>(gridDim.x) * warps) {
     auto* out = static_cast<__nv_bfloat16*>(dst.data) + row * dst.stride;
     const auto* w = static_cast<const __nv_bfloat16*>(weights.data) + row * weights.stride;
-    const int64_t* from_rows = source_rows + row * topk;
+    const Index* from_rows = source_rows + row * topk;
     if (vectors) {
       // kUnroll vectors per lane per source in flight.
       constexpr int kUnroll = 4;
@@ -445,7 +448,10 @@ void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_c
   WEFT_CUDA_CHECK(cudaLaunchKernel(reduce_kernel_for(source_count), cut.grid, dim3(kThreads), parameters, 0, stream));
 }
 
-void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream) {
+namespace {
+
+template <class Index>
+void permute_rows(const DeviceRegion& dst, const DeviceRegion& src, const Index* source_rows, cudaStream_t stream) {
   if (dst.rows * dst.cols <= 0) return;
   const bool vectors = dst.cols % 8 == 0 && vectorizable(dst) && vectorizable(src) && dst.rows * (dst.cols / 8) < (int64_t{1} << 32);
   const Cut cut = cut_for(dst.rows, dst.cols, dst.rows * dst.cols * 4, vectors, 0);
@@ -453,13 +459,31 @@ void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const i
   WEFT_CUDA_CHECK(cudaGetLastError());
 }
 
-void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
-                       cudaStream_t stream) {
+template <class Index>
+void combine_rows(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const Index* source_rows, int topk,
+                  cudaStream_t stream) {
   if (dst.rows <= 0 || dst.cols <= 0) return;
   const bool vectors = dst.cols % 8 == 0 && vectorizable(dst) && vectorizable(src);
   const int64_t ctas = (dst.rows + kThreads / 32 - 1) / (kThreads / 32);
   combine_rows_kernel<<<static_cast<int>(ctas < 65535 ? ctas : 65535), kThreads, 0, stream>>>(dst, src, weights, source_rows, topk, vectors);
   WEFT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream) {
+  permute_rows(dst, src, source_rows, stream);
+}
+void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int32_t* source_rows, cudaStream_t stream) {
+  permute_rows(dst, src, source_rows, stream);
+}
+void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
+                       cudaStream_t stream) {
+  combine_rows(dst, src, weights, source_rows, topk, stream);
+}
+void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int32_t* source_rows, int topk,
+                       cudaStream_t stream) {
+  combine_rows(dst, src, weights, source_rows, topk, stream);
 }
 
 void move_boxes_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceBoxMove* moves, int64_t count, cudaStream_t stream) {
@@ -516,9 +540,11 @@ void preload_step_kernels() {
     (void)resident_ctas(reduce_kernel_for(sources));
     if (const void* flat = reduce_kernel_for(sources, true)) (void)resident_ctas(flat);
   }
-  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel<int64_t>));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, permute_rows_kernel<int32_t>));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, move_boxes_kernel));
-  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel<int64_t>));
+  WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, combine_rows_kernel<int32_t>));
   WEFT_CUDA_CHECK(cudaFuncGetAttributes(&attributes, copy_kernel));
   (void)resident_ctas(reinterpret_cast<const void*>(flat_copy_kernel));
 }

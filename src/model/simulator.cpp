@@ -208,6 +208,14 @@ class Simulator {
   }
   double memory_seconds(const PermuteRowsStep& s) const { return 2 * bytes(s.dst) / (0.8 * m_.memory_bytes_per_s); }
   double memory_seconds(const CombineRowsStep& s) const { return bytes(s.dst) * (s.topk + 1) / (0.8 * m_.memory_bytes_per_s); }
+  // The route's three kernels (counts, offsets, places): the choices read twice and its tables
+  // written, plus the two launches beyond the step's own.
+  double memory_seconds(const RouteStep& s) const {
+    double written = bytes(s.scratch_source) + bytes(s.expert_first);
+    if (s.layout_scratch) written += bytes(*s.layout_scratch);
+    if (s.pair_scratch) written += bytes(*s.pair_scratch);
+    return (2 * bytes(s.choices) + written) / (0.8 * m_.memory_bytes_per_s) + 2 * m_.launch_seconds;
+  }
   double memory_seconds(const MoveBoxesStep& s) const {
     double moved = 0;
     for (const BoxMove& b : s.moves) moved += bytes(s.src, b.from.rows, b.from.cols);
@@ -223,7 +231,7 @@ class Simulator {
   bool start_gemm(int r, int index, const GemmStep& g) {
     Rank& rk = ranks_[static_cast<size_t>(r)];
     if (rk.gemm) return false;  // one GEMM at a time per GPU
-    if (g.tiles.empty()) {
+    if (g.tiles.empty() && !g.routed) {
       schedule(0, r, index, now_);
       return true;
     }
@@ -237,7 +245,14 @@ class Simulator {
     const GemmTiling library_tiling = choose_overlap_gemm_tiling(m, n, k, sms, m_.tile_rates);
     const bool fp8 = is_fp8(decl(g.a).dtype);
     const TileShape tile = library ? library_tiling.tile : TileShape{g.tile_m, g.tile_n, fp8 ? kFp8OverlapGemmTile.tile_k : 64};
-    const int64_t tiles = library ? ((m + tile.tile_m - 1) / tile.tile_m) * ((n + tile.tile_n - 1) / tile.tile_n) : static_cast<int64_t>(g.tiles.size());
+    // A routed grouped GEMM (tiles made per call): its rows without the grid's worst-case padding, in
+    // tiles of its experts, about half a partial tile row per expert where the routing spreads them.
+    const int64_t routed_n = g.routed ? n / std::max(g.routed->experts, 1) : 0;
+    const int64_t routed_rows = g.routed ? std::max<int64_t>(m - int64_t{g.routed->experts} * (g.tile_m - 1), 1) : 0;
+    const int64_t routed_row_tiles = g.routed ? (routed_rows + g.tile_m - 1) / g.tile_m + g.routed->experts / 2 : 0;
+    const int64_t tiles = library     ? ((m + tile.tile_m - 1) / tile.tile_m) * ((n + tile.tile_n - 1) / tile.tile_n)
+                          : g.routed ? routed_row_tiles * ((routed_n + tile.tile_n - 1) / tile.tile_n)
+                                     : static_cast<int64_t>(g.tiles.size());
     const int splits = library ? library_tiling.k_splits : std::max(g.k_splits, 1);
     const double k_tiles = std::ceil(static_cast<double>(k) / tile.tile_k);
     const double share = splits > 1 ? (k_tiles / splits + kSplitFixupKTiles) / k_tiles : 1.0;
@@ -246,7 +261,7 @@ class Simulator {
     const double peak = m_.peak_flops * (fp8 ? m_.fp8_speedup * (library ? 1.0 : m_.fp8_overlap_gemm_rate) : 1.0);
     const double per_cta_rate = peak * m_.gemm_efficiency * tile_rate(tile, m_.tile_rates) / m_.sm_count;
     double seconds = 2.0 * tile.tile_m * tile.tile_n * static_cast<double>(k) * share / per_cta_rate;
-    const double out_bytes = g.tiles.empty() ? 2.0 : dtype_bytes(decl(g.tiles.front().store).dtype);
+    const double out_bytes = g.routed ? dtype_bytes(decl(g.routed->out).dtype) : g.tiles.empty() ? 2.0 : dtype_bytes(decl(g.tiles.front().store).dtype);
     const int64_t entries = tiles * splits;
     run->grid = static_cast<int>(std::min<int64_t>(entries, sms));
     // No faster than streaming A, B and C through HBM with every CTA busy: C as the tiles store it
@@ -255,7 +270,10 @@ class Simulator {
     // source's region) reads the tile rows it covers, not the whole box.
     double stored = static_cast<double>(m * n);
     int64_t a_rows = m;
-    if (!library) {
+    if (g.routed) {
+      stored = static_cast<double>(routed_rows * routed_n);
+      a_rows = std::min<int64_t>(m, routed_row_tiles * g.tile_m);
+    } else if (!library) {
       stored = 0;
       std::vector<int64_t> tile_rows;
       for (const GemmTile& t : g.tiles) {
@@ -291,6 +309,11 @@ class Simulator {
       // before the tile's loads, not in its epilogue where the kernel makes it: later by up to a
       // tile's time where the addends arrive while the tile computes.
       const double addend_read = out_bytes * tile.tile_m * tile.tile_n * run->grid / std::max(m_.memory_bytes_per_s, 1.0);
+      if (g.routed) {
+        GemmRun::Entry e;
+        e.seconds = seconds / m_.overlap_gemm_efficiency;
+        run->entries.assign(static_cast<size_t>(entries), e);
+      }
       for (const GemmTile& t : g.tiles)
         for (int s = 0; s < splits; ++s) {
           GemmRun::Entry e;

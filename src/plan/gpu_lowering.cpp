@@ -19,37 +19,8 @@ const char* kind_of(const StepBody& body) {
         else if constexpr (std::is_same_v<T, MoveBoxesStep>) return "box move";
         else if constexpr (std::is_same_v<T, CollectiveStep>) return "collective";
         else if constexpr (std::is_same_v<T, AttentionStep>) return "attention";
+        else if constexpr (std::is_same_v<T, RouteStep>) return "MoE route";
         else return "join";
-      },
-      body);
-}
-
-std::vector<Region> regions_of(const StepBody& body) {
-  return std::visit(
-      [](const auto& b) -> std::vector<Region> {
-        using T = std::decay_t<decltype(b)>;
-        if constexpr (std::is_same_v<T, GemmStep>) {
-          std::vector<Region> r{b.a, b.b};
-          for (const GemmTile& t : b.tiles) {
-            r.push_back(t.store);
-            r.insert(r.end(), t.addends.begin(), t.addends.end());
-            if (t.a_rows) r.push_back(*t.a_rows);
-          }
-          return r;
-        } else if constexpr (std::is_same_v<T, CopyStep> || std::is_same_v<T, PermuteRowsStep> || std::is_same_v<T, MoveBoxesStep> ||
-                             std::is_same_v<T, CollectiveStep>) {
-          return {b.src, b.dst};
-        } else if constexpr (std::is_same_v<T, ReduceStep>) {
-          std::vector<Region> r = b.srcs;
-          r.push_back(b.dst);
-          return r;
-        } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
-          return {b.src, b.weights, b.dst};
-        } else if constexpr (std::is_same_v<T, AttentionStep>) {
-          return {b.q, b.k, b.v, b.o, b.lse};
-        } else {
-          return {};
-        }
       },
       body);
 }
@@ -179,6 +150,36 @@ std::optional<std::string> clustered_gemm_gap(const Plan& plan, const GemmStep& 
 
 std::optional<std::string> gpu_step_gap(const Plan& plan, const Step& step, bool plain_gemm_on_overlap) {
   if (std::holds_alternative<AttentionStep>(step.body)) return std::nullopt;  // the attention lowering checks its own (bf16, f32 lse)
+  // The MoE steps of the choices given on the device (Problem::routing_on_device): the route reads
+  // and writes i32 tables (its own lowering), the index permutes and combine move bf16 rows by them,
+  // the routed grouped GEMM multiplies bf16 by a B stored [N, K] (lowering/moe_route.cpp).
+  if (std::holds_alternative<RouteStep>(step.body)) return std::nullopt;
+  if (const auto* c = std::get_if<CollectiveStep>(&step.body);
+      c && c->kind == CollectiveKind::all_gather && decl_of(plan, c->src).dtype == DType::i32 && decl_of(plan, c->dst).dtype == DType::i32)
+    return std::nullopt;  // every rank's choices (NCCL's int32)
+  const auto* permute = std::get_if<PermuteRowsStep>(&step.body);
+  const auto* combine = std::get_if<CombineRowsStep>(&step.body);
+  const auto* routed = std::get_if<GemmStep>(&step.body);
+  if ((permute && permute->index) || (combine && combine->index) || (routed && routed->routed)) {
+    for (const Region& r : regions_of(step.body)) {
+      const DType dtype = decl_of(plan, r).dtype;
+      const bool index = (permute && r == *permute->index) || (combine && r == *combine->index) || (routed && r == routed->routed->expert_first);
+      if (dtype != (index ? DType::i32 : DType::bf16))
+        return std::string(kind_of(step.body)) + " step '" + step.label + "' of the routed MoE touches " + std::string(to_string(dtype)) + " " +
+               describe_region(plan, r) + "; it moves and multiplies bf16 by i32 indices only";
+    }
+    if (routed && routed->routed) {
+      if (decl_of(plan, routed->b).order == MemoryOrder::column_major)
+        return "GEMM step '" + step.label + "' of the routed MoE reads B stored [K, N] (layout kn); it reads B [N, K] only";
+      const int64_t n = routed->b.box.rows / std::max(routed->routed->experts, 1);
+      const bool compiled = routed->tile_m == 128 && (routed->tile_n == 96 || routed->tile_n == 128 || routed->tile_n == 192 || routed->tile_n == 256);
+      if (!compiled || n % routed->tile_n != 0 || !routed->persistent)
+        return "GEMM step '" + step.label + "' of the routed MoE runs " + std::to_string(routed->tile_m) + "x" + std::to_string(routed->tile_n) +
+               " tiles over " + std::to_string(n) + " columns per expert" + (routed->persistent ? "" : ", a CTA per tile") +
+               "; its table is built for persistent 128-row tiles 96, 128, 192 or 256 wide that divide each expert's columns";
+    }
+    return std::nullopt;
+  }
   if (const auto* gemm = std::get_if<GemmStep>(&step.body); gemm && gemm->exchanged)
     if (auto gap = exchanged_gemm_gap(plan, *gemm, step.label)) return gap;
   if (const auto* gemm = std::get_if<GemmStep>(&step.body); gemm && (gemm->cluster_m != 1 || gemm->cluster_n != 1))

@@ -116,6 +116,14 @@ std::vector<RankTensors> random_inputs(const Problem& p, uint64_t seed) {
       rank["topk_weights"] = std::move(w);
     }
   }
+  if (p.routing_on_device) {  // each rank's own choices, its router's top-k ids (distinct per token)
+    const auto choices = random_choices(p.world_size, p.m, p.experts, p.topk, seed ^ 0x5eedc401ce5ULL);
+    for (int r = 0; r < p.world_size; ++r) {
+      HostMatrix c(p.m, p.topk);
+      for (size_t i = 0; i < c.data.size(); ++i) c.data[i] = static_cast<float>(choices[static_cast<size_t>(r)][i]);
+      inputs[static_cast<size_t>(r)]["choices"] = std::move(c);
+    }
+  }
   return inputs;
 }
 
@@ -205,6 +213,16 @@ std::vector<HostMatrix> outputs_of(const Problem& p, const std::vector<RankTenso
     return outputs_of(plain, dequantized(p, inputs), only);
   }
   if (is_attention(p.op)) return attention_outputs(p, inputs);
+  if (p.routing_on_device) {  // the same op with the choices the inputs hold as its table
+    Problem routed = p;
+    routed.routing_on_device = false;
+    for (int r = 0; r < p.world_size; ++r) {
+      const HostMatrix& c = inputs.at(static_cast<size_t>(r)).at("choices");
+      routed.choices.emplace_back();
+      for (float e : c.data) routed.choices.back().push_back(static_cast<int>(e));
+    }
+    return outputs_of(routed, inputs, only);
+  }
   const int world = p.world_size;
   auto wanted = [&](int r) { return only < 0 || r == only; };
   std::vector<HostMatrix> out;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "weft/plan/analysis.hpp"
+#include "weft/plan/moe_route.hpp"
 #include "weft/reference/fp8.hpp"
 
 namespace weft {
@@ -266,7 +267,88 @@ class ReferenceRun {
     }
   }
 
-  void execute(int, const std::string& who, const GemmStep& g) {
+  // Entry r of an i32 index column, checked to be an integer in [0, limit): a table the route wrote.
+  int64_t index_at(const Region& index, int64_t r, int64_t limit, const std::string& who) {
+    const float v = at(index, r, 0);
+    if (!(v >= 0.0f) || v >= static_cast<float>(limit) || v != std::floor(v))
+      throw std::runtime_error(who + " reads index " + std::to_string(v) + " at entry " + std::to_string(r) + " of " + describe_region(plan_, index) +
+                               ", not a row in [0, " + std::to_string(limit) + ")");
+    return static_cast<int64_t>(v);
+  }
+  // A permute's or combine's source rows: listed, or read now from its index region.
+  std::vector<int64_t> source_rows_of(const std::vector<int64_t>& listed, const std::optional<Region>& index, int64_t src_rows,
+                                      const std::string& who) {
+    if (!index) return listed;
+    std::vector<int64_t> rows(static_cast<size_t>(index->box.rows));
+    for (int64_t r = 0; r < index->box.rows; ++r) rows[static_cast<size_t>(r)] = index_at(*index, r, src_rows, who);
+    return rows;
+  }
+
+  void execute(int rank, const std::string& who, const GemmStep& g) {
+    if (g.routed) return routed_gemm(who, g);
+    execute_tiles(rank, who, g);
+  }
+
+  // As the GPU's table computes it (build_routed_moe_table): every row tile of a whose first row lies
+  // in [first[e], first[e + 1]) is expert e's, its rows up to first[e + 1] times expert e's rows of b,
+  // into the same rows of out. (A route starts every expert that has rows on the grid; the rows of an
+  // expert without any lie in no tile of its own.)
+  void routed_gemm(const std::string& who, const GemmStep& g) {
+    const RoutedGemm& routed = *g.routed;
+    const int64_t n = g.b.box.rows / routed.experts, k = g.a.box.cols, rows = g.a.box.rows;
+    int64_t previous_end = 0;
+    for (int e = 0; e < routed.experts; ++e) {
+      const int64_t first = index_at(routed.expert_first, e, rows + 1, who);
+      const int64_t end = index_at(routed.expert_first, e + 1, rows + 1, who);
+      if (first < previous_end || end < first)
+        throw std::runtime_error(who + ": expert " + std::to_string(e) + "'s rows [" + std::to_string(first) + ", " + std::to_string(end) +
+                                 ") overlap or precede the expert before's (ending at " + std::to_string(previous_end) + ")");
+      previous_end = end;
+      for (int64_t tile = (first + g.tile_m - 1) / g.tile_m * g.tile_m; tile < end; tile += g.tile_m)
+        for (int64_t r = tile; r < std::min(end, tile + g.tile_m); ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            double sum = 0.0;
+            for (int64_t kk = 0; kk < k; ++kk) sum += static_cast<double>(at(g.a, r, kk)) * at(g.b, int64_t{e} * n + c, kk);
+            at(routed.out, r, c) = static_cast<float>(sum);
+          }
+    }
+  }
+
+  // The route (RouteStep): plan/moe_route.hpp's route_moe_rows on the choices as they are now.
+  void execute(int, const std::string& who, const RouteStep& s) {
+    const int64_t tokens = s.choices.box.rows;
+    const int world = plan_.problem.world_size;
+    std::vector<int32_t> choices(static_cast<size_t>(tokens * s.topk));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int j = 0; j < s.topk; ++j) {
+        const float e = at(s.choices, t, j);
+        // Out of range is route_moe_rows' to name; what is not an integer at all is refused here.
+        if (!std::isfinite(e) || e != std::floor(e) || std::fabs(e) > 1e9f)
+          throw std::runtime_error(who + ": choice " + std::to_string(j) + " of token " + std::to_string(t) + " is " + std::to_string(e) +
+                                   ", not an expert's index");
+        choices[static_cast<size_t>(t * s.topk + j)] = static_cast<int32_t>(e);
+      }
+    MoeRouteTables tables;
+    try {
+      tables = route_moe_rows(choices, world, tokens / world, s.topk, s.experts, s.align);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(who + ": " + e.what());
+    }
+    // Padding rows of the scratch read row 0 (a row that exists; never stored).
+    for (int64_t x = 0; x < s.scratch_source.box.rows; ++x) at(s.scratch_source, x, 0) = 0.0f;
+    std::vector<int64_t> scratch_of_layout(tables.layout_row.size(), -1);
+    for (size_t x = 0; x < tables.expert_row.size(); ++x)
+      if (tables.expert_row[x] >= 0) scratch_of_layout[static_cast<size_t>(tables.expert_row[x])] = static_cast<int64_t>(x);
+    for (size_t p = 0; p < tables.layout_row.size(); ++p) {
+      const int64_t layout = tables.layout_row[p], scratch = scratch_of_layout[static_cast<size_t>(layout)];
+      at(s.scratch_source, scratch, 0) = static_cast<float>(s.source == RouteSource::token ? static_cast<int64_t>(p) / s.topk : layout);
+      if (s.layout_scratch) at(*s.layout_scratch, layout, 0) = static_cast<float>(scratch);
+      if (s.pair_scratch) at(*s.pair_scratch, static_cast<int64_t>(p), 0) = static_cast<float>(scratch);
+    }
+    for (int e = 0; e <= s.experts; ++e) at(s.expert_first, e, 0) = static_cast<float>(tables.expert_first[static_cast<size_t>(e)]);
+  }
+
+  void execute_tiles(int, const std::string& who, const GemmStep& g) {
     auto fp8 = [&](const Region& r) { return grid(r).has_value(); };
     for (size_t i = 0; i < g.tiles.size(); ++i) {
       const GemmTile& t = g.tiles[i];
@@ -342,24 +424,26 @@ class ReferenceRun {
   }
 
   void execute(int, const std::string& who, const PermuteRowsStep& p) {
+    const std::vector<int64_t> source_rows = source_rows_of(p.source_rows, p.index, p.src.box.rows, who);
     ScaleWrites writes;
-    for (int64_t r = 0; r < p.dst.box.rows; ++r) move_scales(p.src, p.source_rows[static_cast<size_t>(r)], 0, p.dst, r, 0, 1, p.dst.box.cols, writes, who);
+    for (int64_t r = 0; r < p.dst.box.rows; ++r) move_scales(p.src, source_rows[static_cast<size_t>(r)], 0, p.dst, r, 0, 1, p.dst.box.cols, writes, who);
     commit(writes, who);
     HostMatrix rows(p.dst.box.rows, p.dst.box.cols);
     for (int64_t r = 0; r < rows.rows; ++r)
-      for (int64_t c = 0; c < rows.cols; ++c) rows.at(r, c) = at(p.src, p.source_rows[static_cast<size_t>(r)], c);
+      for (int64_t c = 0; c < rows.cols; ++c) rows.at(r, c) = at(p.src, source_rows[static_cast<size_t>(r)], c);
     for (int64_t r = 0; r < rows.rows; ++r)
       for (int64_t c = 0; c < rows.cols; ++c) at(p.dst, r, c) = rows.at(r, c);
   }
 
   void execute(int, const std::string& who, const CombineRowsStep& s) {
     for (const Region* r : {&s.src, &s.weights, &s.dst}) require_not_fp8(*r, who);
+    const std::vector<int64_t> source_rows = source_rows_of(s.source_rows, s.index, s.src.box.rows, who);
     HostMatrix rows(s.dst.box.rows, s.dst.box.cols);
     for (int64_t r = 0; r < rows.rows; ++r)
       for (int64_t c = 0; c < rows.cols; ++c) {
         double sum = 0.0;
         for (int j = 0; j < s.topk; ++j)
-          sum += static_cast<double>(at(s.weights, r, j)) * at(s.src, s.source_rows[static_cast<size_t>(r * s.topk + j)], c);
+          sum += static_cast<double>(at(s.weights, r, j)) * at(s.src, source_rows[static_cast<size_t>(r * s.topk + j)], c);
         rows.at(r, c) = static_cast<float>(sum);
       }
     for (int64_t r = 0; r < rows.rows; ++r)

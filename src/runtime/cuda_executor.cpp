@@ -217,10 +217,14 @@ CudaExecutor::CudaExecutor(Communicator& comm, Plan plan, ExecutorOptions option
   // it, which refuses naming what is missing (lowering/dtypes.cpp).
   for (const BufferDecl& decl : rank_plan().buffers) {
     // f32 also for attention's log-sum-exp, which the attention lowering checks.
+    // i32 for the MoE choices given on the device and the route's tables (the structure check keeps
+    // them to indices).
     const bool f32_ok = is_fp8(plan_.problem.input_dtype) || plan_.problem.op == OpKind::ag_attention;
-    if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(f32_ok && decl.dtype == DType::f32))
+    const bool i32_ok = plan_.problem.routing_on_device;
+    if (decl.dtype != DType::bf16 && !is_fp8(decl.dtype) && !(f32_ok && decl.dtype == DType::f32) && !(i32_ok && decl.dtype == DType::i32))
       throw std::invalid_argument("CudaExecutor: buffer '" + decl.name + "' is " + std::string(to_string(decl.dtype)) +
-                                  "; the executor handles bf16 buffers, and FP8 operands with their bf16 or f32 results, so far");
+                                  "; the executor handles bf16 buffers, FP8 operands with their bf16 or f32 results, and the i32 indices of "
+                                  "MoE choices given on the device, so far");
   }
   // What the executor cannot lower for the plan's dtypes, decided on the CPU (plan/gpu_lowering.hpp).
   if (auto gap = gpu_lowering_gap(plan_, {options_.plain_gemm == ExecutorOptions::PlainGemm::overlap}))
@@ -442,6 +446,7 @@ void CudaExecutor::lower_steps() {
           else if constexpr (std::is_same_v<T, CollectiveStep>) return lowering::lower_collective(body, step.label, context);
           else if constexpr (std::is_same_v<T, AttentionStep>) return lowering::lower_attention(body, step.label, context);
           else if constexpr (std::is_same_v<T, JoinStep>) return {};  // a join only waits
+          else if constexpr (std::is_same_v<T, RouteStep>) return lowering::lower_route(body, step.label, context);
           else static_assert(sizeof(T) == 0, "a step kind the CUDA executor does not lower");
         },
         step.body);
@@ -650,6 +655,11 @@ void CudaExecutor::check() {
     comm_.abort(why + "; the communicator was aborted");
     throw DeviceWaitTimeout(why + "; the communicator was aborted");
   }
+  if (e.source == tile::kBadMoeChoice)
+    throw std::invalid_argument(rank + ": MoE choice " + std::to_string(e.where) + " (token " + std::to_string(e.where / std::max(plan_.problem.topk, 1)) +
+                                " of every rank's, choice " + std::to_string(e.where % std::max(plan_.problem.topk, 1)) + ") names expert " +
+                                std::to_string(static_cast<int32_t>(e.observed)) + ", not one of the " + std::to_string(e.expected) +
+                                " experts; the route skipped it, so the call's result is wrong");
   if (e.source == tile::kWaitInAttention)
     throw DeviceWaitTimeout(rank + ": entry " + std::to_string(e.where) + " of an attention step's KV table (its plan's adjacent KV tiles with one wait merged) gave up waiting for signal '" +
                             signal_name(e.signal) + "' (#" + std::to_string(e.signal) + ") >= " + std::to_string(e.expected) + "; it was " +

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "weft/kernels/elementwise.hpp"
+#include "weft/kernels/moe_route.hpp"
 #include "weft/kernels/tile_program.hpp"
 #include "current_device.hpp"
 #include "weft/cuda/check.hpp"
@@ -56,6 +57,7 @@ SignalSet::SignalSet(Communicator& comm, int count, bool shared)
     WEFT_CUDA_CHECK(cudaMemcpy(arrivals_on_, words_on.data(), words_on.size() * sizeof(uint64_t*), cudaMemcpyHostToDevice));
   }
   preload_step_kernels();
+  preload_moe_route_kernels();
   preload_tile_program_kernel();  // even under lazy loading, no step kernel's first launch may wait for an idle device
   WEFT_CUDA_CHECK(cudaMemset(memory_.local(), 0, memory_.bytes()));
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());

@@ -219,6 +219,38 @@ TEST(Executor, MoePlansWithAndWithoutTheGroupedGemmMatchTheReference) {
       }
 }
 
+TEST(Executor, RoutedMoePlansMatchTheReferenceAndReplayInAGraphWithNewChoices) {
+  // The MoE ops with the choices given on the device (Problem::routing_on_device): sequential's routed
+  // plan (every rank's choices all-gathered, the route on the device, the rows gathered by expert by
+  // its table, the grouped GEMM whose table a kernel builds per call, the rows put back or the top-k
+  // reduction by its tables) against the host reference on three routings (each seed's inputs hold
+  // other choices), then as one CUDA graph captured once and launched on four sets of inputs, new
+  // choices in each: one plan, one graph, every routing. N of 384 (tiles 192 wide) and 256.
+  const int world = static_cast<int>(group().size());
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs})
+    for (int64_t n : {384, 256}) {
+      Problem p{op, 200, n, 136, world, DType::bf16, DType::bf16, {}};
+      p.experts = 6;
+      p.topk = 2;
+      p.routing_on_device = true;
+      const Plan plan = plan_sequential(p, PlanOptions{});
+      std::vector<bench::ElementCheck> checks(static_cast<size_t>(world));
+      std::vector<bench::BackToBackCalls> replays(static_cast<size_t>(world));
+      for_each_rank(group(), [&](Communicator& comm) {
+        bench::ElementCheck& c = checks[static_cast<size_t>(comm.rank())];
+        for (uint64_t seed = 1; seed <= 3; ++seed) c.add(bench::run_against_host_reference(comm, plan, seed * 101 + static_cast<uint64_t>(n), 2));
+        replays[static_cast<size_t>(comm.rank())] =
+            bench::back_to_back_calls_against_reference(comm, plan, 8, ExecutorOptions{}, bench::CallMode::graph_launches, 1);
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_TRUE(checks[static_cast<size_t>(r)].passed()) << describe(p) << " rank " << r << ": " << checks[static_cast<size_t>(r)].explain();
+        EXPECT_TRUE(replays[static_cast<size_t>(r)].check.passed()) << describe(p) << " graph, rank " << r << ": "
+                                                                   << replays[static_cast<size_t>(r)].check.explain();
+        EXPECT_EQ(replays[static_cast<size_t>(r)].sampled, 8) << describe(p);
+      }
+    }
+}
+
 TEST(Executor, RmsnormFusedWithTheRemapReadsSignalsResultInPlace) {
   // The round trip of FlashOverlap's reorder: RMSNorm reading where `signal` left the result (tile
   // level for AR/RS, token level for A2A; N = 264: two 128-wide segments and an 8-column edge) is

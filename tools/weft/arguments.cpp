@@ -206,6 +206,9 @@ Problem problem_from(const Arguments& args) {
   if (is_moe(p.op)) {
     p.experts = static_cast<int>(experts ? experts : 8);
     p.topk = static_cast<int>(topk ? topk : std::min<int64_t>(2, p.experts));
+    p.routing_on_device = args.flag("routing-on-device");
+  } else if (args.flag("routing-on-device")) {
+    throw std::invalid_argument("--routing-on-device is for the MoE ops (ag_moe, moe_rs), not " + std::string(to_string(p.op)));
   }
   // Routing tables hold an entry per routed row: bounded before they are drawn.
   const int64_t routed = static_cast<int64_t>(p.world_size) * p.m * std::max(1, p.topk);

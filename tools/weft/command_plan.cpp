@@ -41,7 +41,7 @@ int command_check(const Arguments& args) {
   const std::vector<std::string> names = strategies_from(args);
   const std::vector<int> worlds = args.integers("world", {1, 2, 3, 4, 8});
   const int nodes = static_cast<int>(args.integer("nodes", 0));
-  const Numbers numbers{dtypes.input_dtype, dtypes.b_dtype, dtypes.output_dtype, dtypes.scaling, dtypes.b_layout};
+  const Numbers numbers{dtypes.input_dtype, dtypes.b_dtype, dtypes.output_dtype, dtypes.scaling, dtypes.b_layout, args.flag("routing-on-device")};
   return run_plan_checks(ops, names, worlds, static_cast<uint64_t>(args.integer("seed", 1)), nodes, args.flag("no-p2p"), "weft check", numbers) == 0
              ? 0
              : 1;
@@ -112,6 +112,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
             std::snprintf(shape, sizeof shape, "%lld,%dx%d/%dx%d%s", static_cast<long long>(p.m), p.batch, p.heads, p.kv_heads, p.head_dim,
                           p.causal ? ",c" : "");
           }
+          p.routing_on_device = numbers.routing_on_device && is_moe(op);
           draw_routing(p, seed + static_cast<uint64_t>(world));
           try {
             check_problem(p);
@@ -123,6 +124,8 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           }
           Plan plan;
           try {
+            if (p.routing_on_device && name != "sequential" && name != "auto")  // make_plan's decline
+              throw std::invalid_argument("strategy '" + name + "' declines the MoE choices given on the device: only sequential plans them so far");
             plan = strategy.build(p, options);
             if (options.topology) require_reachable(plan, *options.topology);
             require_whole_scale_blocks(name, plan);  // make_plan's decline (ficco's 2D K slices of block-scaled FP8)

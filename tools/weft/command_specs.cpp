@@ -51,6 +51,7 @@ Options one_problem() {
           integer("seed", "S", "seed of the routing of the routed and MoE ops (1)", 0, std::numeric_limits<int64_t>::max()),
           integer("experts", "E", "MoE ops: experts (8)", 1, 1024),
           integer("topk", "K", "MoE ops: experts per token (2)", 1, 64),
+          flag("routing-on-device", "MoE ops: the choices come per call as each rank's input, routed by the plan on the device (sequential)"),
           integer("batch", "B", "ag_attention: sequences side by side (1)", 1, kMaxDimension),
           integer("heads", "H", "ag_attention: query heads (8)", 1, kMaxAttentionHeads),
           integer("kv-heads", "G", "ag_attention: key/value heads, dividing --heads (GQA; default: --heads)", 1, kMaxAttentionHeads),
@@ -165,8 +166,9 @@ std::vector<CommandSpec> build() {
                              text("check-results", "DIR", "judge the simulator on recorded rows"),
                              text("csv", "FILE", "with --check-results: write the rows as CSV")}});
   all.push_back({"check", "prove plans on the CPU: validate, run the reference executor, compare with the op's definition", "",
-                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed} + dtype_knobs() +
-                     topology_knobs()});
+                 Options{ops, strategy_list, integers("world", "LIST", "world sizes (1,2,3,4,8)", 1, kMaxPlanWorld), seed,
+                         flag("routing-on-device", "MoE ops: the choices given per call on the device, routed by the plan (sequential)")} +
+                     dtype_knobs() + topology_knobs()});
   all.push_back({"plan", "print one plan and its validation report", "",
                  one_problem() + plan_knobs() +
                      Options{integer("world", "W", "ranks (2)", 1, kMaxPlanWorld),

@@ -25,6 +25,7 @@ struct Numbers {
   DType output = DType::bf16;
   Scaling scaling = Scaling::none;
   BLayout b_layout = BLayout::nk;  // the GEMM ops' (ag_attention has no B)
+  bool routing_on_device = false;  // the MoE ops' choices given on the device (Problem::routing_on_device)
 };
 
 // Proves every (op, strategy, world size) over a set of small shapes on the CPU and prints a table.

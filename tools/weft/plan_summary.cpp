@@ -63,6 +63,8 @@ Counts count(const Plan& plan, const RankPlan& rank) {
           } else if constexpr (std::is_same_v<T, CollectiveStep>) {
             ++c.collectives;
             c.collective_bytes += region_bytes(plan, body.src);
+          } else if constexpr (std::is_same_v<T, RouteStep>) {
+            ++c.row_moves;  // a counting sort of the choices into index tables
           } else {
             ++c.joins;
           }

@@ -121,6 +121,20 @@ struct GemmTile {
 // overlap GEMM holds (kMaxStoreTargets); the structure check enforces it.
 constexpr int kMaxGemmTileTargets = 16;
 
+// A grouped GEMM over experts whose rows a RouteStep placed (its align a multiple of the step's
+// tile_m): every tile_m-row tile of `a` whose first row lies in [expert_first[e], expert_first[e + 1])
+// is expert e's, its rows up to expert_first[e + 1] multiplied by rows [e * n, (e + 1) * n) of `b`
+// (n = b's rows / experts) into the same rows of `out` (columns [0, n)). The route starts each expert
+// with rows on the grid, so its rows are all computed; other rows of `out` may be left or hold
+// padding's products, and are never read. expert_first is an i32 [experts + 1, 1] region the route wrote.
+struct RoutedGemm {
+  Region expert_first;
+  Region out;
+  int experts = 1;
+
+  bool operator==(const RoutedGemm&) const = default;
+};
+
 struct GemmStep {
   Region a;
   Region b;
@@ -165,6 +179,9 @@ struct GemmStep {
   // Invisible to everything but the overlap GEMM's lowering; the tiling rule takes it for memory-bound
   // GEMMs of two 128-row tile rows where its caller allows (model/tiling.hpp).
   int cluster_m = 1, cluster_n = 1;
+  // Set: the MoE grouped GEMM whose rows per expert a RouteStep computed on the device, so that its
+  // tiles are not listed (`tiles` empty) but made per call from expert_first (below).
+  std::optional<RoutedGemm> routed;
 
   bool operator==(const GemmStep&) const = default;
 };
@@ -197,6 +214,9 @@ struct PermuteRowsStep {
   Region src;
   Region dst;
   std::vector<int64_t> source_rows;
+  // Set: the source rows are read per call from this i32 [dst rows, 1] region (a RouteStep's
+  // table), each in [0, src rows), and source_rows is empty.
+  std::optional<Region> index;
 
   bool operator==(const PermuteRowsStep&) const = default;
 };
@@ -210,8 +230,34 @@ struct CombineRowsStep {
   Region dst;
   int topk = 1;
   std::vector<int64_t> source_rows;
+  // Set: the source rows are read per call from this i32 [dst rows * topk, 1] region (a RouteStep's
+  // table), each in [0, src rows), and source_rows is empty.
+  std::optional<Region> index;
 
   bool operator==(const CombineRowsStep&) const = default;
+};
+
+// The MoE routing tables from the choices given on the device (plan/moe_route.hpp's
+// route_moe_rows is its meaning): `choices` is every rank's [M, topk] stacked, [W*M, topk] i32. It
+// writes, all i32 [rows, 1]: scratch_source [capacity] (for each row of the expert-major scratch,
+// its token, i.e. its row of the gathered tokens, when source is token, or its row of the op layout
+// when layout_row; 0 on padding rows, so that a permute by it reads a row that exists),
+// expert_first [experts + 1], and where set layout_scratch [W*M*topk] (each op-layout row's scratch
+// row) and pair_scratch [W*M*topk] (each (token, choice)'s scratch row, at token * topk + choice).
+// Each expert's first scratch row on a multiple of `align` where it has rows.
+enum class RouteSource { token, layout_row };
+struct RouteStep {
+  Region choices;
+  int experts = 1;
+  int topk = 1;
+  int64_t align = 1;
+  RouteSource source = RouteSource::token;
+  Region scratch_source;
+  Region expert_first;
+  std::optional<Region> layout_scratch;
+  std::optional<Region> pair_scratch;
+
+  bool operator==(const RouteStep&) const = default;
 };
 
 // dst box `to` = src box `from` (same shape); both relative to the step's src / dst boxes.
@@ -307,8 +353,8 @@ struct JoinStep {
   bool operator==(const JoinStep&) const = default;
 };
 
-using StepBody =
-    std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CombineRowsStep, MoveBoxesStep, CollectiveStep, JoinStep, AttentionStep>;
+using StepBody = std::variant<GemmStep, CopyStep, ReduceStep, PermuteRowsStep, CombineRowsStep, MoveBoxesStep, CollectiveStep, JoinStep,
+                              AttentionStep, RouteStep>;
 
 struct Step {
   std::string label;  // names the step in messages and traces
@@ -364,6 +410,9 @@ std::string describe_signal(const Plan& plan, const SignalRef& ref);
 // Executors barrier between calls (and before freeing) exactly when this holds; it is a property of
 // the whole plan, so every rank agrees on it.
 bool reaches_across_ranks(const Plan& plan);
+// Every region a step's body names, read or written (a GEMM's tiles' stores, addends and A rows, a
+// routed GEMM's expert_first and out, index regions, a route's tables); a join names none.
+std::vector<Region> regions_of(const StepBody& body);
 
 // Whether a GEMM's tile table is what one library GEMM computes: tiles covering the whole a x b
 // product, every tile at its own place in one output box that starts inside its buffer, no waits,

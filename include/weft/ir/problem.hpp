@@ -50,7 +50,9 @@ namespace weft {
 
 // e4m3 and e5m2 are FP8 (OCP's E4M3FN: max 448, no infinity; E5M2: max 57344): operands only, each
 // with fp32 scales (Scaling, ir/scaling.hpp); products accumulate in fp32 and results are bf16 or f32.
-enum class DType { bf16, f16, f32, e4m3, e5m2 };
+// i32 holds indices only (the MoE choices given on the device and the tables a RouteStep computes
+// from them): no problem's operand or result, never multiplied or reduced.
+enum class DType { bf16, f16, f32, e4m3, e5m2, i32 };
 bool is_fp8(DType dtype);
 // How B's memory is laid out. Either way B is the [N, K] matrix of C = A * B^T ([E*N, K] for the MoE
 // ops), element (n, k) at:
@@ -113,6 +115,11 @@ struct Problem {
   int experts = 0;
   int topk = 0;
   std::vector<std::vector<int>> choices = {};
+  // ag_moe and moe_rs: the choices are given per call on the device (each rank's [M, topk] i32 input
+  // "choices", the router's top-k ids), not in `choices` (then empty): the plan computes the rows'
+  // places from them with a RouteStep, so that it serves every routing (docs/design/
+  // moe_device_routing.md). bf16 only so far.
+  bool routing_on_device = false;
   // ag_attention only (its layout is above; m is tokens per rank): batch entries, query heads,
   // key/value heads (heads a multiple of kv_heads), head dimension, and causal masking by global
   // token position.
@@ -185,6 +192,7 @@ struct MoeRows {
   int64_t source_first(int s) const { return block_first(s, 0); }
   int64_t source_rows(int s) const { return first[static_cast<size_t>((s + 1) * experts)] - source_first(s); }
 };
+// Throws std::invalid_argument for a problem whose choices are given on the device (routing_on_device).
 MoeRows moe_rows(const Problem& problem);
 
 }  // namespace weft

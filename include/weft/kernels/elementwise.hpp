@@ -30,12 +30,16 @@ void fill_random_bf16(void* data, int64_t count, uint64_t seed, cudaStream_t str
 void fill_random_e4m3(void* data, int64_t count, uint64_t seed, cudaStream_t stream);
 // dst = sum(srcs) (+ dst when accumulate), fp32 accumulation; all regions share dst's shape.
 void reduce_bf16(const DeviceRegion& dst, const DeviceRegion* srcs, int source_count, bool accumulate, cudaStream_t stream);
-// dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries.
+// dst row i = src row source_rows[i]; source_rows is a device array of dst.rows entries (int32: a
+// MoE route's table, written on the device).
 void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int64_t* source_rows, cudaStream_t stream);
+void permute_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const int32_t* source_rows, cudaStream_t stream);
 // dst row i = sum over j < topk of weights[i * weight_stride + j] * src row source_rows[i * topk + j]
 // (fp32 accumulation; weights bf16): MoE's top-k reduction. source_rows is a device array of
 // dst.rows * topk entries.
 void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int64_t* source_rows, int topk,
+                       cudaStream_t stream);
+void combine_rows_bf16(const DeviceRegion& dst, const DeviceRegion& src, const DeviceRegion& weights, const int32_t* source_rows, int topk,
                        cudaStream_t stream);
 // One box move of move_boxes_bf16, in elements relative to the regions' origins.
 struct DeviceBoxMove {

@@ -34,6 +34,9 @@ using RankTensors = std::map<std::string, HostMatrix>;
 // problem's b_layout says; the same seed gives the same matrices in either layout. Deterministic in seed.
 // FP8 problems: A and B hold FP8 values and "A_scale" and "B_scale" (scale_name) their scales
 // (reference/fp8.hpp's quantize; values of varied size per row and 128-column block).
+// MoE problems whose choices are given on the device (Problem::routing_on_device) also get each
+// rank's "choices" [M, topk] (expert ids as floats, distinct per token), which the direct computation
+// reads as the problem's table.
 std::vector<RankTensors> random_inputs(const Problem& problem, uint64_t seed);
 
 // The op's result on every rank, computed directly from its definition (problem.hpp) in double; FP8

@@ -20,6 +20,9 @@ enum WaitSource : int32_t {
   kWaitInBarrier = 3,
   kOtherCallInBarrier = 4,
   kWaitInAttention = 5,
+  // Not a wait: a MoE choice given on the device that names no expert (where: its (token, choice)
+  // pair; expected: the experts; observed: the value). The route skips it; the result is wrong.
+  kBadMoeChoice = 6,
 };
 
 struct WaitRecord {

@@ -144,6 +144,15 @@ class OrderingChecker {
           nodes_[static_cast<size_t>(exit)].notifies = step.notifies;
           add_edge(entry, exit);
           int plain = -1;  // the node of the plain tiles (see Access)
+          if (gemm->routed) {
+            // Tiles made per call: every row of a may be read and every row of out written (the
+            // route gives each expert's rows; that each is stored once is the route's property,
+            // tested with it, not this check's).
+            access(entry, gemm->a, AccessKind::read);
+            access(entry, gemm->b, AccessKind::read);
+            access(entry, gemm->routed->expert_first, AccessKind::read);
+            access(exit, gemm->routed->out, AccessKind::define);
+          }
           for (size_t i = 0; i < gemm->tiles.size(); ++i) {
             const GemmTile& t = gemm->tiles[i];
             int tile = -1, loads = -1, actor = -1;
@@ -229,12 +238,28 @@ class OrderingChecker {
                     if (!(src == body.dst)) access(entry, src, AccessKind::read);
                   access(entry, body.dst, body.accumulate ? AccessKind::update : AccessKind::define);
                 } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
-                  read_rows(entry, body.src, body.source_rows);
+                  if (body.index) {  // rows known per call: any row of src
+                    access(entry, *body.index, AccessKind::read);
+                    access(entry, body.src, AccessKind::read);
+                  } else {
+                    read_rows(entry, body.src, body.source_rows);
+                  }
                   access(entry, body.dst, AccessKind::define);
                 } else if constexpr (std::is_same_v<T, CombineRowsStep>) {
-                  read_rows(entry, body.src, body.source_rows);
+                  if (body.index) {
+                    access(entry, *body.index, AccessKind::read);
+                    access(entry, body.src, AccessKind::read);
+                  } else {
+                    read_rows(entry, body.src, body.source_rows);
+                  }
                   access(entry, body.weights, AccessKind::read);
                   access(entry, body.dst, AccessKind::define);
+                } else if constexpr (std::is_same_v<T, RouteStep>) {
+                  access(entry, body.choices, AccessKind::read);
+                  access(entry, body.scratch_source, AccessKind::define);
+                  access(entry, body.expert_first, AccessKind::define);
+                  if (body.layout_scratch) access(entry, *body.layout_scratch, AccessKind::define);
+                  if (body.pair_scratch) access(entry, *body.pair_scratch, AccessKind::define);
                 } else if constexpr (std::is_same_v<T, MoveBoxesStep>) {
                   for (const BoxMove& move : body.moves) {
                     Region from = body.src, to = body.dst;

@@ -85,6 +85,23 @@ struct StructureChecker {
     if (g.k_splits > 1 && (g.sm_limit != 0 || !g.persistent))
       fail(where, "a GEMM on limited SMs or with a CTA per tile keeps its waves and cannot split K (k_splits " +
                       std::to_string(g.k_splits) + ")");
+    if (g.routed) {
+      // A routed grouped GEMM (RoutedGemm): no listed tiles; out has a's rows and n columns.
+      const RoutedGemm& r = *g.routed;
+      if (!g.tiles.empty()) fail(where, "a routed GEMM lists tiles; its tiles are made per call");
+      if (r.experts < 1 || g.b.box.rows % r.experts != 0)
+        fail(where, "a routed GEMM over " + std::to_string(r.experts) + " experts needs b's rows (" + std::to_string(g.b.box.rows) +
+                        ") a multiple of them");
+      if (g.accumulate || g.k_splits != 1 || g.tail_splits != 1 || g.stream_k || g.exchanged || g.cluster_m * g.cluster_n != 1)
+        fail(where, "a routed GEMM runs whole tiles only (no accumulate, split, stream-K, exchanged product or clusters)");
+      if (region(where, rank, r.expert_first, "expert_first") && region(where, rank, r.out, "out")) {
+        index_region(where, r.expert_first, int64_t{r.experts} + 1, "expert and one more");
+        if (r.experts >= 1 && (r.out.box.rows != g.a.box.rows || r.out.box.cols != g.b.box.rows / r.experts))
+          fail(where, "a routed GEMM stores [a rows, n] = [" + std::to_string(g.a.box.rows) + "x" + std::to_string(g.b.box.rows / r.experts) +
+                          "], not " + describe_region(plan, r.out));
+      }
+      return;
+    }
     std::set<std::pair<int, BufferId>> targets;
     for (const auto& t : g.tiles) {
       targets.insert({t.store.rank, t.store.buffer});
@@ -193,6 +210,124 @@ struct StructureChecker {
         step);
   }
 
+  // An i32 column of `entries` rows: what index regions and a route's tables are.
+  void index_region(const std::string& where, const Region& r, int64_t entries, const char* each) {
+    const BufferDecl* d = buffer(r);
+    if (!d) return;
+    if (d->dtype != DType::i32 || r.box.cols != 1 || r.box.rows != entries)
+      fail(where, "index region " + describe_region(plan, r) + " is " + std::string(to_string(d->dtype)) + " [" + std::to_string(r.box.rows) + "x" +
+                      std::to_string(r.box.cols) + "]; it must be i32 [" + std::to_string(entries) + "x1], one entry per " + each);
+  }
+
+  // The route (RouteStep): the choices of every token, and its tables sized for any routing.
+  void route(const std::string& where, int rank, const RouteStep& s) {
+    const Problem& p = plan.problem;
+    if (!is_moe(p.op) || !p.routing_on_device) {
+      fail(where, "routes MoE choices, but the problem takes no choices on the device");
+      return;
+    }
+    if (s.experts != p.experts || s.topk != p.topk || s.align < 1)
+      fail(where, "routes " + std::to_string(s.experts) + " experts, top " + std::to_string(s.topk) + " (align " + std::to_string(s.align) +
+                      ") for a problem of " + std::to_string(p.experts) + ", top " + std::to_string(p.topk));
+    const int64_t tokens = int64_t{p.world_size} * p.m, pairs = tokens * p.topk;
+    const int64_t capacity = pairs + (s.align > 1 ? int64_t{s.experts} * (s.align - 1) : 0);
+    bool ok = region(where, rank, s.choices, "choices");
+    for (const Region* r : {&s.scratch_source, &s.expert_first}) ok = region(where, rank, *r, "table") && ok;
+    if (s.layout_scratch) ok = region(where, rank, *s.layout_scratch, "table") && ok;
+    if (s.pair_scratch) ok = region(where, rank, *s.pair_scratch, "table") && ok;
+    if (!ok) return;
+    if (const BufferDecl* d = buffer(s.choices); d->dtype != DType::i32 || s.choices.box.rows != tokens || s.choices.box.cols != p.topk)
+      fail(where, "choices " + describe_region(plan, s.choices) + " must be i32 [W * M, topk] = [" + std::to_string(tokens) + "x" +
+                      std::to_string(p.topk) + "]");
+    index_region(where, s.scratch_source, capacity, "row of the expert-major scratch");
+    index_region(where, s.expert_first, int64_t{s.experts} + 1, "expert and one more");
+    if (s.layout_scratch) index_region(where, *s.layout_scratch, pairs, "row of the op layout");
+    if (s.pair_scratch) index_region(where, *s.pair_scratch, pairs, "(token, choice)");
+  }
+
+  // Index tables come from a route of the same rank and are read as what they are: a permute by a
+  // route's scratch_source fills the expert-major scratch from the rows its source names (the gathered
+  // tokens, or the op layout's rows), one by layout_scratch fills the op layout from the scratch, a
+  // combine by pair_scratch reads the scratch per (token, choice); a routed GEMM reads the scratch of
+  // a route whose experts start on its tile grid, and stores apart from what it reads. (A table read
+  // as another holds rows of another range: out of bounds on the GPU.)
+  void routed_tables(const std::string& where, const StepBody& step) {
+    const Problem& p = plan.problem;
+    const int64_t tokens = int64_t{p.world_size} * p.m, pairs = tokens * p.topk;
+    auto capacity = [&](const RouteStep& r) { return pairs + (r.align > 1 ? int64_t{r.experts} * (r.align - 1) : 0); };
+    auto writes = [&](const Region& index, auto member) -> const RouteStep* {
+      for (const RouteStep* r : routes_)
+        if (member(*r) && *member(*r) == index) return r;
+      return nullptr;
+    };
+    auto rows_must = [&](const Region& r, int64_t rows, const std::string& what) {
+      if (r.box.rows != rows)
+        fail(where, what + " " + describe_region(plan, r) + " has " + std::to_string(r.box.rows) + " rows; the route's table is for " + std::to_string(rows));
+    };
+    if (const auto* permute = std::get_if<PermuteRowsStep>(&step); permute && permute->index) {
+      if (const RouteStep* r = writes(*permute->index, [](const RouteStep& x) { return std::optional<Region>(x.scratch_source); })) {
+        rows_must(permute->dst, capacity(*r), "the destination");
+        rows_must(permute->src, r->source == RouteSource::token ? tokens : pairs, r->source == RouteSource::token ? "the tokens" : "the op layout");
+      } else if (const RouteStep* l = writes(*permute->index, [](const RouteStep& x) { return x.layout_scratch; })) {
+        rows_must(permute->src, capacity(*l), "the scratch");
+        rows_must(permute->dst, pairs, "the op layout");
+      } else {
+        fail(where, "permutes by " + describe_region(plan, *permute->index) + ", which no route of this rank writes as a row table");
+      }
+    } else if (const auto* combine = std::get_if<CombineRowsStep>(&step); combine && combine->index) {
+      if (const RouteStep* r = writes(*combine->index, [](const RouteStep& x) { return x.pair_scratch; })) {
+        rows_must(combine->src, capacity(*r), "the scratch");
+        rows_must(combine->dst, tokens, "the tokens");
+      } else {
+        fail(where, "combines by " + describe_region(plan, *combine->index) + ", which no route of this rank writes as its (token, choice) table");
+      }
+    } else if (const auto* gemm = std::get_if<GemmStep>(&step); gemm && gemm->routed) {
+      const RoutedGemm& routed = *gemm->routed;
+      const RouteStep* r = writes(routed.expert_first, [](const RouteStep& x) { return std::optional<Region>(x.expert_first); });
+      if (!r) {
+        fail(where, "a routed GEMM reads expert_first " + describe_region(plan, routed.expert_first) + ", which no route of this rank writes");
+      } else {
+        if (r->experts != routed.experts) fail(where, "a routed GEMM over " + std::to_string(routed.experts) + " experts reads a route of " + std::to_string(r->experts));
+        if (gemm->tile_m < 1 || r->align % gemm->tile_m != 0)
+          fail(where, "a routed GEMM on " + std::to_string(gemm->tile_m) + "-row tiles reads a route aligned to " + std::to_string(r->align) +
+                          " rows: an expert would start inside a tile");
+        rows_must(gemm->a, capacity(*r), "operand a");
+      }
+      auto overlaps = [](const Region& x, const Region& y) {
+        return x.rank == y.rank && x.buffer == y.buffer && x.box.row < y.box.row_end() && y.box.row < x.box.row_end() && x.box.col < y.box.col_end() &&
+               y.box.col < x.box.col_end();
+      };
+      for (const Region* read : {&gemm->a, &gemm->b, &routed.expert_first})
+        if (overlaps(routed.out, *read)) fail(where, "a routed GEMM stores into " + describe_region(plan, routed.out) + ", which it also reads");
+    }
+  }
+
+  // i32 holds indices: only routes, index regions, a routed GEMM's expert_first and the copies and
+  // all-gathers that move them touch it, and those regions are i32.
+  void indices(const std::string& where, const StepBody& step) {
+    auto i32 = [&](const Region& r) {
+      const BufferDecl* d = buffer(r);
+      return d && d->dtype == DType::i32;
+    };
+    std::vector<Region> allowed;
+    if (const auto* c = std::get_if<CopyStep>(&step)) {
+      if (i32(c->src) != i32(c->dst)) fail(where, "copies between i32 indices and data");
+      return;
+    }
+    if (const auto* c = std::get_if<CollectiveStep>(&step)) {
+      if ((i32(c->src) || i32(c->dst)) && (c->kind != CollectiveKind::all_gather || !i32(c->src) || !i32(c->dst)))
+        fail(where, "a collective over i32 indices other than an all_gather of indices into indices");
+      return;
+    }
+    if (std::holds_alternative<RouteStep>(step)) return;  // route() checks its regions
+    if (const auto* p = std::get_if<PermuteRowsStep>(&step); p && p->index) allowed.push_back(*p->index);
+    if (const auto* c = std::get_if<CombineRowsStep>(&step); c && c->index) allowed.push_back(*c->index);
+    if (const auto* g = std::get_if<GemmStep>(&step); g && g->routed) allowed.push_back(g->routed->expert_first);
+    for (const Region& r : regions_of(step))
+      if (i32(r) && std::find(allowed.begin(), allowed.end(), r) == allowed.end())
+        fail(where, "touches i32 buffer '" + buffer(r)->name + "' as data; i32 holds indices");
+  }
+
   void attention(const std::string& where, int rank, const AttentionStep& s) {
     bool ok = region(where, rank, s.q, "queries");
     ok = region(where, rank, s.k, "keys") && ok;
@@ -254,6 +389,8 @@ struct StructureChecker {
                       "; leave out only keys masked for every query");
   }
 
+  std::vector<const RouteStep*> routes_;  // the routes of the rank being checked
+
   void run() {
     if (plan.ranks.empty()) {
       fail("plan", "has no ranks");
@@ -283,6 +420,9 @@ struct StructureChecker {
       gathered_a(rank_where, rank, rp);
       if (auto* decl = buffer(rp.output); decl && decl->role != BufferRole::output)
         fail(rank_where, "output region lies in buffer '" + decl->name + "', which is not an output buffer");
+      routes_.clear();
+      for (const Step& step : rp.steps)
+        if (const auto* route = std::get_if<RouteStep>(&step.body)) routes_.push_back(route);
       for (size_t s = 0; s < rp.steps.size(); ++s) {
         const Step& step = rp.steps[s];
         const std::string where = rank_where + " step " + std::to_string(s) + " '" + step.label + "'";
@@ -304,7 +444,13 @@ struct StructureChecker {
                   for (const auto& src : body.srcs)
                     if (region(where, rank, src, "src")) same_shape(where, src.box, body.dst.box, "reduce");
               } else if constexpr (std::is_same_v<T, PermuteRowsStep>) {
-                if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
+                if (body.index) {
+                  if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst") && region(where, rank, *body.index, "index")) {
+                    if (body.src.box.cols != body.dst.box.cols) fail(where, "permute changes the column count");
+                    if (!body.source_rows.empty()) fail(where, "permute lists its rows and reads them from an index region too");
+                    index_region(where, *body.index, body.dst.box.rows, "a row of the destination");
+                  }
+                } else if (region(where, rank, body.src, "src") && region(where, rank, body.dst, "dst")) {
                   if (body.src.box.cols != body.dst.box.cols) fail(where, "permute changes the column count");
                   if (static_cast<int64_t>(body.source_rows.size()) != body.dst.box.rows)
                     fail(where, "permute lists " + std::to_string(body.source_rows.size()) + " rows for a destination of " +
@@ -321,7 +467,10 @@ struct StructureChecker {
                   if (body.src.box.cols != body.dst.box.cols) fail(where, "combine changes the column count");
                   if (body.topk < 1 || body.weights.box.cols != body.topk || body.weights.box.rows != body.dst.box.rows)
                     fail(where, "combine needs a [dst rows, topk] weights box");
-                  if (static_cast<int64_t>(body.source_rows.size()) != body.dst.box.rows * body.topk)
+                  if (body.index) {
+                    if (!body.source_rows.empty()) fail(where, "combine lists its rows and reads them from an index region too");
+                    if (region(where, rank, *body.index, "index")) index_region(where, *body.index, body.dst.box.rows * body.topk, "a (row, choice)");
+                  } else if (static_cast<int64_t>(body.source_rows.size()) != body.dst.box.rows * body.topk)
                     fail(where, "combine lists " + std::to_string(body.source_rows.size()) + " rows for " + std::to_string(body.dst.box.rows) +
                                     " destination rows of top " + std::to_string(body.topk));
                   for (int64_t r : body.source_rows)
@@ -347,6 +496,8 @@ struct StructureChecker {
                 }
               } else if constexpr (std::is_same_v<T, AttentionStep>) {
                 attention(where, rank, body);
+              } else if constexpr (std::is_same_v<T, RouteStep>) {
+                route(where, rank, body);
               } else if constexpr (std::is_same_v<T, CollectiveStep>) {
                 if (body.src.rank != rank || body.dst.rank != rank)
                   fail(where, "a collective's src and dst must be on its own rank");
@@ -357,6 +508,8 @@ struct StructureChecker {
             },
             step.body);
         fp8(where, step.body);
+        indices(where, step.body);
+        routed_tables(where, step.body);
       }
     }
     for (const auto& [id, parts] : collectives) check_collective(id, parts);

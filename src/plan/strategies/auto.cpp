@@ -54,6 +54,10 @@ AutoChoice choose_strategy(const Problem& p, const PlanOptions& o, const std::ve
     choice.reason = "a world of one: nothing to hide";
     return choice;
   }
+  if (p.routing_on_device) {
+    choice.reason = "MoE choices given on the device: only sequential plans them so far";
+    return choice;
+  }
   // The nearest measured shape, if near enough to stand for this one.
   const TuningEntry* measured = nullptr;
   if (o.tuning) {

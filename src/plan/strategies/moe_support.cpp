@@ -151,13 +151,75 @@ void add_source_experts(RankPlanBuilder& b, const Problem& p, const MoeRows& row
   const int64_t align = tile_n > 0 ? kGroupedGemmTileM : 1;
   const ExpertMajorRows order = source_expert_rows(p, rows, s, align);
   const int64_t base = static_cast<int64_t>(s) * source_capacity(p, align);
-  PermuteRowsStep by_expert{src, b.rows(x, base, order.total() - base), std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0)};
+  PermuteRowsStep by_expert{src, b.rows(x, base, order.total() - base), std::vector<int64_t>(static_cast<size_t>(order.total() - base), 0), {}};
   for (int64_t row = rows.source_first(s); row < rows.source_first(s) + rows.source_rows(s); ++row)
     by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)] - base)] = src_row(row);
   b.add(label, stream, Engine::sm, std::move(by_expert)).waits = std::move(waits);
   std::vector<int64_t> stores_at;
   for (int e = 0; e < p.experts; ++e) stores_at.push_back(rows.block_first(s, e));
   add_expert_major_gemms(b, p, order, x, w, out, options, stream, tile_n, &stores_at);
+}
+
+void add_routed_moe(RankPlanBuilder& b, const Problem& p, BufferId a, BufferId w, const PlanOptions& options) {
+  const int tile_n = grouped_gemm_tile_n(p, options);
+  if (tile_n == 0)
+    throw std::invalid_argument("the MoE plan with the choices given on the device runs the grouped GEMM only (bf16, N a multiple of 96, 128, "
+                                "192 or 256, K of 8, PlanOptions::moe_grouped_gemm on); " + describe(p) + " is not one");
+  const int world = p.world_size;
+  const int64_t tokens = int64_t{world} * p.m, pairs = tokens * p.topk;
+  const int64_t align = kGroupedGemmTileM, capacity = pairs + int64_t{p.experts} * (align - 1);
+  const bool ag = p.op == OpKind::ag_moe;
+  // Every rank's choices: the route needs all of them (the layout is by source rank).
+  const BufferId own = b.buffer("choices", BufferRole::input, p.m, p.topk, DType::i32);
+  BufferId choices = own;
+  if (world > 1) {
+    choices = b.buffer("choices_gathered", BufferRole::scratch, tokens, p.topk, DType::i32);
+    b.add("all_gather choices", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(own), b.whole(choices), {}, {}});
+  }
+  RouteStep route;
+  route.choices = b.whole(choices);
+  route.experts = p.experts;
+  route.topk = p.topk;
+  route.align = align;
+  route.source = ag ? RouteSource::token : RouteSource::layout_row;
+  route.scratch_source = b.whole(b.buffer(ag ? "route_tokens" : "route_layout_rows", BufferRole::scratch, capacity, 1, DType::i32));
+  route.expert_first = b.whole(b.buffer("route_expert_first", BufferRole::scratch, int64_t{p.experts} + 1, 1, DType::i32));
+  if (ag)
+    route.layout_scratch = b.whole(b.buffer("route_layout_scratch", BufferRole::scratch, pairs, 1, DType::i32));
+  else
+    route.pair_scratch = b.whole(b.buffer("route_pair_scratch", BufferRole::scratch, pairs, 1, DType::i32));
+  // The rows every expert reads: ag_moe's gathered tokens, moe_rs's A in the op layout.
+  BufferId source = a;
+  if (ag && world > 1) {
+    source = b.buffer("A_gathered", BufferRole::scratch, tokens, p.k, p.input_dtype);
+    b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 1, b.whole(a), b.whole(source), {}, {}});
+  }
+  const Region expert_first = route.expert_first, scratch_source = route.scratch_source;
+  const std::optional<Region> layout_scratch = route.layout_scratch, pair_scratch = route.pair_scratch;
+  b.add("route every rank's choices", 0, Engine::sm, std::move(route));
+  const BufferId x = b.buffer(ag ? "X" : "A_by_expert", BufferRole::scratch, capacity, p.k, p.input_dtype);
+  b.add(ag ? "gather every rank's rows by expert" : "A's rows by expert", 0, Engine::sm,
+        PermuteRowsStep{b.whole(source), b.whole(x), {}, scratch_source});
+  const BufferId y = b.buffer(ag ? "Y_by_expert" : "P", BufferRole::scratch, capacity, p.n, p.output_dtype);
+  GemmStep gemm;
+  gemm.a = b.whole(x);
+  gemm.b = b.whole(w);
+  gemm.tile_m = kGroupedGemmTileM;
+  gemm.tile_n = tile_n;
+  gemm.routed = RoutedGemm{expert_first, b.whole(y), p.experts};
+  b.add("routed grouped gemm of every expert", 0, Engine::sm, std::move(gemm));
+  if (ag) {
+    const BufferId c = b.buffer("C", BufferRole::output, pairs, p.n, p.output_dtype);
+    b.add("rows back by source", 0, Engine::sm, PermuteRowsStep{b.whole(y), b.whole(c), {}, layout_scratch});
+    b.set_output(b.whole(c));
+    return;
+  }
+  const BufferId weights = b.buffer("topk_weights", BufferRole::input, tokens, p.topk, topk_weights_dtype(p));
+  const BufferId z = b.buffer("Z", BufferRole::scratch, tokens, p.n, p.output_dtype);
+  const BufferId c = b.buffer("C", BufferRole::output, p.m, p.n, p.output_dtype);
+  b.add("top-k reduce every rank's tokens", 0, Engine::sm, CombineRowsStep{b.whole(y), b.whole(weights), b.whole(z), p.topk, {}, pair_scratch});
+  b.add("reduce_scatter tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::reduce_scatter, 1, b.whole(z), b.whole(c), {}, {}});
+  b.set_output(b.whole(c));
 }
 
 }  // namespace weft::detail

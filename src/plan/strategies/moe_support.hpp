@@ -81,4 +81,12 @@ void add_source_experts(RankPlanBuilder& b, const Problem& p, const MoeRows& row
 // source s's rows in the expert-grouped layout.
 CombineRowsStep combine_block(const Problem& p, const MoeRows& rows, int s, const Region& block, const Region& weights, const Region& tokens_out);
 
+// sequential's MoE with the choices given on the device (Problem::routing_on_device): on rank b's
+// builder, after A (`a`) and B (`w`) are declared, every rank's choices gathered (NCCL, i32), the
+// route, the rows gathered by expert (an index permute), one routed grouped GEMM and, for ag_moe, the
+// rows put back in the op's layout; for moe_rs, the top-k reduction reading each (token, choice)'s
+// row where the GEMM left it, then reduce_scatter. Throws std::invalid_argument where the grouped
+// GEMM does not apply (grouped_gemm_tile_n is 0): the routed plan has no per-expert form.
+void add_routed_moe(RankPlanBuilder& b, const Problem& p, BufferId a, BufferId w, const PlanOptions& options);
+
 }  // namespace weft::detail

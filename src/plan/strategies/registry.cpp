@@ -160,6 +160,9 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
       throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
     return plan_attention_alone(problem, base, strategy.name);
   }
+  if (problem.routing_on_device && strategy.name != "sequential" && strategy.name != "auto")
+    throw std::invalid_argument("strategy '" + strategy.name + "' declines the MoE choices given on the device (" + describe(problem) +
+                                "): only sequential plans them so far");
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);
   require_whole_scale_blocks(strategy.name, plan);

@@ -24,6 +24,11 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
     }
     const BufferId a = b.buffer("A", BufferRole::input, a_rows(p), p.k, p.input_dtype);
     const BufferId w = detail::declare_b(b, p);
+    if (p.routing_on_device) {  // the MoE ops with the choices given per call on the device
+      detail::add_routed_moe(b, p, a, w, options);
+      plan.ranks.push_back(b.finish());
+      continue;
+    }
     switch (p.op) {
       case OpKind::ag_gemm: {
         const BufferId gathered = b.buffer("A_gathered", BufferRole::scratch, world * p.m, p.k, p.input_dtype);
@@ -89,13 +94,13 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         const BufferId c = b.buffer("C", BufferRole::output, rows.rows(), p.n, p.output_dtype);
         const BufferId y = order.identity() && capacity == rows.rows() ? c : b.buffer("Y_by_expert", BufferRole::scratch, capacity, p.n, p.output_dtype);
         b.add("all_gather tokens", 0, Engine::nccl, CollectiveStep{CollectiveKind::all_gather, 0, b.whole(a), b.whole(gathered), {}, {}});
-        PermuteRowsStep by_expert{b.whole(gathered), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
+        PermuteRowsStep by_expert{b.whole(gathered), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0), {}};
         for (int64_t row = 0; row < rows.rows(); ++row)
           by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = rows.token[static_cast<size_t>(row)];
         b.add("gather every rank's rows by expert", 0, Engine::sm, std::move(by_expert));
         detail::add_expert_major_gemms(b, p, order, x, w, y, options, 0, grouped_tile_n);
         if (y != c) {
-          PermuteRowsStep to_layout{b.whole(y), b.whole(c), order.position};
+          PermuteRowsStep to_layout{b.whole(y), b.whole(c), order.position, {}};
           b.add("rows back by source", 0, Engine::sm, std::move(to_layout));
         }
         b.set_output(b.whole(c));
@@ -129,12 +134,12 @@ Plan plan_sequential(const Problem& p, const PlanOptions& options) {
         }
         const BufferId x = order.identity() && capacity == rows.rows() ? a : b.buffer("A_by_expert", BufferRole::scratch, capacity, p.k, p.input_dtype);
         if (x != a) {
-          PermuteRowsStep by_expert{b.whole(a), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0)};
+          PermuteRowsStep by_expert{b.whole(a), b.rows(x, 0, order.total()), std::vector<int64_t>(static_cast<size_t>(order.total()), 0), {}};
           for (int64_t row = 0; row < rows.rows(); ++row) by_expert.source_rows[static_cast<size_t>(order.position[static_cast<size_t>(row)])] = row;
           b.add("A's rows by expert", 0, Engine::sm, std::move(by_expert));
         }
         detail::add_expert_major_gemms(b, p, order, x, w, partial, options, 0, grouped_tile_n);
-        CombineRowsStep combine{b.whole(partial), b.whole(weights), b.whole(tokens), p.topk, {}};
+        CombineRowsStep combine{b.whole(partial), b.whole(weights), b.whole(tokens), p.topk, {}, {}};
         combine.source_rows.reserve(rows.row_of.size());
         for (const int64_t row : rows.row_of) combine.source_rows.push_back(order.position[static_cast<size_t>(row)]);
         b.add("top-k reduce every rank's tokens", 0, Engine::sm, std::move(combine));

@@ -36,7 +36,11 @@ Lowered lower_collective(const CollectiveStep& step, const std::string& label, c
                                   " data other than by an all-gather of rows with tensor or row scales, which has no lowering");
     row_scales = src_scales->grid.block_rows == 1;
   }
-  const ncclDataType_t elements = fp8 ? ncclUint8 : ncclBfloat16;
+  // i32: the MoE choices given on the device, all-gathered (the structure check allows nothing else).
+  const bool indices = src.dtype == DType::i32;
+  if (indices && (kind != CollectiveKind::all_gather || dst.dtype != DType::i32))
+    throw std::invalid_argument("CudaExecutor: collective '" + label + "' moves i32 indices other than by an all-gather into i32");
+  const ncclDataType_t elements = fp8 ? ncclUint8 : indices ? ncclInt32 : ncclBfloat16;
   return {[=](cudaStream_t stream) {
             const DeviceRegion s = src.resolve(), d = dst.resolve();
             const size_t cols = static_cast<size_t>(s.cols);

@@ -107,6 +107,13 @@ Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const C
 
 Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string&, const Context& context) {
   const BoundRegion src = context.region(permute.src), dst = context.region(permute.dst);
+  if (permute.index) {  // rows a route wrote this call (i32, on the device)
+    const BoundRegion index = context.region(*permute.index);
+    return {[src, dst, index](cudaStream_t stream) {
+              permute_rows_bf16(dst.resolve(), src.resolve(), static_cast<const int32_t*>(index.resolve().data), stream);
+            },
+            {}};
+  }
   std::shared_ptr<void> rows = upload(permute.source_rows.data(), permute.source_rows.size() * sizeof(int64_t));
   return {[src, dst, rows](cudaStream_t stream) {
             permute_rows_bf16(dst.resolve(), src.resolve(), static_cast<const int64_t*>(rows.get()), stream);
@@ -116,8 +123,15 @@ Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string&, c
 
 Lowered lower_combine_rows(const CombineRowsStep& combine, const std::string&, const Context& context) {
   const BoundRegion src = context.region(combine.src), weights = context.region(combine.weights), dst = context.region(combine.dst);
-  std::shared_ptr<void> rows = upload(combine.source_rows.data(), combine.source_rows.size() * sizeof(int64_t));
   const int topk = combine.topk;
+  if (combine.index) {  // rows a route wrote this call (i32, on the device)
+    const BoundRegion index = context.region(*combine.index);
+    return {[src, weights, dst, index, topk](cudaStream_t stream) {
+              combine_rows_bf16(dst.resolve(), src.resolve(), weights.resolve(), static_cast<const int32_t*>(index.resolve().data), topk, stream);
+            },
+            {}};
+  }
+  std::shared_ptr<void> rows = upload(combine.source_rows.data(), combine.source_rows.size() * sizeof(int64_t));
   return {[src, weights, dst, rows, topk](cudaStream_t stream) {
             combine_rows_bf16(dst.resolve(), src.resolve(), weights.resolve(), static_cast<const int64_t*>(rows.get()), topk, stream);
           },

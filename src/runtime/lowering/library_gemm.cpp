@@ -48,8 +48,9 @@ cudaDataType_t cuda_type(DType dtype) {
     case DType::f32: return CUDA_R_32F;
     case DType::e4m3: return CUDA_R_8F_E4M3;
     case DType::e5m2: return CUDA_R_8F_E5M2;
+    case DType::i32: break;  // indices: no GEMM reads them (the structure check)
   }
-  return CUDA_R_16BF;
+  throw std::invalid_argument("the library GEMM has no " + std::string(to_string(dtype)) + " operands");
 }
 
 // cuBLASLt's scale mode for an operand's scales.
@@ -176,6 +177,7 @@ Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const
 }
 
 Lowered lower_gemm(const GemmStep& gemm, const std::string& label, const Context& context) {
+  if (gemm.routed) return lower_routed_gemm(gemm, label, context);
   if (gemm.tiles.empty()) return {};
   if (!is_plain_tile_table(gemm) || context.plain_gemm_on_overlap) return lower_overlap_gemm(gemm, label, context);
   return lower_library_gemm(gemm, label, context);

@@ -107,6 +107,10 @@ void require_lowerable_dtypes(const Step& step, const Context& context);
 Lowered lower_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_library_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_overlap_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
+// The MoE steps of the choices given on the device (moe_route.cpp): the route, and the grouped GEMM
+// whose table it builds per call on the device before the overlap GEMM runs it.
+Lowered lower_route(const RouteStep& route, const std::string& label, const Context& context);
+Lowered lower_routed_gemm(const GemmStep& gemm, const std::string& label, const Context& context);
 Lowered lower_copy(const CopyStep& copy, Engine engine, const std::string& label, const Context& context);
 Lowered lower_reduce(const ReduceStep& reduce, const std::string& label, const Context& context);
 Lowered lower_permute_rows(const PermuteRowsStep& permute, const std::string& label, const Context& context);

@@ -1,0 +1,36 @@
+// The MoE ops' routing tables as a function of the choices: what a plan's literal row lists say
+// today (ir/problem.hpp's moe_rows, sequential's expert-major rows), computed from the choices alone
+// so that a step of the plan can compute them per call on the GPU (docs/design/moe_device_routing.md).
+// This is the host's version, the one the device's must match; it is a counting sort, as the device
+// runs it: counts per (source, expert), prefix sums, then each (token, choice)'s rank in its block.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace weft {
+
+struct MoeRouteTables {
+  // [W*M*topk]: the op layout's row of token t's j-th choice at t * topk + j (the layout of ag_moe's
+  // C and moe_rs's A: by source rank, then expert, then token, then choice; MoeRows::row_of).
+  std::vector<int32_t> layout_row;
+  // [capacity]: for each row of the expert-major scratch (every source's rows of expert 0, then of
+  // expert 1, ..., each expert's first row on a multiple of `align` where it has rows), the op
+  // layout's row there, -1 on the padding between experts and after the last.
+  std::vector<int32_t> expert_row;
+  // [experts + 1]: expert e's rows of the scratch are [expert_first[e], expert_first[e] + count_e),
+  // count_e the rows that picked e; expert_first[experts] is where the last expert's rows end.
+  std::vector<int32_t> expert_first;
+};
+
+// The scratch's rows whatever the routing: every (token, choice) plus at most align - 1 padding rows
+// before each expert (sequential's padded_capacity for these sizes).
+int64_t moe_route_capacity(int world, int64_t m, int topk, int experts, int64_t align);
+
+// choices: every rank's [m, topk] choices stacked ([world * m * topk], choices[(s * m + i) * topk + j]
+// the expert of rank s's token i's j-th choice, each in [0, experts)); align >= 1. Throws
+// std::invalid_argument naming the first choice out of range or a size that does not match.
+MoeRouteTables route_moe_rows(std::span<const int32_t> choices, int world, int64_t m, int topk, int experts, int64_t align);
+
+}  // namespace weft
