@@ -177,8 +177,8 @@ constexpr int kMinKTilesPerClusterSplit = 16;
 // long (72 tiles: unsplit at 72 K-tiles, 3 ways at 144 and 288), and one within the wave where the
 // split halves a long K (56 tiles at 56 K-tiles: 2 ways). From one and a half waves on (224-288
 // tiles) they run unsplit in blocks of 2x2 (C's; pairs where the tile columns are odd), which
-// measured 1.06-1.12x faster than the whole-tile pick; between one wave and one and a half (144
-// tiles at n = 9216) 128x192 whole tiles measured faster, so the 128x128 rule below decides.
+// measured faster than the whole-tile pick; between one wave and one and a half (144 tiles at
+// n = 9216) 128x192 whole tiles measured faster, so the 128x128 rule below decides.
 constexpr TileShape kExchangedClusterTile{112, 128, 64};  // C's tile
 constexpr double kExchangedSplitFixupKTiles = 26.0;
 constexpr double kExchangedManyWaves = 1.5;  // tiles / SMs from which they run in blocks of 2x2

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "checks.hpp"
+#include "weft/plan/moe_route.hpp"
 
 namespace weft::detail {
 
@@ -230,7 +231,7 @@ struct StructureChecker {
       fail(where, "routes " + std::to_string(s.experts) + " experts, top " + std::to_string(s.topk) + " (align " + std::to_string(s.align) +
                       ") for a problem of " + std::to_string(p.experts) + ", top " + std::to_string(p.topk));
     const int64_t tokens = int64_t{p.world_size} * p.m, pairs = tokens * p.topk;
-    const int64_t capacity = pairs + (s.align > 1 ? int64_t{s.experts} * (s.align - 1) : 0);
+    const int64_t capacity = moe_route_capacity(p.world_size, p.m, p.topk, s.experts, s.align);
     bool ok = region(where, rank, s.choices, "choices");
     for (const Region* r : {&s.scratch_source, &s.expert_first}) ok = region(where, rank, *r, "table") && ok;
     if (s.layout_scratch) ok = region(where, rank, *s.layout_scratch, "table") && ok;
@@ -254,7 +255,7 @@ struct StructureChecker {
   void routed_tables(const std::string& where, const StepBody& step) {
     const Problem& p = plan.problem;
     const int64_t tokens = int64_t{p.world_size} * p.m, pairs = tokens * p.topk;
-    auto capacity = [&](const RouteStep& r) { return pairs + (r.align > 1 ? int64_t{r.experts} * (r.align - 1) : 0); };
+    auto capacity = [&](const RouteStep& r) { return moe_route_capacity(p.world_size, p.m, p.topk, r.experts, r.align); };
     auto writes = [&](const Region& index, auto member) -> const RouteStep* {
       for (const RouteStep* r : routes_)
         if (member(*r) && *member(*r) == index) return r;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "weft/plan/moe_route.hpp"
+
 namespace weft::detail {
 
 PermuteRowsStep gather_block(const Problem& p, const MoeRows& rows, int s, const Region& tokens, const Region& block) {
@@ -167,7 +169,7 @@ void add_routed_moe(RankPlanBuilder& b, const Problem& p, BufferId a, BufferId w
                                 "192 or 256, K of 8, PlanOptions::moe_grouped_gemm on); " + describe(p) + " is not one");
   const int world = p.world_size;
   const int64_t tokens = int64_t{world} * p.m, pairs = tokens * p.topk;
-  const int64_t align = kGroupedGemmTileM, capacity = pairs + int64_t{p.experts} * (align - 1);
+  const int64_t align = kGroupedGemmTileM, capacity = moe_route_capacity(world, p.m, p.topk, p.experts, align);
   const bool ag = p.op == OpKind::ag_moe;
   // Every rank's choices: the route needs all of them (the layout is by source rank).
   const BufferId own = b.buffer("choices", BufferRole::input, p.m, p.topk, DType::i32);
