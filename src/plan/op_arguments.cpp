@@ -18,8 +18,12 @@ void check_op_shape(const OpShape& s, int world_size) {
     if (is_fp8(s.input_dtype) || (s.b_dtype && is_fp8(*s.b_dtype)))
       throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes bf16 so far (FP8 MoE tokens and their scales are not "
                                   "moved on the GPU yet)");
-  } else if (s.experts != 0 || s.topk != 0) {
-    throw std::invalid_argument("weft::Op: experts and topk are the MoE ops' (ag_moe, moe_rs), not " + std::string(to_string(s.op)));
+    if (s.routing_on_device && int64_t{world_size} * s.experts > 8192)
+      throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " with the choices on the device routes at most 8192 (rank, "
+                                  "expert) blocks (the route's shared-memory histogram); world " + std::to_string(world_size) + " x experts " +
+                                  std::to_string(s.experts) + " is more");
+  } else if (s.experts != 0 || s.topk != 0 || s.routing_on_device) {
+    throw std::invalid_argument("weft::Op: experts, topk and routing_on_device are the MoE ops' (ag_moe, moe_rs), not " + std::string(to_string(s.op)));
   }
   if (s.n <= 0 || s.k <= 0 || s.max_rows <= 0)
     throw std::invalid_argument("weft::Op: n, k and max_rows must be positive (n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
@@ -72,10 +76,17 @@ Problem op_call_problem(const OpShape& s, int world_size, int64_t rows, const st
     if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs the routing of every rank");
     p.routing = routing;
   } else if (is_moe(s.op)) {
-    if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs every rank's expert choices");
     p.experts = s.experts;
     p.topk = s.topk;
-    p.choices = routing;
+    if (s.routing_on_device) {
+      if (!routing.empty())
+        throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes its choices on the device (OpSpec::routing_on_device), "
+                                    "not as a host table");
+      p.routing_on_device = true;
+    } else {
+      if (routing.empty()) throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " needs every rank's expert choices");
+      p.choices = routing;
+    }
   } else if (!routing.empty()) {
     throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes no routing");
   }

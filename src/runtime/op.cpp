@@ -25,19 +25,21 @@ constexpr size_t kMaxPlans = 64;
 
 OpShape shape_of(const OpSpec& spec) {
   return {spec.op, spec.n, spec.k, spec.max_rows, spec.input_dtype, spec.output_dtype, spec.b_layout, spec.b_dtype, spec.scaling,
-          spec.experts, spec.topk};
+          spec.experts, spec.topk, spec.routing_on_device};
 }
 
 bool fp8_spec(const OpSpec& spec) { return is_fp8(spec.input_dtype); }
 
 // Ops whose plan depends on a per-call table (the routed ops' destinations, the MoE ops' choices):
 // planned per table, the oldest dropped.
-bool planned_per_table(OpKind op) { return routes_rows(op) || is_moe(op); }
+bool planned_per_table(const OpSpec& spec) { return routes_rows(spec.op) || (is_moe(spec.op) && !spec.routing_on_device); }
 
-// The caller's inputs: A and B, and moe_rs's top-k weights.
-std::vector<std::string> caller_inputs(OpKind op) {
-  if (op == OpKind::moe_rs) return {"A", "B", "topk_weights"};
-  return {"A", "B"};
+// The caller's inputs: A and B, moe_rs's top-k weights, and the choices where given on the device.
+std::vector<std::string> caller_inputs(const OpSpec& spec) {
+  std::vector<std::string> names{"A", "B"};
+  if (spec.op == OpKind::moe_rs) names.push_back("topk_weights");
+  if (spec.routing_on_device) names.push_back("choices");
+  return names;
 }
 
 }  // namespace
@@ -66,6 +68,9 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // An FP8 plan the CUDA executor cannot lower yet is declined (make_plan names why; auto passes over
   // the strategy): plan/gpu_lowering.hpp.
   if (fp8_spec(spec_)) spec_.plan.gpu_lowerable_only = true;
+  // So is a routed MoE plan the GPU cannot run (B laid out kn; more (source, expert) blocks than the
+  // route takes is the lowering's to refuse, at the first plan of each row count).
+  if (spec_.routing_on_device) spec_.plan.gpu_lowerable_only = true;
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
   if (!strategy.supports(spec_.op))
     throw std::invalid_argument("weft::Op: strategy '" + strategy_ + "' does not implement " + std::string(to_string(spec_.op)));
@@ -74,13 +79,14 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
                                   " strategy=" + strategy_ + " " + std::string(to_string(spec_.input_dtype)) + "x" +
                                   std::string(to_string(spec_.b_dtype.value_or(spec_.input_dtype))) + "->" +
                                   std::string(to_string(spec_.output_dtype)) + " scaling=" + std::string(to_string(spec_.scaling)) +
-                                  " experts=" + std::to_string(spec_.experts) + " topk=" + std::to_string(spec_.topk);
+                                  " experts=" + std::to_string(spec_.experts) + " topk=" + std::to_string(spec_.topk) +
+                                  (spec_.routing_on_device ? " routing_on_device" : "");
   comm_.require_agreement(std::hash<std::string>{}(fingerprint), "the op (" + fingerprint + " on rank " + std::to_string(comm_.rank()) + ")");
   // The plan of the largest call, before any memory: a strategy that declines (an FP8 plan the
   // executor cannot lower) fails here alike on every rank.
   std::optional<Plan> largest;
   std::vector<Plan> alternatives;  // MoE under auto: the other candidates' plans of the largest call
-  if (!planned_per_table(spec_.op)) {
+  if (!planned_per_table(spec_)) {
     largest = make_plan(strategy, problem_for(spec_.max_rows, {}), spec_.plan);
   } else if (is_moe(spec_.op)) {
     // The MoE ops' buffers follow the rows (every token picks topk experts), not the choices: any
@@ -105,7 +111,7 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // Symmetric memory for the largest call, once (routed ops: sized by their first plans instead).
   if (largest) {
     ExecutorOptions options;
-    options.caller_buffers = caller_inputs(spec_.op);
+    options.caller_buffers = caller_inputs(spec_);
     options.caller_output = true;
     WorkspaceSize size = workspace_size(*largest, options);
     for (const Plan& plan : alternatives) {
@@ -148,7 +154,7 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
   entry->a_symmetric = mine.buffers.at(static_cast<size_t>(find_buffer(mine, "A"))).symmetric;
   entry->in_place = in_place && entry->a_symmetric;
   ExecutorOptions options;
-  options.caller_buffers = caller_inputs(spec_.op);
+  options.caller_buffers = caller_inputs(spec_);
   options.caller_output = true;
   options.symmetric_inputs_in_place = entry->in_place;
   options.caller_gathered_a = gathered_a;
@@ -165,7 +171,7 @@ Op::Lowered& Op::lowered(int64_t rows, const std::vector<std::vector<int>>& rout
   // destroyed), but never the last call's (finish and check report through it), one whose A a
   // producer writes in place (it holds that buffer's address), nor one a capture ran (a graph uses
   // its memory). Every rank drops the same one: ranks make the same calls.
-  if (plan_order_.size() >= (planned_per_table(spec_.op) ? kMaxRoutedPlans : kMaxPlans)) {
+  if (plan_order_.size() >= (planned_per_table(spec_) ? kMaxRoutedPlans : kMaxPlans)) {
     const auto victim = std::find_if(plan_order_.begin(), plan_order_.end(), [&](Cache::iterator c) {
       return !c->second->in_place && !c->second->captured && c->second.get() != last_;
     });
@@ -192,8 +198,19 @@ void* Op::a_in_workspace(int64_t rows, const std::vector<std::vector<int>>& rout
 
 namespace {
 
-// A call's per-call table: the routed ops' routing, the MoE ops' choices (the other one must be empty).
-const std::vector<std::vector<int>>& table_of(OpKind op, const RunArgs& args) {
+// A call's per-call table: the routed ops' routing, the MoE ops' choices (the other one must be empty);
+// none where the choices are given on the device.
+const std::vector<std::vector<int>>& table_of(const OpSpec& spec, const RunArgs& args) {
+  const OpKind op = spec.op;
+  if (spec.routing_on_device) {
+    if (!args.choices.empty() || !args.routing.empty())
+      throw std::invalid_argument("weft::Op::run: " + std::string(to_string(op)) +
+                                  " takes its choices on the device (OpSpec::routing_on_device): RunArgs::choices_device, not a host table");
+    return args.choices;  // empty
+  }
+  if (args.choices_device)
+    throw std::invalid_argument("weft::Op::run: choices_device is for an op made with OpSpec::routing_on_device; this " + std::string(to_string(op)) +
+                                (is_moe(op) ? " takes its choices in RunArgs::choices" : " takes none"));
   if (is_moe(op)) {
     if (!args.routing.empty())
       throw std::invalid_argument("weft::Op::run: " + std::string(to_string(op)) + " takes its experts in RunArgs::choices, not routing");
@@ -207,7 +224,7 @@ const std::vector<std::vector<int>>& table_of(OpKind op, const RunArgs& args) {
 }  // namespace
 
 int64_t Op::output_rows(const RunArgs& args) const {
-  const Problem p = problem_for(args.rows, table_of(spec_.op, args));
+  const Problem p = problem_for(args.rows, table_of(spec_, args));
   return weft::output_rows(p, comm_.rank());
 }
 
@@ -215,7 +232,8 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   check_op_pointer(args.a, "a");
   check_op_pointer(args.b, "b");
   check_op_pointer(args.c, "c");
-  const std::vector<std::vector<int>>& table = table_of(spec_.op, args);
+  const std::vector<std::vector<int>>& table = table_of(spec_, args);
+  if (spec_.routing_on_device) check_op_pointer(args.choices_device, "choices_device");
   if (spec_.op == OpKind::moe_rs) check_op_pointer(args.topk_weights, "topk_weights");
   else if (args.topk_weights)
     throw std::invalid_argument("weft::Op::run: topk_weights are moe_rs's, not " + std::string(to_string(spec_.op)) + "'s");
@@ -241,6 +259,7 @@ void Op::run(const RunArgs& args, cudaStream_t stream) {
   exec.bind("A", entry.in_place ? nullptr : args.a, args.scale_a);
   exec.bind("B", args.b, args.scale_b);
   if (spec_.op == OpKind::moe_rs) exec.bind("topk_weights", args.topk_weights);
+  if (spec_.routing_on_device) exec.bind("choices", args.choices_device);
   exec.bind_output(args.c);
   if (gathered_a) exec.bind_gathered_a(args.gathered_a);
   exec.run(stream);

@@ -47,7 +47,34 @@ TEST(OpArguments, TheMoeOpsTakeExpertsAndEveryRanksChoicesPerCall) {
   }
   OpShape dense = shape(OpKind::gemm_ar);
   dense.experts = 8;
-  expect_refused([&] { check_op_shape(dense, 2); }, "experts and topk are the MoE ops'");
+  expect_refused([&] { check_op_shape(dense, 2); }, "experts, topk and routing_on_device are the MoE ops'");
+}
+
+// The MoE ops with the choices given on the device (OpShape::routing_on_device): a call's problem
+// takes no table (one plan per row count, whatever the routing), a host table is refused, the flag is
+// the MoE ops' only, and the route's block limit is refused with the shape.
+TEST(OpArguments, TheMoeOpsWithChoicesOnTheDeviceTakeNoTable) {
+  for (OpKind op : {OpKind::ag_moe, OpKind::moe_rs}) {
+    OpShape s = shape(op, 64);
+    s.experts = 8;
+    s.topk = 2;
+    s.routing_on_device = true;
+    EXPECT_NO_THROW(check_op_shape(s, 4)) << to_string(op);
+    const Problem p = op_call_problem(s, 4, 48, {});
+    EXPECT_TRUE(p.routing_on_device);
+    EXPECT_TRUE(p.choices.empty());
+    EXPECT_EQ(output_rows(p, 1), op == OpKind::ag_moe ? 4 * 48 * 2 : 48);
+    expect_refused([&] { (void)op_call_problem(s, 4, 48, random_choices(4, 48, 8, 2, 3)); }, "takes its choices on the device");
+  }
+  OpShape dense = shape(OpKind::gemm_ar);
+  dense.routing_on_device = true;
+  expect_refused([&] { check_op_shape(dense, 2); }, "routing_on_device are the MoE ops'");
+  OpShape wide = shape(OpKind::ag_moe, 64);
+  wide.experts = 1024;
+  wide.topk = 2;
+  wide.routing_on_device = true;
+  EXPECT_NO_THROW(check_op_shape(wide, 8));
+  expect_refused([&] { check_op_shape(wide, 9); }, "at most 8192 (rank, expert) blocks");
 }
 
 // weft::AttentionOp's shape and per-call checks: what it takes (GQA and MHA, causal or not, any

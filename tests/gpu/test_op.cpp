@@ -577,6 +577,108 @@ INSTANTIATE_TEST_SUITE_P(Strategies, MoeOp, testing::ValuesIn(moe_cases()), [](c
   return std::string(to_string(param.param.op)) + "_" + param.param.strategy;
 });
 
+// The MoE ops with the choices given on the device (OpSpec::routing_on_device): each rank passes its
+// own [rows, topk] int32 choices on the device, new ones every call (a ragged and a full token count,
+// a repeated call's pointers and another choices buffer), then as a CUDA graph captured on the
+// caller's stream and launched again after the choices' memory was rewritten; each result against
+// the host reference of every rank's inputs and choices.
+TEST(MoeOpWithChoicesOnTheDevice, MatchesTheReferenceAsChoicesChangeAlsoInAGraph) {
+  const int world = static_cast<int>(group().size());
+  for (OpKind op_kind : {OpKind::ag_moe, OpKind::moe_rs}) {
+    OpSpec spec = spec_for(Case{op_kind, "default"}, 96);
+    spec.n = 256;
+    spec.k = 64;
+    spec.experts = 4;
+    spec.topk = 2;
+    spec.routing_on_device = true;
+    const int64_t max_rows = spec.max_rows, a_rows = op_kind == OpKind::moe_rs ? world * max_rows * spec.topk : max_rows;
+    const int64_t out_rows = op_kind == OpKind::ag_moe ? world * max_rows * spec.topk : max_rows;
+    std::vector<std::vector<bench::ElementCheck>> checks(static_cast<size_t>(world));
+    for_each_rank(group(), [&](Communicator& comm) {
+      cudaStream_t stream;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      {
+        Op op(comm, spec);
+        DeviceBuffer a(static_cast<size_t>(a_rows * spec.k) * 2), b(static_cast<size_t>(spec.experts * spec.n * spec.k) * 2),
+            weights(static_cast<size_t>(world * max_rows * spec.topk) * 2), out(static_cast<size_t>(out_rows * spec.n) * 2),
+            choices0(static_cast<size_t>(max_rows * spec.topk) * sizeof(int32_t)), choices1(static_cast<size_t>(max_rows * spec.topk) * sizeof(int32_t));
+        // Destroyed before the op whose memory the graph names, also when a call throws.
+        std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> graph(nullptr, &cudaGraphExecDestroy);
+        // Calls 0-3 eager: rows 96, 40, 96 on the first call's pointers (the op may replay its own graph),
+        // 96 on the other choices buffer; call 4 a graph captured by the caller, call 5 that graph
+        // launched again after the choices' memory was rewritten.
+        for (uint64_t call = 0; call < 6; ++call) {
+          const int64_t rows = call == 1 ? 40 : max_rows;
+          void* choices = (call == 1 || call == 3) ? choices1.data : choices0.data;
+          const auto table = random_choices(world, rows, spec.experts, spec.topk, 190 + call);  // every rank's; each passes its own
+          const std::vector<int32_t> mine_choices(table[static_cast<size_t>(comm.rank())].begin(), table[static_cast<size_t>(comm.rank())].end());
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(choices, mine_choices.data(), mine_choices.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+          const uint64_t seed = 400 + call;
+          const int64_t rows_of_a = op_kind == OpKind::moe_rs ? world * rows * spec.topk : rows;
+          fill_random_bf16(a.data, rows_of_a * spec.k, bench::seed_a(seed, comm.rank()), stream);
+          fill_random_bf16(b.data, spec.experts * spec.n * spec.k, bench::seed_b(seed, comm.rank()), stream);
+          fill_random_bf16(weights.data, world * rows * spec.topk, seed + 7, stream);
+          fill_u16(out.data, out_rows * spec.n, kBf16Nan, stream);
+          RunArgs args{a.data, b.data, out.data, rows, {}};
+          args.choices_device = choices;
+          if (op_kind == OpKind::moe_rs) args.topk_weights = weights.data;
+          if (call == 4) {
+            // One capture on every rank, instantiated and uploaded before any rank launches it (the
+            // graph holds NCCL calls, and an allocation may wait for the peers' GPUs to go idle).
+            WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+            comm.host_barrier();
+            cudaGraph_t captured = nullptr;
+            WEFT_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            try {
+              op.run(args, stream);
+            } catch (...) {
+              cudaStreamEndCapture(stream, &captured);
+              if (captured) cudaGraphDestroy(captured);
+              throw;
+            }
+            WEFT_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+            cudaGraphExec_t exec = nullptr;
+            const cudaError_t instantiated = cudaGraphInstantiate(&exec, captured, 0);
+            WEFT_CUDA_CHECK(cudaGraphDestroy(captured));
+            WEFT_CUDA_CHECK(instantiated);
+            graph.reset(exec);
+            WEFT_CUDA_CHECK(cudaGraphUpload(graph.get(), stream));
+            WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          }
+          WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+          comm.host_barrier();  // no rank starts the call's collectives while another is still in a driver call
+          if (graph) {
+            WEFT_CUDA_CHECK(cudaGraphLaunch(graph.get(), stream));
+          } else {
+            op.run(args, stream);
+          }
+          op.finish(stream);
+          Problem problem = op.plan(rows, {}).problem;
+          EXPECT_TRUE(problem.routing_on_device);
+          problem.routing_on_device = false;  // the reference's problem: the same op with this call's table
+          problem.choices = table;
+          RankTensors mine;
+          mine["A"] = bench::download(DeviceRegion{a.data, rows_of_a, spec.k, spec.k}, stream);
+          mine["B"] = bench::download(DeviceRegion{b.data, spec.experts * spec.n, spec.k, spec.k}, stream);
+          if (op_kind == OpKind::moe_rs) mine["topk_weights"] = bench::download(DeviceRegion{weights.data, world * rows, spec.topk, spec.topk}, stream);
+          const std::vector<RankTensors> all = bench::gather_inputs(comm, mine);
+          const int64_t result_rows = output_rows(problem, comm.rank());
+          checks[static_cast<size_t>(comm.rank())].push_back(
+              bench::check_elements(bench::download(DeviceRegion{out.data, result_rows, spec.n, spec.n}, stream), expected_output(problem, all, comm.rank()),
+                                    expected_magnitude(problem, all, comm.rank()), bench::bf16_error_factor(problem)));
+        }
+      }
+      cudaStreamDestroy(stream);
+    });
+    for (int r = 0; r < world; ++r)
+      for (size_t call = 0; call < checks[static_cast<size_t>(r)].size(); ++call) {
+        const bench::ElementCheck& check = checks[static_cast<size_t>(r)][call];
+        EXPECT_TRUE(check.passed()) << to_string(op_kind) << " rank " << r << " call " << call << (call >= 4 ? " (the caller's graph)" : "") << ": "
+                                    << check.explain();
+      }
+  }
+}
+
 TEST(Op, TheLastCallsRoutedPlanStaysInTheCache) {
   // A call, then 8 more routed plans prepared: the op keeps 8 routed plans, but never drops the one
   // the last call ran (finish and check report through it): diagnose still describes that call, and

@@ -24,6 +24,7 @@ struct OpShape {
   Scaling scaling = Scaling::none;              // FP8 operands' (ir/scaling.hpp)
   int experts = 0;                              // ag_moe and moe_rs: experts, and choices per token
   int topk = 0;
+  bool routing_on_device = false;               // ag_moe and moe_rs: the choices are an input on the device (Problem::routing_on_device)
 };
 
 // An op the API takes at this world size: positive sizes, bf16 -> bf16 or FP8 (e4m3/e5m2 A and B

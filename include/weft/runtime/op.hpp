@@ -67,7 +67,8 @@
 //
 // What it allocates: once, at construction, the symmetric memory and signals for max_rows (grown,
 // never shrunk, if a smaller row count's plan needs more); per distinct row count (per routing or
-// choice table, for the routed and MoE ops), a plan and its lowering, cached: the 64 (8) most
+// choice table, for the routed and MoE ops, but per row count alone for an MoE op whose choices are
+// given on the device: OpSpec::routing_on_device), a plan and its lowering, cached: the 64 (8) most
 // recently used are kept (never the last call's, one a producer writes A into in place, nor one a
 // stream capture ran: a captured graph uses its memory). Nothing per call.
 //
@@ -123,6 +124,11 @@ struct OpSpec {
   // ag_moe and moe_rs: experts, and the experts each token picks (RunArgs::choices per call).
   int experts = 0;
   int topk = 0;
+  // ag_moe and moe_rs: the choices are this rank's [rows, topk] int32 on the device per call
+  // (RunArgs::choices_device), not a host table: one plan serves every routing, nothing is read on the
+  // host, and a call replays in a CUDA graph with new choices (docs/design/moe_device_routing.md;
+  // the strategy runs as sequential).
+  bool routing_on_device = false;
   // How RunArgs::b is laid out (ir/problem.hpp): nk, row-major [n, k]; kn, row-major [k, n].
   BLayout b_layout = BLayout::nk;
   // FP8 (input_dtype e4m3 or e5m2): B's dtype where it differs from A's (e5m2 x e4m3 either way
@@ -151,6 +157,11 @@ struct RunArgs {
   // rank (the same on every rank); other ops: empty. moe_rs: topk_weights [W * rows, topk] bf16.
   std::vector<std::vector<int>> choices;
   const void* topk_weights = nullptr;
+  // OpSpec::routing_on_device: this rank's choices, [rows, topk] int32 (not the int64 torch.topk
+  // gives: a raw pointer's dtype cannot be checked here, and int64 ids read as int32 pairs name expert
+  // 0), contiguous, 16-byte aligned like every caller buffer, on the device (`choices` then empty);
+  // read by the call on the stream, like a.
+  const void* choices_device = nullptr;
 };
 
 // The strategy "default" stands for: auto (plan/auto.hpp), which runs sequential at world 1 and
@@ -173,7 +184,8 @@ class Op {
   // Enqueues one call on `stream` (see the header). Collective: every rank calls it with the same
   // rows (and routing).
   void run(const RunArgs& args, cudaStream_t stream);
-  // `routing` below: the routed ops' destinations, the MoE ops' expert choices (RunArgs::choices).
+  // `routing` below: the routed ops' destinations, the MoE ops' expert choices (RunArgs::choices);
+  // empty for an op whose choices are given on the device (OpSpec::routing_on_device).
   // Plans and lowers for `rows` (and routing) now, so that a later run can be captured; collective:
   // every rank calls it alike (it may drop the least recently used plan).
   void prepare(int64_t rows, const std::vector<std::vector<int>>& routing = {});
