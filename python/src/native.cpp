@@ -191,6 +191,23 @@ NB_MODULE(_native, m) {
       "choices"_a, "experts"_a, "topk"_a,
       "The MoE row layout of ag_moe's result (moe_rows): row r holds the (token, choice) of flat index order[r] = token * topk + "
       "choice, tokens numbered over every rank.");
+  m.def(
+      "device_routing_gap",
+      [](const std::string& op, int64_t n, int64_t k, int experts, int topk, int world_size, const std::string& strategy) {
+        weft::Problem p;
+        p.op = weft::parse_op(op);
+        if (!weft::is_moe(p.op)) throw std::invalid_argument("device_routing_gap: " + op + " is not an MoE op (ag_moe, moe_rs)");
+        p.m = 1;
+        p.n = n;
+        p.k = k;
+        p.world_size = world_size;
+        p.experts = experts;
+        p.topk = topk;
+        p.routing_on_device = true;
+        return weft::device_routing_gap(strategy == "default" ? weft::default_strategy(p.op, world_size) : strategy, p);
+      },
+      "op"_a, "n"_a, "k"_a, "experts"_a, "topk"_a, "world_size"_a, "strategy"_a = "default",
+      "Why the MoE op cannot take its choices on the device (this rank's ids on the GPU) for this shape and strategy; \"\" where it can.");
   m.def("default_strategy", [](const std::string& op, int world_size) { return weft::default_strategy(weft::parse_op(op), world_size); },
         "op"_a, "world_size"_a, "The strategy \"default\" stands for (auto, which chooses per call shape).");
   m.def(

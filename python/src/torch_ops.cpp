@@ -107,11 +107,12 @@ struct OpKey {
   int64_t n, k, strategy, max_rows;
   CallDtypes dtypes;
   int experts = 0, topk = 0;  // the MoE ops'
+  bool routing_on_device = false;  // the MoE ops', with the choices a GPU tensor
   bool operator==(const OpKey&) const = default;
 };
 struct OpKeyHash {
   size_t operator()(const OpKey& key) const {
-    size_t h = static_cast<size_t>(key.kind) * 2 + static_cast<size_t>(key.b_layout);
+    size_t h = (static_cast<size_t>(key.kind) * 2 + static_cast<size_t>(key.b_layout)) * 2 + key.routing_on_device;
     for (int v : {static_cast<int>(key.dtypes.a), static_cast<int>(key.dtypes.b), static_cast<int>(key.dtypes.out),
                   static_cast<int>(key.dtypes.scaling)})
       h = h * 31u + static_cast<size_t>(v);
@@ -333,9 +334,9 @@ Scaling check_scales(const char* op, const Tensor& scale_a, const Tensor& scale_
 
 // The op of this shape family (made the first time: collective).
 Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy, int64_t rows, const CallDtypes& dtypes = {}, int experts = 0,
-           int topk = 0) {
+           int topk = 0, bool routing_on_device = false) {
   Communicator& comm = communicator();
-  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size()), dtypes, experts, topk};
+  const OpKey key{kind, b_layout, n, k, strategy, max_rows_bucket(kind, rows, comm.world_size()), dtypes, experts, topk, routing_on_device};
   auto& ops = state().ops;
   auto it = ops.find(key);
   if (it == ops.end()) {
@@ -352,6 +353,7 @@ Op& op_for(OpKind kind, BLayout b_layout, int64_t n, int64_t k, int64_t strategy
     spec.scaling = dtypes.scaling;
     spec.experts = experts;
     spec.topk = topk;
+    spec.routing_on_device = routing_on_device;
     it = ops.emplace(key, std::make_unique<Op>(comm, std::move(spec))).first;
   }
   return *it->second;
@@ -558,8 +560,11 @@ void attention_call(StableIValue* stack) {
 void boxed_attention(StableIValue* stack, uint64_t, uint64_t) { attention_call(stack); }
 
 // ag_moe: stack = [a, b, choices, experts, strategy]; moe_rs: [a, b, choices, topk_weights, experts,
-// strategy]. choices: an integer CPU tensor [W, rows * topk], every rank's experts per token (the
-// same on every rank); topk_weights [W * rows, topk] bf16 on weft's GPU. Leaves the result.
+// strategy]. choices, either: this rank's experts per token [rows, topk] int32 on weft's GPU (the
+// router's top-k ids: no host read, one op per row count serves every routing, a call replays in a
+// CUDA graph on new choices; OpSpec::routing_on_device), or an integer CPU tensor [W, rows * topk],
+// every rank's (the same on every rank; an op plan per table). topk_weights [W * rows, topk] bf16 on
+// weft's GPU. Leaves the result.
 void moe_call(OpKind kind, StableIValue* stack) {
   const char* name = to_string(kind).data();
   Communicator& comm = communicator();
@@ -584,9 +589,7 @@ void moe_call(OpKind kind, StableIValue* stack) {
                                 " and A's k=" + std::to_string(k) + ", got [" + std::to_string(b.sizes()[0]) + ", " + std::to_string(b.sizes()[1]) + "]");
   const int64_t n = b.sizes()[0] / experts;
   const TorchShim& shim = torch_shim();
-  if (choices.dim() != 2 || choices.sizes()[0] != world)
-    throw std::invalid_argument(std::string("weft.") + name + ": choices must be an integer CPU tensor [world_size, rows * topk] = [" +
-                                std::to_string(world) + ", ...]: every rank's experts per token");
+  const bool on_device = choices.device_type() != shim.device_type_cpu();
   int64_t rows = 0, topk = 0;
   if (rs) {
     check_operand(name, "topk_weights", *weights, comm);
@@ -599,15 +602,39 @@ void moe_call(OpKind kind, StableIValue* stack) {
                                   std::to_string(k) + "] (ag_moe's rows), got " + std::to_string(a.sizes()[0]) + " rows");
   } else {
     rows = a.sizes()[0];
-    if (rows < 1 || choices.sizes()[1] % rows != 0)
-      throw std::invalid_argument("weft.ag_moe: choices must be [world_size, rows * topk] with rows=" + std::to_string(rows) + " (A's)");
-    topk = choices.sizes()[1] / rows;
+    if (on_device) {
+      topk = choices.dim() == 2 ? choices.sizes()[1] : 0;
+    } else {
+      if (choices.dim() != 2 || rows < 1 || choices.sizes()[1] % rows != 0)
+        throw std::invalid_argument("weft.ag_moe: choices on the CPU must be [world_size, rows * topk] with rows=" + std::to_string(rows) + " (A's)");
+      topk = choices.sizes()[1] / rows;
+    }
   }
-  std::vector<std::vector<int>> table = host_table(name, "choices", "an expert", choices, world, rows * topk, experts);
-  Op& op = op_for(kind, BLayout::nk, n, k, strategy, rows, {}, static_cast<int>(experts), static_cast<int>(topk));
   RunArgs args;
   args.rows = rows;
-  args.choices = std::move(table);
+  if (on_device) {
+    if (choices.device_type() != shim.device_type_cuda() || choices.device_index() != comm.device())
+      throw std::invalid_argument(std::string("weft.") + name + ": choices are on neither the CPU nor cuda:" + std::to_string(comm.device()) +
+                                  ", weft's communicator's GPU");
+    if (choices.dtype() != shim.dtype_int32())
+      throw std::invalid_argument(std::string("weft.") + name + ": choices on the GPU must be torch.int32, got " +
+                                  (choices.dtype() == shim.dtype_int64() ? std::string("torch.int64 (torch.topk's ids): pass ids.to(torch.int32)")
+                                                                         : "dtype code " + std::to_string(choices.dtype())));
+    if (choices.dim() != 2 || choices.sizes()[0] != rows || choices.sizes()[1] != topk || topk < 1)
+      throw std::invalid_argument(std::string("weft.") + name + ": choices on the GPU must be this rank's [rows, topk] = [" + std::to_string(rows) + ", " +
+                                  (rs ? std::to_string(topk) : std::string("topk")) + "] (rows: " + (rs ? "topk_weights' rows / world_size" : "A's") +
+                                  "), got a " + std::to_string(choices.dim()) + "-D tensor" +
+                                  (choices.dim() == 2 ? " [" + std::to_string(choices.sizes()[0]) + ", " + std::to_string(choices.sizes()[1]) + "]" : ""));
+    if (!choices.dense()) throw std::invalid_argument(std::string("weft.") + name + ": choices must be contiguous; call .contiguous()");
+    check_aligned(name, "choices", choices);
+    args.choices_device = choices.data();
+  } else {
+    if (choices.dim() != 2 || choices.sizes()[0] != world)
+      throw std::invalid_argument(std::string("weft.") + name + ": choices on the CPU must be an integer tensor [world_size, rows * topk] = [" +
+                                  std::to_string(world) + ", ...]: every rank's experts per token");
+    args.choices = host_table(name, "choices", "an expert", choices, world, rows * topk, experts);
+  }
+  Op& op = op_for(kind, BLayout::nk, n, k, strategy, rows, {}, static_cast<int>(experts), static_cast<int>(topk), on_device);
   const int64_t out_rows = rs ? rows : world * rows * topk;
   TensorHandle result = nullptr;
   const int64_t sizes[2] = {out_rows, n};

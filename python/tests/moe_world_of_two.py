@@ -37,13 +37,23 @@ def layout(choices, experts, topk):
     return rows
 
 
+def as_table(choices, rows):
+    """Every rank's choices [W, rows * topk]: the ops take this rank's ids [rows, topk] (routing="ids";
+    on the GPU, where the real ops run) or the table itself (routing="table")."""
+    if choices.shape[0] == rows and rows != WORLD:
+        return gathered(choices).reshape(WORLD, -1)
+    return choices
+
+
 def ag_moe_definition(a, b, choices, experts):
+    choices = as_table(choices, a.shape[0])
     topk = choices.shape[1] // a.shape[0]
     tokens, n = gathered(a).double(), b.shape[0] // experts
     return torch.stack([tokens[t] @ b[e * n:(e + 1) * n].double().t() for t, _, e in layout(choices, experts, topk)]).to(a.dtype)
 
 
 def moe_rs_definition(a, b, choices, weights, experts, rank):
+    choices = as_table(choices, weights.shape[0] // WORLD)
     topk, n = weights.shape[1], b.shape[0] // experts
     z = torch.zeros(weights.shape[0], n, dtype=torch.float64)
     for r, (t, j, e) in enumerate(layout(choices, experts, topk)):
@@ -60,11 +70,18 @@ def rel(got, want):
     return ((got - want).norm() / want.norm()).item()
 
 
-def check(rank, wt, experts, topk, strategy, path):
+HIDDEN, FFN = 128, 256  # shapes the ops take the router's ids for (grouped GEMM: N of 128, 256)
+
+
+def check(rank, wt, experts, topk, strategy, routing, path):
     torch.manual_seed(5 + rank)
-    layer = wt.TensorParallelMoE(32, 64, experts, topk, strategy, device="cpu", grouped_backward=path == "grouped")
+    layer = wt.TensorParallelMoE(HIDDEN, FFN, experts, topk, strategy, device="cpu", grouped_backward=path == "grouped", routing=routing)
+    want_routing = routing or ("ids" if strategy == "default" else "table")
+    if layer.routing != want_routing:
+        sys.stdout.write(f"rank {rank} {strategy}: the layer routes by {layer.routing}, not {want_routing}  FAILED\n")
+        return False
     g = torch.Generator().manual_seed(17 + 100 * rank)
-    x, dz = (torch.randn(12, 32, generator=g).to(torch.bfloat16) for _ in range(2))
+    x, dz = (torch.randn(12, HIDDEN, generator=g).to(torch.bfloat16) for _ in range(2))
     grads = []
     for plain_products in (False, True):
         layer.zero_grad()
@@ -74,7 +91,7 @@ def check(rank, wt, experts, topk, strategy, path):
         grads.append([z.detach(), xi.grad] + [p.grad.clone() for p in (layer.gate, layer.w1, layer.w2)])
     errors = {name: rel(ours, theirs) for name, ours, theirs in zip(("z", "dx", "dgate", "dw1", "dw2"), *grads)}
     ok = max(errors.values()) < TOLERANCE
-    line = f"rank {rank} experts {experts} topk {topk} {strategy} ({path}): " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + ("" if ok else "  FAILED")
+    line = f"rank {rank} experts {experts} topk {topk} {strategy} {layer.routing} ({path}): " + ", ".join(f"{n} {e:.2e}" for n, e in errors.items()) + ("" if ok else "  FAILED")
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
     return ok
@@ -91,8 +108,22 @@ def run(rank, wt):
     # not fail here), then the loop over experts (the default).
     for path in ("grouped", "loop") if torch_has_grouped_mm() else ("loop",):
         for experts, topk in ((4, 2), (3, 1)):
-            for strategy in ("default", "tilelink"):
-                ok &= check(rank, wt, experts, topk, strategy, path)
+            for strategy, routing in (("default", None), ("default", "table"), ("tilelink", None)):
+                ok &= check(rank, wt, experts, topk, strategy, routing, path)
+    # The layer's pick: the router's ids where both products' shapes take them, else the host table;
+    # ids asked for where they are not taken is refused with the reason.
+    small = wt.TensorParallelMoE(32, 64, 4, 2, "default", device="cpu")
+    if small.routing != "table":
+        sys.stdout.write(f"rank {rank}: hidden 32 (N of moe_rs) routes by {small.routing}, not the table  FAILED\n")
+        ok = False
+    try:
+        wt.TensorParallelMoE(32, 64, 4, 2, "default", device="cpu", routing="ids")
+        sys.stdout.write(f"rank {rank}: routing='ids' at hidden 32 was not refused  FAILED\n")
+        ok = False
+    except ValueError as e:
+        if "grouped GEMM only" not in str(e):
+            sys.stdout.write(f"rank {rank}: routing='ids' at hidden 32 refused for another reason: {e}  FAILED\n")
+            ok = False
         if path == "grouped" and moe._grouped_failed:
             sys.stdout.write(f"rank {rank}: torch._grouped_mm failed: {moe._grouped_failed[0]}  FAILED\n")
             ok = False

@@ -28,6 +28,16 @@ def test_the_plain_row_order_is_the_definition(world, rows, experts, topk):
     assert plain.moe_row_order(choices, topk).tolist() == list(want)
 
 
+def test_the_strategy_ids_are_the_native_modules():
+    # weft.torch.ops reads its table once (a dict torch.compile traces); the ops map ids back natively.
+    from weft.torch import ops
+
+    names = ["default"] + [name for name, _, _, _ in weft.strategies()]
+    assert [ops.strategy_id(n) for n in names] == [weft._native.strategy_id(n) for n in names] == list(range(len(names)))
+    with pytest.raises(ValueError, match="sequential"):
+        ops.strategy_id("nonsense")
+
+
 def test_the_fake_kernels_give_the_results_shapes_and_refuse_bad_inputs(monkeypatch):
     monkeypatch.setitem(comm._state, "comm", types.SimpleNamespace(world_size=2, rank=0))
     with torch._subclasses.fake_tensor.FakeTensorMode():
@@ -40,8 +50,16 @@ def test_the_fake_kernels_give_the_results_shapes_and_refuse_bad_inputs(monkeypa
         assert torch.ops.weft.moe_rs(rows, b, choices, weights, 4, 0).shape == (16, 32)
         with pytest.raises(ValueError, match=r"B must be \[experts \* n, k\] with experts=3"):
             torch.ops.weft.ag_moe(a, b, choices, 3, 0)
-        with pytest.raises(ValueError, match=r"choices must be \[world_size, rows \* topk\]"):
+        with pytest.raises(ValueError, match=r"choices on the CPU must be \[world_size, rows \* topk\]"):
             torch.ops.weft.ag_moe(a, b, torch.empty(1, 32, dtype=torch.int32), 4, 0)
+        # The router's ids on the GPU: this rank's [rows, topk] int32; the shapes are the table's.
+        ids = torch.empty(16, 3, dtype=torch.int32, device="cuda")
+        assert torch.ops.weft.ag_moe(a, b, ids, 4, 0).shape == (2 * 16 * 3, 32)
+        assert torch.ops.weft.moe_rs(rows, b, ids[:, :2].contiguous(), weights, 4, 0).shape == (16, 32)
+        with pytest.raises(ValueError, match=r"choices on the GPU must be this rank's \[rows, topk\] torch.int32 with rows=16"):
+            torch.ops.weft.ag_moe(a, b, ids.long(), 4, 0)
+        with pytest.raises(ValueError, match=r"choices on the GPU must be this rank's \[rows, topk\] = \[16, 2\]"):
+            torch.ops.weft.moe_rs(rows, b, ids, weights, 4, 0)
 
 
 @pytest.mark.parametrize("op", ["ag_moe", "moe_rs"])
@@ -74,13 +92,15 @@ def test_the_grouped_mm_equivalents_match_the_loop_over_experts(monkeypatch, op)
 
 def test_the_moe_layer_at_world_two_over_gloo_matches_plain_torch():
     """moe_world_of_two.py in processes of its own: the output and the gradients of the input, the
-    router, w1 and w2 against the same layer through plain torch's autograd, two shapes, two strategies,
-    the backward through torch._grouped_mm and through the loop over experts."""
+    router, w1 and w2 against the same layer through plain torch's autograd, two shapes, two strategies
+    (default with the router's ids and with the host table; tilelink with the table), the backward
+    through torch._grouped_mm and through the loop over experts; and the layer's choice of routing."""
     import re
 
     stdout = gloo_world.run_script("moe_world_of_two.py")
     paths = 2 if hasattr(torch, "_grouped_mm") else 1  # the backward through torch._grouped_mm, then the loop
-    assert len(re.findall(r"rank \d experts", stdout)) == 2 * 2 * 2 * paths, stdout
+    assert len(re.findall(r"rank \d experts", stdout)) == 2 * 2 * 3 * paths, stdout
+    assert len(re.findall(r"default ids", stdout)) == 2 * 2 * paths, stdout
 
 
 def test_fixed_routing_takes_the_given_experts_and_their_router_weights():

@@ -20,9 +20,10 @@ tensors, the output allocated per call, every copy the op makes included. Every 
 Speedup is T_torch / T; E = (T_torch - T) / (T_torch - T_gemm) with T_gemm the GEMM alone (torch.mm).
 The MoE rows' `torch` is a loop over experts (HF's Mixtral block); `torch:grouped_mm` is the same
 op with one torch._grouped_mm over every expert (a tuned torch MoE), the stronger baseline. Both take
-the routing on the GPU, where a torch model's router leaves it; weft's ops take it as the host table
-they need (a router on the GPU pays a copy to the host and a synchronisation for that, which the model
-step's rows count and these rows do not).
+the routing on the GPU, where a torch model's router leaves it. `weft:<strategy>` takes one fixed host
+table (its plan made once); `weft:default:ids` takes this rank's ids on the GPU, new routing each call
+(one plan for every routing); `weft:default:table` gathers each call's new ids to the host first (a
+synchronisation, and a plan per table): the two ways a layer can call weft's MoE ops.
 """
 
 import argparse
@@ -87,6 +88,7 @@ def _slowest(value):
 
 
 _SLEEP_CYCLES_PER_US = None
+ROUTINGS = 10  # the MoE rows' routings that change per call (Row.ids_cycle)
 
 
 def _queue_ahead(us):
@@ -206,6 +208,14 @@ class Row:
             self.choices = torch.stack([torch.stack([torch.randperm(self.experts, generator=gen)[:topk] for _ in range(self.m)]).reshape(-1)
                                         for _ in range(world)]).to(torch.int32)
             self.choices_on_device = self.choices.to("cuda")  # torch's variants: no host copy per call
+            # The router's ids as a layer has them, on the GPU: this rank's [m, topk], the first of a
+            # cycle of ROUTINGS routings (the rest drawn afresh), which the variants that take new
+            # choices per call go through, as a model's layers do (more than weft::Op's 8 cached plans).
+            self.ids_cycle = [self.choices[rank].reshape(self.m, topk).to("cuda")]
+            for _ in range(ROUTINGS - 1):
+                other = torch.stack([torch.stack([torch.randperm(self.experts, generator=gen)[:topk] for _ in range(self.m)])
+                                     for _ in range(world)]).to(torch.int32)
+                self.ids_cycle.append(other[rank].to("cuda"))
             self.b = (torch.rand((self.experts * self.n, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
             if self.op == "moe_rs":
                 self.a = (torch.rand((world * self.m * topk, self.k), device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
@@ -311,6 +321,30 @@ class Row:
             return lambda: fn(self.a, self.b, self.choices, self.weights, self.experts, sid)
         return lambda: fn(self.a, self.b, sid)
 
+    def weft_routing_variants(self):
+        """The MoE ops as a layer calls them with new routing per call (through ids_cycle), by name:
+        "weft:default:ids", the router's ids given on the GPU; "weft:default:table", every rank's ids
+        gathered to the host first (TensorParallelMoE's routing="table": a host synchronisation, and a
+        plan per table). Empty for other ops."""
+        if self.op not in ("ag_moe", "moe_rs"):
+            return {}
+        from weft.torch.moe import every_ranks_choices
+
+        fn, cycle = getattr(torch.ops.weft, self.op), self.ids_cycle
+        extra = (self.weights,) if self.op == "moe_rs" else ()
+
+        def cycling(choices_of):
+            state = {"call": 0}
+
+            def run():
+                ids = cycle[state["call"] % len(cycle)]
+                state["call"] += 1
+                return fn(self.a, self.b, choices_of(ids), *extra, self.experts, 0)
+
+            return run
+
+        return {"weft:default:ids": cycling(lambda ids: ids), "weft:default:table": cycling(every_ranks_choices)}
+
     def async_tp_variant(self):
         """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
         if self.op not in ("ag_gemm", "gemm_rs") or not dist.is_initialized():
@@ -352,6 +386,7 @@ def bench_suite(args, world, rank, writer, table):
         for name in (strategies or names) + ["default"]:
             if name in names or name == "default":
                 variants["weft:" + name] = row.weft_variant(name)
+        variants.update(row.weft_routing_variants())
         if not args.no_async_tp:
             try:
                 fused = row.async_tp_variant()
@@ -508,6 +543,10 @@ def bench_model(args, world, rank, writer, table):
         raise ValueError(f"--tokens {args.tokens} must be a multiple of --batch {args.batch} x the world size {world}")
     seq = args.tokens // args.batch  # positions per sequence; each rank holds seq / W of them
     stack = wt.DecoderStack(cfg, args.layers, sequence_parallel=sequence_parallel, save_gathered_input=not args.regather_input)
+    if args.moe_routing:  # the MoE layers' routing (TensorParallelMoE.routing), where not the layer's own pick
+        for m in stack.modules():
+            if isinstance(m, wt.TensorParallelMoE):
+                m.routing = args.moe_routing
     g = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     shape = (seq // world if sequence_parallel else seq, args.batch, cfg.hidden)
     if not sequence_parallel and world > 1:  # tensor parallel alone: every rank holds the same activations
@@ -560,7 +599,7 @@ def bench_model(args, world, rank, writer, table):
                 "overlap_efficiency": None, "relative_error": errors.get(name), "host_us": host_us.get(name),
                 "host_ratio": host_us[name] / host_us[names["plain"]], "b2b_us": None, "b2b_ratio": None,
                 "note": f"{args.tokens / (t / 1e3):.0f} tokens/s; " + notes.get(name, ("input gradient compared" if train else "output compared")
-                                                                                + (" (weft's routing)" if routers else ""))}
+                                                                                + (f" (weft's routing; MoE ops given {routers[0].routing})" if routers else ""))}
         table.append(line)
         if writer and rank == 0:
             writer.writerow(line)
@@ -584,6 +623,9 @@ def main(argv=None):
     parser.add_argument("--mlp-tokens", type=int, default=8192)
     parser.add_argument("--model", default="", help="a model's step instead of the suite: llama3-8b, llama3-70b, qwen2-72b, mixtral-8x7b (weft.models; MoE blocks: sequence parallel)")
     parser.add_argument("--layers", type=int, default=2, help="--model: decoder blocks")
+    parser.add_argument("--moe-routing", choices=("ids", "table"), default="",
+                        help="--model, MoE configs: the router's ids to weft's ops on the GPU, or every rank's gathered to the host "
+                             "(default: the layer's pick, ids where its strategy takes them)")
     parser.add_argument("--mode", choices=("prefill", "train"), default="train", help="--model: forward, or forward + backward")
     parser.add_argument("--tokens", type=int, default=8192, help="--model: tokens per step over all ranks")
     parser.add_argument("--batch", type=int, default=1, help="--model: sequences per step")

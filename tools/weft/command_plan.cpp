@@ -20,6 +20,7 @@ int command_plan(const Arguments& args) {
   // A schedule file means the chunked strategy; its JSON is printed with the plan.
   const std::string strategy = args.text("strategy", options.chunked.schedule ? "chunked" : "sequential");
   require_knobs_apply(args, {strategy});
+  require_takes_device_routing(strategy, problem);  // make_plan's decline, said before the builder's own
   const Plan plan = find_strategy(strategy).build(problem, options);
   if (options.topology) require_reachable(plan, *options.topology);  // a decline names the ranks
   // --summary: counts per rank instead of every step (a large plan prints millions of lines).
@@ -124,8 +125,7 @@ int run_plan_checks(const std::vector<OpKind>& ops, const std::vector<std::strin
           }
           Plan plan;
           try {
-            if (p.routing_on_device && name != "sequential" && name != "auto")  // make_plan's decline
-              throw std::invalid_argument("strategy '" + name + "' declines the MoE choices given on the device: only sequential plans them so far");
+            require_takes_device_routing(name, p);  // make_plan's decline
             plan = strategy.build(p, options);
             if (options.topology) require_reachable(plan, *options.topology);
             require_whole_scale_blocks(name, plan);  // make_plan's decline (ficco's 2D K slices of block-scaled FP8)

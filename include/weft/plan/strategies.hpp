@@ -175,6 +175,14 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
 // throws std::invalid_argument ("strategy 'S' declines block-scaled FP8 here: ...") for callers that
 // build plans themselves.
 void require_whole_scale_blocks(const std::string& strategy, const Plan& plan);
+// make_plan's decline of the MoE choices given on the device (Problem::routing_on_device) by a
+// strategy that has no plan for them (all but sequential and auto, so far).
+void require_takes_device_routing(const std::string& strategy, const Problem& problem);
+// Why `strategy`'s plan of this MoE problem with the choices given on the device (routing_on_device)
+// cannot be made: the strategy declines them (require_takes_device_routing), or its grouped GEMM
+// does not take the shape (bf16, N a multiple of 96, 128, 192 or 256, K of 8); empty where it can.
+// What a caller with the choices on the GPU asks before choosing that path (weft.torch's MoE layer).
+std::string device_routing_gap(const std::string& strategy, const Problem& problem, const PlanOptions& options = {});
 
 // Whether make_plan runs `problem` as its GEMM alone: a world of one, an op that is one GEMM there.
 bool runs_as_gemm_alone(const Problem& problem);

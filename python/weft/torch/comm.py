@@ -7,7 +7,7 @@ import torch
 
 from .. import _native
 
-_state = {"comm": None, "group": None}
+_state = {"comm": None, "group": None, "world": None}
 
 
 def init(group=None, device=None):
@@ -34,6 +34,7 @@ def init(group=None, device=None):
     _state["comm"] = _native.Communicator.from_unique_id(unique_id, rank, world, device.index)
     _native.set_torch_communicator(_state["comm"])
     _state["group"] = group
+    _state["world"] = (_state["comm"], world)
     return _state["comm"]
 
 
@@ -54,7 +55,12 @@ def process_group():
 
 
 def world_size():
-    return communicator().world_size
+    # From Python's state, not the native communicator: torch.compile traces a dict read, where a
+    # call into the native module is a graph break (every layer asks this in its forward).
+    comm, cached = _state["comm"], _state["world"]
+    if comm is None:
+        raise RuntimeError("weft.torch.init() has not been called")
+    return cached[1] if cached is not None and cached[0] is comm else comm.world_size  # a stand-in communicator (tests): its own
 
 
 def all_gather_rows(x, async_op=False):

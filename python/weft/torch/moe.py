@@ -7,15 +7,18 @@ parallelism, its own tokens x [t, hidden].
     z = moe(x)     # x [t, hidden]: this rank's tokens -> z [t, hidden]
 
 Forward: a router (replicated [experts, hidden]) picks each token's top-k experts and their weights
-(softmax over the experts, renormalised over the chosen), every rank's choices gathered (a host
-synchronisation: weft's MoE ops take the choices as a host table), then torch.ops.weft.ag_moe
+(softmax over the experts, renormalised over the chosen); the ids go to the ops as they are, on the
+GPU (routing="ids", the default: no host synchronisation, graph-safe; the op gathers them and routes
+the rows on the device), or every rank's are gathered to the host first (routing="table": the ops'
+host-table path, a synchronisation per call); then torch.ops.weft.ag_moe
 (AllGather of the tokens + each (token, choice) row times its expert's w1 shard), the activation
 (SwiGLU: silu(gate) * up, Mixtral's; or GELU), and
 torch.ops.weft.moe_rs (each row times its expert's w2 shard, the weighted top-k combine, and the
 ReduceScatter back to the tokens' ranks). Backward: not overlapped yet: the same products per expert
 with torch (a torch.mm per expert; with grouped_backward=True one torch._grouped_mm over every expert,
 which measured slower in the model step: bench/results), in weft/torch/plain.py's MoE row layout,
-the tokens gathered again, the input gradient reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
+the tokens (and with routing="ids" every rank's ids, on the GPU) gathered again, the input gradient
+reduce-scattered. The same layer in plain torch: plain.ag_moe / plain.moe_rs under autograd.
 bfloat16."""
 
 import torch
@@ -54,31 +57,39 @@ def _grouped_failure(e):
                   "the MoE backward runs a torch.mm per expert from now on", RuntimeWarning, stacklevel=3)
 
 
+def _every_ranks(choices, ids):
+    """The ops' choices as a table of every rank's, [W, rows * topk]: this rank's ids [rows, topk]
+    (ids: routing="ids") gathered on their device; a host table as it is."""
+    return all_gather_rows(choices).reshape(world_size(), -1) if ids else choices
+
+
 class _AgMoe(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w1, choices, experts, strategy, grouped_backward):
+    def forward(ctx, x, w1, choices, ids, experts, strategy, grouped_backward):
         x = x.contiguous()
         ctx.save_for_backward(x, w1)
-        ctx.choices, ctx.experts, ctx.grouped_backward = choices, experts, grouped_backward
+        ctx.choices, ctx.ids, ctx.experts, ctx.grouped_backward = choices, ids, experts, grouped_backward
         return ag_moe(x, w1, choices, experts, strategy)
 
     @staticmethod
     def backward(ctx, dh):
         x, w1 = ctx.saved_tensors
-        experts, topk = ctx.experts, ctx.choices.shape[1] // x.shape[0]
+        experts = ctx.experts
+        topk = ctx.choices.shape[1] if ctx.ids else ctx.choices.shape[1] // x.shape[0]
+        choices = _every_ranks(ctx.choices, ctx.ids)
         gathered = all_gather_rows(x)
         dh = dh.contiguous()
-        grouped = _grouped(ctx.choices, topk, experts, x.device, ctx.grouped_backward)
+        grouped = _grouped(choices, topk, experts, x.device, ctx.grouped_backward)
         if grouped is not None:
             order, by_expert = grouped
             try:
                 tokens = order // topk
                 dx_all = torch.zeros_like(gathered, dtype=torch.float32).index_add_(0, tokens, by_expert.products_t(dh, w1).float())
                 dw1 = by_expert.weight_gradients(dh, gathered[tokens])
-                return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None
+                return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None, None
             except RuntimeError as e:
                 _grouped_failure(e)
-        tokens, _, rows_of = _rows_by_expert(ctx.choices, topk, experts, x.device)
+        tokens, _, rows_of = _rows_by_expert(choices, topk, experts, x.device)
         n = w1.shape[0] // experts
         dx_all, dw1 = torch.zeros_like(gathered, dtype=torch.float32), torch.empty_like(w1)
         for e, rows in enumerate(rows_of):
@@ -88,23 +99,24 @@ class _AgMoe(torch.autograd.Function):
                 dw1[e * n:(e + 1) * n] = torch.mm(dh[rows].t(), gathered[tokens[rows]])
             else:
                 dw1[e * n:(e + 1) * n] = 0
-        return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None
+        return reduce_scatter_rows(dx_all.to(x.dtype)), dw1, None, None, None, None, None
 
 
 class _MoeRs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, w2, choices, topk_weights, experts, strategy, grouped_backward):
+    def forward(ctx, h, w2, choices, ids, topk_weights, experts, strategy, grouped_backward):
         h = h.contiguous()
         ctx.save_for_backward(h, w2, topk_weights)
-        ctx.choices, ctx.experts, ctx.grouped_backward = choices, experts, grouped_backward
+        ctx.choices, ctx.ids, ctx.experts, ctx.grouped_backward = choices, ids, experts, grouped_backward
         return moe_rs(h, w2, choices, topk_weights, experts, strategy)
 
     @staticmethod
     def backward(ctx, dz):
         h, w2, weights = ctx.saved_tensors
         experts, topk = ctx.experts, weights.shape[1]
+        choices = _every_ranks(ctx.choices, ctx.ids)
         dz_all = all_gather_rows(dz.contiguous())
-        grouped = _grouped(ctx.choices, topk, experts, h.device, ctx.grouped_backward)
+        grouped = _grouped(choices, topk, experts, h.device, ctx.grouped_backward)
         if grouped is not None:
             order, by_expert = grouped
             try:
@@ -116,10 +128,10 @@ class _MoeRs(torch.autograd.Function):
                 # This rank's share of each weight's gradient (see the loop below).
                 dweights = torch.zeros(weights.shape, dtype=torch.float32, device=h.device)
                 dweights[t, j] = (g.float() * by_expert.products(h, w2).float()).sum(1)
-                return dh, dw2, None, dweights.to(weights.dtype), None, None, None
+                return dh, dw2, None, None, dweights.to(weights.dtype), None, None, None
             except RuntimeError as e:
                 _grouped_failure(e)
-        tokens, choice, rows_of = _rows_by_expert(ctx.choices, topk, experts, h.device)
+        tokens, choice, rows_of = _rows_by_expert(choices, topk, experts, h.device)
         n = w2.shape[0] // experts
         dh, dw2 = torch.empty_like(h), torch.empty_like(w2)
         # This rank's share of each weight's gradient: its rows' partial products (over its shard of
@@ -136,7 +148,7 @@ class _MoeRs(torch.autograd.Function):
             dh[rows] = torch.mm(scaled, w)
             dw2[e * n:(e + 1) * n] = torch.mm(scaled.t(), h[rows])
             dweights[t, j] = (g.float() * torch.mm(h[rows], w.t()).float()).sum(1)
-        return dh, dw2, None, dweights.to(weights.dtype), None, None, None
+        return dh, dw2, None, None, dweights.to(weights.dtype), None, None, None
 
 
 def route(x, gate, topk, ids=None):
@@ -151,6 +163,19 @@ def route(x, gate, topk, ids=None):
     return ids, (values / values.sum(-1, keepdim=True)).to(x.dtype)
 
 
+def routing_gap(hidden, w1_rows, ffn_here, experts, topk, strategy="default"):
+    """Why the layer's two products (ag_moe: N = w1_rows per expert, K = hidden; moe_rs: N = hidden,
+    K = ffn_here, the rank's share of the inner dimension) cannot take the router's ids on the GPU;
+    "" where both can."""
+    from .. import _native
+
+    for op, n, k in (("ag_moe", w1_rows, hidden), ("moe_rs", hidden, ffn_here)):
+        gap = _native.device_routing_gap(op, n, k, experts, topk, world_size(), strategy)
+        if gap:
+            return gap
+    return ""
+
+
 def every_ranks_choices(ids):
     """Every rank's experts per token, [W, t * topk], on the host (the MoE ops' table)."""
     return all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1).cpu()
@@ -160,10 +185,12 @@ class TensorParallelMoE(torch.nn.Module):
     """z = sum over each token's top-k experts e of weight_e * act(x W1_e^T) W2_e^T, experts sharded
     over ranks along their inner dimension (see the module); activation "swiglu" (W1_e holds the gate
     and up projections: silu(gate) * up) or "gelu". plain_products=True runs the same layer through
-    torch (plain.ag_moe / plain.moe_rs): the reference."""
+    torch (plain.ag_moe / plain.moe_rs): the reference. routing: "ids" (the router's ids to the ops
+    on the GPU), "table" (every rank's gathered to the host), or None: "ids" where the strategy and
+    both products' shapes take them (routing_gap), else "table"."""
 
     def __init__(self, hidden, ffn, experts, topk=2, strategy="default", device=None, dtype=torch.bfloat16, activation="swiglu",
-                 grouped_backward=False):
+                 grouped_backward=False, routing=None):
         super().__init__()
         world = world_size()
         if ffn % world:
@@ -172,6 +199,12 @@ class TensorParallelMoE(torch.nn.Module):
             raise ValueError(f"TensorParallelMoE: topk={topk} must be in 1..experts={experts}")
         if activation not in ("swiglu", "gelu"):
             raise ValueError(f"TensorParallelMoE: activation must be 'swiglu' or 'gelu', got {activation!r}")
+        if routing not in (None, "ids", "table"):
+            raise ValueError(f"TensorParallelMoE: routing must be 'ids', 'table' or None, got {routing!r}")
+        gap = routing_gap(hidden, ffn // world * (2 if activation == "swiglu" else 1), ffn // world, experts, topk, strategy)
+        if routing == "ids" and gap:
+            raise ValueError(f"TensorParallelMoE: routing='ids' is not taken here: {gap}")
+        self.routing = routing or ("table" if gap else "ids")
         device = device or torch.cuda.current_device()
         self.experts, self.topk, self.strategy, self.activation = experts, topk, strategy, activation
         self.grouped_backward = grouped_backward  # the backward through torch._grouped_mm (see the module)
@@ -191,13 +224,15 @@ class TensorParallelMoE(torch.nn.Module):
     def forward(self, x, plain_products=False):
         ids, weights = route(x, self.gate, self.topk, self.fixed_ids)
         self.last_ids = ids
-        choices = every_ranks_choices(ids)
         weights_all = plain._all_gather(weights)  # autograd: the weights' gradient reduce-scattered back
         if plain_products:
+            choices = all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1)
             h = plain.ag_moe(x, self.w1, choices, self.experts)
             return plain.moe_rs(self._act(h), self.w2, choices, weights_all, self.experts)
-        h = _AgMoe.apply(x, self.w1, choices, self.experts, self.strategy, self.grouped_backward)
-        return _MoeRs.apply(self._act(h), self.w2, choices, weights_all, self.experts, self.strategy, self.grouped_backward)
+        by_ids = self.routing == "ids"
+        choices = ids.to(torch.int32).contiguous() if by_ids else every_ranks_choices(ids)
+        h = _AgMoe.apply(x, self.w1, choices, by_ids, self.experts, self.strategy, self.grouped_backward)
+        return _MoeRs.apply(self._act(h), self.w2, choices, by_ids, weights_all, self.experts, self.strategy, self.grouped_backward)
 
     def _act(self, h):
         if self.activation == "gelu":

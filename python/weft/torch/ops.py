@@ -22,8 +22,11 @@ torch.cuda.graph's warm-up does).
         (attention_default_is_plain says why).
     torch.ops.weft.ag_moe(a, b, choices, experts, strategy=0) -> C        tensor-parallel MoE, first
         half (TileLink Figure 5): a this rank's tokens [rows, k], b this rank's shard of every
-        expert's weight stacked [experts * n, k], choices every rank's experts per token, an integer
-        CPU tensor [W, rows * topk] (the same on every rank); C [W * rows * topk, n]: every rank's
+        expert's weight stacked [experts * n, k], choices the experts each token picks, either this
+        rank's [rows, topk] torch.int32 on the GPU (the router's top-k ids, as they are: nothing is
+        read on the host, one plan serves every routing, and a CUDA graph replays the call on new
+        ids; strategy "default" and "sequential" take them) or every rank's as an integer CPU tensor
+        [W, rows * topk] (the same on every rank; a plan per table); C [W * rows * topk, n]: every rank's
         tokens times their experts' shards, in the MoE row layout (by source rank, then expert, token
         and choice: ir/problem.hpp's moe_rows; plain.moe_row_order), the same on every rank.
     torch.ops.weft.moe_rs(a, b, choices, topk_weights, experts, strategy=0) -> Z    the second
@@ -32,7 +35,9 @@ torch.cuda.graph's warm-up does).
         sum of its choices' rows times their expert's b, summed over the ranks.
         The MoE ops' sequential equivalent: all_gather, a gather of each expert's rows and a GEMM per
         expert (ag_moe); a GEMM per expert, the weighted top-k combine and reduce_scatter (moe_rs).
-        The choices are a host table: where the router runs on the GPU, reading them is a host sync.
+        Its stream timeline with the choices on the GPU: all_gather of the ids, a route kernel (each
+        row's place, a counting sort), then the host-table plan's steps reading its tables.
+        weft.torch.ops.ag_moe / moe_rs also take torch.topk's int64 ids on the GPU (one conversion).
 
 Each op's sequential equivalent is torch.mm followed (ag_gemm, a2a_gemm: preceded) by the
 collective; weft/shapes.py gives the shapes. At world 1 every op is the GEMM alone.
@@ -75,7 +80,6 @@ ranks whose ops disagree fail in the collective check when the op is first made.
 (op, b layout, n, k, strategy, row bucket): symmetric memory is allocated once per shape family.
 """
 
-import functools
 import os
 
 import torch
@@ -106,10 +110,15 @@ _torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
 _native.register_torch_ops(os.path.join(_torch_lib, "libtorch_cpu.so"), os.path.join(_torch_lib, "libtorch_cuda.so"))
 
 
-@functools.lru_cache(maxsize=None)
+# strategy_id's table, read once from the native module's list (whose order its ids follow): a dict
+# lookup, which torch.compile traces, where a call into the native module is a graph break.
+_STRATEGY_IDS = {"default": 0, **{name: i + 1 for i, (name, *_) in enumerate(_native.strategies())}}
+
+
 def strategy_id(name):
     """The int torch.ops.weft.* take for a strategy (0: "default"); ValueError listing the known names."""
-    return _native.strategy_id(name)
+    sid = _STRATEGY_IDS.get(name)
+    return sid if sid is not None else _native.strategy_id(name)  # raises, listing the known names
 
 
 def synchronize():
@@ -200,14 +209,23 @@ def attention_default_is_plain(strategy):
     return strategy == "default"
 
 
+def _device_choices(choices):
+    """Choices on the GPU as the op takes them: int32 (torch.topk gives int64), contiguous."""
+    if choices.device.type != "cpu" and (choices.dtype != torch.int32 or not choices.is_contiguous()):
+        return choices.to(torch.int32).contiguous()
+    return choices
+
+
 def ag_moe(a, b, choices, experts, strategy="default"):
-    """Tensor-parallel MoE's first half (see the module): [W * rows * topk, n] in the MoE row layout."""
-    return torch.ops.weft.ag_moe(a, b, choices, experts, strategy_id(strategy))
+    """Tensor-parallel MoE's first half (see the module): [W * rows * topk, n] in the MoE row layout.
+    choices: this rank's [rows, topk] ids on the GPU, or every rank's [W, rows * topk] on the CPU."""
+    return torch.ops.weft.ag_moe(a, b, _device_choices(choices), experts, strategy_id(strategy))
 
 
 def moe_rs(a, b, choices, topk_weights, experts, strategy="default"):
-    """Tensor-parallel MoE's second half (see the module): this rank's tokens [rows, n]."""
-    return torch.ops.weft.moe_rs(a, b, choices, topk_weights, experts, strategy_id(strategy))
+    """Tensor-parallel MoE's second half (see the module): this rank's tokens [rows, n]. choices as
+    ag_moe's (this rank's [rows, topk] on the GPU, or every rank's on the CPU)."""
+    return torch.ops.weft.moe_rs(a, b, _device_choices(choices), topk_weights, experts, strategy_id(strategy))
 
 
 def _b_layout(b_layout):
@@ -330,9 +348,16 @@ def _register_fakes():
         world = communicator().world_size
         if experts < 1 or b.shape[0] % experts:
             raise ValueError(f"weft.ag_moe: B must be [experts * n, k] with experts={experts}, got {list(b.shape)}")
-        if choices.shape[0] != world or choices.shape[1] % a.shape[0]:
-            raise ValueError(f"weft.ag_moe: choices must be [world_size, rows * topk] = [{world}, {a.shape[0]} * topk], got {list(choices.shape)}")
-        topk = choices.shape[1] // a.shape[0]
+        if choices.device.type != "cpu":
+            if choices.dim() != 2 or choices.shape[0] != a.shape[0] or choices.dtype != torch.int32:
+                raise ValueError(f"weft.ag_moe: choices on the GPU must be this rank's [rows, topk] torch.int32 with rows={a.shape[0]} (A's), "
+                                 f"got {list(choices.shape)} {choices.dtype}")
+            topk = choices.shape[1]
+        elif choices.dim() != 2 or choices.shape[0] != world or choices.shape[1] % a.shape[0]:
+            raise ValueError(f"weft.ag_moe: choices on the CPU must be [world_size, rows * topk] = [{world}, {a.shape[0]} * topk], "
+                             f"got {list(choices.shape)}")
+        else:
+            topk = choices.shape[1] // a.shape[0]
         return a.new_empty((world * a.shape[0] * topk, b.shape[0] // experts))
 
     def fake_moe_rs(a, b, choices, topk_weights, experts, strategy=0):
@@ -341,6 +366,10 @@ def _register_fakes():
             raise ValueError(f"weft.moe_rs: B must be [experts * n, k] with experts={experts}, got {list(b.shape)}")
         if topk_weights.shape[0] % world:
             raise ValueError("weft.moe_rs: topk_weights must be [world_size * rows, topk] (every rank's tokens)")
+        rows = topk_weights.shape[0] // world
+        if choices.device.type != "cpu" and (list(choices.shape) != [rows, topk_weights.shape[1]] or choices.dtype != torch.int32):
+            raise ValueError(f"weft.moe_rs: choices on the GPU must be this rank's [rows, topk] = [{rows}, {topk_weights.shape[1]}] torch.int32, "
+                             f"got {list(choices.shape)} {choices.dtype}")
         return a.new_empty((topk_weights.shape[0] // world, b.shape[0] // experts))
 
     torch.library.register_fake("weft::ag_moe", fake_ag_moe, lib=_library)

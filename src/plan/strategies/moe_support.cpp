@@ -164,9 +164,7 @@ void add_source_experts(RankPlanBuilder& b, const Problem& p, const MoeRows& row
 
 void add_routed_moe(RankPlanBuilder& b, const Problem& p, BufferId a, BufferId w, const PlanOptions& options) {
   const int tile_n = grouped_gemm_tile_n(p, options);
-  if (tile_n == 0)
-    throw std::invalid_argument("the MoE plan with the choices given on the device runs the grouped GEMM only (bf16, N a multiple of 96, 128, "
-                                "192 or 256, K of 8, PlanOptions::moe_grouped_gemm on); " + describe(p) + " is not one");
+  if (tile_n == 0) throw std::invalid_argument(device_routing_gap("sequential", p, options));
   const int world = p.world_size;
   const int64_t tokens = int64_t{world} * p.m, pairs = tokens * p.topk;
   const int64_t align = kGroupedGemmTileM, capacity = moe_route_capacity(world, p.m, p.topk, p.experts, align);

@@ -1,5 +1,6 @@
 #include <stdexcept>
 
+#include "moe_support.hpp"
 #include "weft/model/ficco_heuristic.hpp"
 #include "weft/model/tiling.hpp"
 #include "weft/model/tuning_table.hpp"
@@ -160,13 +161,29 @@ Plan make_plan(const Strategy& strategy, const Problem& problem, const PlanOptio
       throw std::invalid_argument("strategy '" + strategy.name + "' does not implement " + std::string(to_string(problem.op)));
     return plan_attention_alone(problem, base, strategy.name);
   }
-  if (problem.routing_on_device && strategy.name != "sequential" && strategy.name != "auto")
-    throw std::invalid_argument("strategy '" + strategy.name + "' declines the MoE choices given on the device (" + describe(problem) +
-                                "): only sequential plans them so far");
+  require_takes_device_routing(strategy.name, problem);
   Plan plan = strategy.build(problem, resolve_options(strategy, problem, base));
   if (base.topology) require_reachable(plan, *base.topology);
   require_whole_scale_blocks(strategy.name, plan);
   return lowerable(strategy.name, std::move(plan), base);
+}
+
+void require_takes_device_routing(const std::string& strategy, const Problem& problem) {
+  if (problem.routing_on_device && strategy != "sequential" && strategy != "auto")
+    throw std::invalid_argument("strategy '" + strategy + "' declines the MoE choices given on the device (" + describe(problem) +
+                                "): only sequential plans them so far (\"default\" and \"auto\" run sequential here)");
+}
+
+std::string device_routing_gap(const std::string& strategy, const Problem& problem, const PlanOptions& options) {
+  try {
+    require_takes_device_routing(strategy, problem);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  if (detail::grouped_gemm_tile_n(problem, options) == 0)
+    return "the MoE plan with the choices given on the device runs the grouped GEMM only (bf16, N a multiple of 96, 128, 192 or 256, K of 8, "
+           "PlanOptions::moe_grouped_gemm on); " + describe(problem) + " is not one";
+  return {};
 }
 
 // Block-scaled FP8 is multiplied in whole 128-column blocks of K: a plan that cuts K elsewhere
