@@ -110,6 +110,9 @@ def run(rank, wt):
         for experts, topk in ((4, 2), (3, 1)):
             for strategy, routing in (("default", None), ("default", "table"), ("tilelink", None)):
                 ok &= check(rank, wt, experts, topk, strategy, routing, path)
+        if path == "grouped" and moe._grouped_failed:
+            sys.stdout.write(f"rank {rank}: torch._grouped_mm failed: {moe._grouped_failed[0]}  FAILED\n")
+            ok = False
     # The layer's pick: the router's ids where both products' shapes take them, else the host table;
     # ids asked for where they are not taken is refused with the reason.
     small = wt.TensorParallelMoE(32, 64, 4, 2, "default", device="cpu")
@@ -123,9 +126,6 @@ def run(rank, wt):
     except ValueError as e:
         if "grouped GEMM only" not in str(e):
             sys.stdout.write(f"rank {rank}: routing='ids' at hidden 32 refused for another reason: {e}  FAILED\n")
-            ok = False
-        if path == "grouped" and moe._grouped_failed:
-            sys.stdout.write(f"rank {rank}: torch._grouped_mm failed: {moe._grouped_failed[0]}  FAILED\n")
             ok = False
     moe._grouped_failed.clear()
     lib._destroy()

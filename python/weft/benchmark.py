@@ -341,9 +341,27 @@ class Row:
                 state["call"] += 1
                 return fn(self.a, self.b, choices_of(ids), *extra, self.experts, 0)
 
+            run.routing_state = state  # routing_error reads which routing the next call takes
             return run
 
         return {"weft:default:ids": cycling(lambda ids: ids), "weft:default:table": cycling(every_ranks_choices)}
+
+    def routing_error(self, run):
+        """A weft_routing_variants variant checked on every routing of its cycle: the largest relative
+        error of ROUTINGS calls, each against plain torch on the routing that call took."""
+        from weft.torch.comm import all_gather_rows
+
+        worst = 0.0
+        for _ in range(len(self.ids_cycle)):
+            ids = self.ids_cycle[run.routing_state["call"] % len(self.ids_cycle)]
+            table = all_gather_rows(ids.to(torch.int32).contiguous()).reshape(self.world, -1)
+            got = run()
+            if self.op == "ag_moe":
+                want = plain.ag_moe(self.a, self.b, table, self.experts)
+            else:
+                want = plain.moe_rs(self.a, self.b, table, self.weights, self.experts)
+            worst = max(worst, relative_error(got, want))
+        return worst
 
     def async_tp_variant(self):
         """PyTorch AsyncTP's fused op for ag_gemm and gemm_rs (symmetric memory), or None."""
@@ -400,7 +418,8 @@ def bench_suite(args, world, rank, writer, table):
         errors = {}
         for name, fn in variants.items():
             try:
-                errors[name] = _slowest(relative_error(fn(), reference))
+                error = row.routing_error(fn) if hasattr(fn, "routing_state") else relative_error(fn(), reference)
+                errors[name] = _slowest(error)
             except Exception as e:  # noqa: BLE001
                 notes[name] = _not_run(e)
         variants = {name: fn for name, fn in variants.items() if name not in notes}

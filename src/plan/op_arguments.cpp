@@ -1,5 +1,6 @@
 #include "weft/plan/op_arguments.hpp"
 
+#include "weft/plan/moe_route.hpp"
 #include "weft/plan/plan_bounds.hpp"
 
 #include <stdexcept>
@@ -18,10 +19,10 @@ void check_op_shape(const OpShape& s, int world_size) {
     if (is_fp8(s.input_dtype) || (s.b_dtype && is_fp8(*s.b_dtype)))
       throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " takes bf16 so far (FP8 MoE tokens and their scales are not "
                                   "moved on the GPU yet)");
-    if (s.routing_on_device && int64_t{world_size} * s.experts > 8192)
-      throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " with the choices on the device routes at most 8192 (rank, "
-                                  "expert) blocks (the route's shared-memory histogram); world " + std::to_string(world_size) + " x experts " +
-                                  std::to_string(s.experts) + " is more");
+    if (s.routing_on_device && int64_t{world_size} * s.experts > kMaxRoutedBlocks)
+      throw std::invalid_argument("weft::Op: " + std::string(to_string(s.op)) + " with the choices on the device routes at most " +
+                                  std::to_string(kMaxRoutedBlocks) + " (rank, expert) blocks (the route's shared-memory histogram); world " +
+                                  std::to_string(world_size) + " x experts " + std::to_string(s.experts) + " is more");
   } else if (s.experts != 0 || s.topk != 0 || s.routing_on_device) {
     throw std::invalid_argument("weft::Op: experts, topk and routing_on_device are the MoE ops' (ag_moe, moe_rs), not " + std::string(to_string(s.op)));
   }

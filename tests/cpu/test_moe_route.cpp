@@ -231,6 +231,16 @@ TEST(MoeRoutedPlan, OnlySequentialPlansItAndAutoTakesSequential) {
   }
   // N of no grouped GEMM width: the routed plan has no per-expert form.
   EXPECT_THROW(make_plan(find_strategy("sequential"), routed_problem(OpKind::ag_moe, 2, 8, 100, 4, 2), PlanOptions{}), std::invalid_argument);
+  // device_routing_gap, what a caller asks before taking this path, says the same as make_plan: empty
+  // where it plans, the reason where it throws.
+  for (const char* name : {"sequential", "auto"}) EXPECT_EQ(device_routing_gap(name, p), "") << name;
+  for (const char* name : {"decomposed", "tilelink"})
+    EXPECT_NE(device_routing_gap(name, p).find("'" + std::string(name) + "' declines the MoE choices given on the device"), std::string::npos);
+  const Problem narrow = routed_problem(OpKind::ag_moe, 2, 8, 100, 4, 2);
+  EXPECT_NE(device_routing_gap("sequential", narrow).find("runs the grouped GEMM only"), std::string::npos);
+  EXPECT_EQ(device_routing_gap("sequential", routed_problem(OpKind::moe_rs, 8, 8, 96, 1024, 2)), "");  // 8,192 blocks: the most
+  const Problem wide = routed_problem(OpKind::moe_rs, 8, 8, 96, 1025, 2);
+  EXPECT_NE(device_routing_gap("sequential", wide).find("at most 8192 (rank, expert) blocks"), std::string::npos);
   // A problem with the choices on the device gives no table to moe_rows, and takes none.
   EXPECT_THROW(moe_rows(p), std::invalid_argument);
   Problem both = p;

@@ -24,6 +24,10 @@ struct MoeRouteTables {
   std::vector<int32_t> expert_first;
 };
 
+// The most (rank, expert) blocks a route on the device takes (the route kernel's shared-memory
+// histogram, kernels/moe_route.hpp's kMaxMoeRouteBlocks, which the lowering asserts equal).
+constexpr int kMaxRoutedBlocks = 8192;
+
 // The scratch's rows whatever the routing: every (token, choice) plus at most align - 1 padding rows
 // before each expert (sequential's padded_capacity for these sizes).
 int64_t moe_route_capacity(int world, int64_t m, int topk, int experts, int64_t align);

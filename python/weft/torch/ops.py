@@ -210,10 +210,15 @@ def attention_default_is_plain(strategy):
 
 
 def _device_choices(choices):
-    """Choices on the GPU as the op takes them: int32 (torch.topk gives int64), contiguous."""
-    if choices.device.type != "cpu" and (choices.dtype != torch.int32 or not choices.is_contiguous()):
+    """Choices on the GPU as the op takes them: int32 (torch.topk gives int64), contiguous, 16-byte
+    aligned (a rank's slice of replicated ids may not be, and a refusal on some ranks alone would
+    leave the others in the op's collectives). The offset into the storage says it (PyTorch's
+    allocations start aligned), which torch.compile traces, where data_ptr() would break the graph."""
+    if choices.device.type == "cpu":
+        return choices
+    if choices.dtype != torch.int32 or not choices.is_contiguous():
         return choices.to(torch.int32).contiguous()
-    return choices
+    return choices.clone() if choices.storage_offset() % 4 else choices  # 4 int32 elements: 16 bytes
 
 
 def ag_moe(a, b, choices, experts, strategy="default"):

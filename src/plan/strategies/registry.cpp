@@ -5,6 +5,7 @@
 #include "weft/model/tiling.hpp"
 #include "weft/model/tuning_table.hpp"
 #include "weft/plan/gpu_lowering.hpp"
+#include "weft/plan/moe_route.hpp"
 #include "weft/plan/strategies.hpp"
 
 namespace weft {
@@ -180,6 +181,9 @@ std::string device_routing_gap(const std::string& strategy, const Problem& probl
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
+  if (int64_t{problem.world_size} * problem.experts > kMaxRoutedBlocks)
+    return "the route on the device takes at most " + std::to_string(kMaxRoutedBlocks) + " (rank, expert) blocks; " + describe(problem) +
+           " has " + std::to_string(int64_t{problem.world_size} * problem.experts);
   if (detail::grouped_gemm_tile_n(problem, options) == 0)
     return "the MoE plan with the choices given on the device runs the grouped GEMM only (bf16, N a multiple of 96, 128, 192 or 256, K of 8, "
            "PlanOptions::moe_grouped_gemm on); " + describe(problem) + " is not one";

@@ -4,8 +4,11 @@
 #include "lowering.hpp"
 #include "weft/cuda/check.hpp"
 #include "weft/kernels/moe_route.hpp"
+#include "weft/plan/moe_route.hpp"
 
 namespace weft::lowering {
+
+static_assert(kMaxRoutedBlocks == kMaxMoeRouteBlocks, "the plan's limit on routed blocks is the route kernel's");
 
 Lowered lower_route(const RouteStep& route, const std::string& label, const Context& context) {
   const int world = context.world_size;
