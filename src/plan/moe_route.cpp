@@ -1,5 +1,6 @@
 #include "weft/plan/moe_route.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -60,6 +61,40 @@ MoeRouteTables route_moe_rows(std::span<const int32_t> choices, int world, int64
     t.expert_row[static_cast<size_t>(expert_source_first[b] + q)] = static_cast<int32_t>(row);
   }
   return t;
+}
+
+std::vector<RoutedRowTile> routed_row_tiles(const MoeRouteTables& t, int world, int64_t m, int topk, int tile_m, int rank) {
+  if (world < 1 || m < 0 || topk < 1 || tile_m < 1 || rank < 0 || rank >= world || t.expert_first.size() < 2)
+    throw std::invalid_argument("routed_row_tiles: world " + std::to_string(world) + ", m " + std::to_string(m) + ", topk " + std::to_string(topk) +
+                                ", tile_m " + std::to_string(tile_m) + ", rank " + std::to_string(rank) + ", " +
+                                std::to_string(t.expert_first.size()) + " expert_first entries: not a route of a world with this rank");
+  const int64_t per_source = m * topk;  // the op layout's rows of each source
+  std::vector<std::vector<RoutedRowTile>> by_stage(static_cast<size_t>(world));
+  for (size_t e = 0; e + 1 < t.expert_first.size(); ++e) {
+    // The expert's rows run from its first row up to the padding before the next expert's.
+    const int64_t first = t.expert_first[e];
+    int64_t end = t.expert_first[e + 1];
+    while (end > first && t.expert_row[static_cast<size_t>(end - 1)] < 0) --end;
+    if (first % tile_m != 0 && end > first)
+      throw std::invalid_argument("routed_row_tiles: expert " + std::to_string(e) + " starts at scratch row " + std::to_string(first) +
+                                  ", off the grid of " + std::to_string(tile_m) + "-row tiles (route with align a multiple of tile_m)");
+    for (int64_t row = first; row < end; row += tile_m) {
+      RoutedRowTile tile;
+      tile.expert = static_cast<int32_t>(e);
+      tile.row = static_cast<int32_t>(row);
+      tile.rows = static_cast<int32_t>(std::min<int64_t>(tile_m, end - row));
+      // Source order within the expert: the first and last rows' sources bound the tile's.
+      tile.source_first = static_cast<int32_t>(t.expert_row[static_cast<size_t>(row)] / per_source);
+      tile.source_last = static_cast<int32_t>(t.expert_row[static_cast<size_t>(row + tile.rows - 1)] / per_source);
+      // Its stage from the sources it has rows of (a source of the range may have none here).
+      for (int64_t r = row; r < row + tile.rows; ++r)
+        tile.stage = std::max(tile.stage, static_cast<int32_t>((t.expert_row[static_cast<size_t>(r)] / per_source - rank + world) % world));
+      by_stage[static_cast<size_t>(tile.stage)].push_back(tile);
+    }
+  }
+  std::vector<RoutedRowTile> tiles;
+  for (auto& stage : by_stage) tiles.insert(tiles.end(), stage.begin(), stage.end());
+  return tiles;
 }
 
 }  // namespace weft

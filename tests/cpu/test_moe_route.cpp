@@ -133,6 +133,51 @@ TEST(MoeRoute, PadsOnlyBeforeExpertsWithRowsAndEndsWithinTheCapacity) {
 // The MoE ops with the choices given on the device (Problem::routing_on_device): sequential's routed
 // plan (route, index permutes, routed grouped GEMM, index combine) validates and computes the op on
 // the reference executor, whose route runs route_moe_rows on each run's choices (random per seed).
+TEST(MoeRoute, RowTilesCoverEveryExpertsRowsOnceWithTheirSourcesInArrivalOrder) {
+  uint64_t seed = 500;
+  for (const Case& c : std::vector<Case>{{1, 300, 8, 2, 0.0}, {2, 200, 4, 2, 0.0}, {3, 97, 5, 3, 0.7}, {8, 64, 8, 2, 0.0}, {8, 40, 16, 4, 0.9}}) {
+    const std::vector<int32_t> choices = stacked(random_choices(c.world, c.m, c.experts, c.topk, ++seed, c.skew));
+    const MoeRouteTables t = route_moe_rows(choices, c.world, c.m, c.topk, c.experts, 128);
+    const int64_t per_source = c.m * c.topk;
+    for (int rank = 0; rank < c.world; ++rank) {
+      SCOPED_TRACE("world " + std::to_string(c.world) + " rank " + std::to_string(rank));
+      const std::vector<RoutedRowTile> tiles = routed_row_tiles(t, c.world, c.m, c.topk, 128, rank);
+      std::vector<int> covered(t.expert_row.size(), 0);
+      int32_t last_stage = 0, last_row = -1;
+      for (const RoutedRowTile& tile : tiles) {
+        ASSERT_EQ(tile.row % 128, 0);
+        ASSERT_GE(tile.rows, 1);
+        ASSERT_LE(tile.rows, 128);
+        ASSERT_GE(tile.row, t.expert_first[static_cast<size_t>(tile.expert)]);
+        ASSERT_LE(tile.row + tile.rows, t.expert_first[static_cast<size_t>(tile.expert) + 1]);
+        int32_t lowest = c.world, highest = -1, stage = 0, previous = -1;
+        for (int64_t r = tile.row; r < tile.row + tile.rows; ++r) {
+          const int32_t layout = t.expert_row[static_cast<size_t>(r)];
+          ASSERT_GE(layout, 0) << "row " << r << " is padding";
+          ++covered[static_cast<size_t>(r)];
+          const int32_t s = static_cast<int32_t>(layout / per_source);
+          EXPECT_GE(s, previous) << "an expert's rows out of source order";
+          previous = s;
+          lowest = std::min(lowest, s);
+          highest = std::max(highest, s);
+          stage = std::max(stage, (s - rank + c.world) % c.world);
+        }
+        EXPECT_EQ(tile.source_first, lowest);
+        EXPECT_EQ(tile.source_last, highest);
+        EXPECT_EQ(tile.stage, stage);
+        // Stage-major, then by row.
+        EXPECT_TRUE(tile.stage > last_stage || (tile.stage == last_stage && tile.row > last_row)) << "tile at row " << tile.row;
+        last_stage = tile.stage;
+        last_row = tile.row;
+      }
+      for (size_t r = 0; r < covered.size(); ++r) EXPECT_EQ(covered[r], t.expert_row[r] >= 0 ? 1 : 0) << "scratch row " << r;
+    }
+  }
+  // A route off the tiles' grid is refused.
+  const std::vector<int32_t> choices = stacked(random_choices(2, 50, 4, 2, 9));
+  EXPECT_THROW(routed_row_tiles(route_moe_rows(choices, 2, 50, 2, 4, 64), 2, 50, 2, 128, 0), std::invalid_argument);
+}
+
 Problem routed_problem(OpKind op, int world, int64_t m, int64_t n, int experts, int topk) {
   Problem p{op, m, n, 32, world, DType::bf16, DType::bf16, {}};
   if (op == OpKind::moe_rs) p.k = 24;

@@ -37,4 +37,23 @@ int64_t moe_route_capacity(int world, int64_t m, int topk, int experts, int64_t 
 // std::invalid_argument naming the first choice out of range or a size that does not match.
 MoeRouteTables route_moe_rows(std::span<const int32_t> choices, int world, int64_t m, int topk, int experts, int64_t align);
 
+// One row tile of the routed grouped GEMM with the arrival of its rows' sources, for the plans that
+// overlap the tokens' arrival (docs/design/moe_routed_overlap.md): the host's version of the table a
+// kernel will build per call, as route_moe_rows is the route's. Within an expert the scratch rows are
+// in source order, so a tile's rows come from a contiguous range of sources, and the tile waits for
+// each of them.
+struct RoutedRowTile {
+  int32_t expert = 0;
+  int32_t row = 0;           // its first scratch row, on the tile grid
+  int32_t rows = 0;          // the expert's rows from there (at most tile_m): the rows it stores
+  int32_t source_first = 0;  // the sources of those rows: [source_first, source_last]
+  int32_t source_last = 0;
+  int32_t stage = 0;         // the latest arrival among the sources it has rows of, own rank first: max (s - rank) mod W
+};
+
+// Every row tile that holds an expert's rows (each of them n / tile_n column tiles in the GEMM's
+// table), ordered by stage, then by row: the tiles whose sources arrive first come first. `t` is
+// route_moe_rows(choices, world, m, topk, experts, align) with align a multiple of tile_m.
+std::vector<RoutedRowTile> routed_row_tiles(const MoeRouteTables& t, int world, int64_t m, int topk, int tile_m, int rank);
+
 }  // namespace weft
