@@ -68,8 +68,8 @@ Op::Op(Communicator& comm, OpSpec spec) : comm_(comm), spec_(std::move(spec)) {
   // An FP8 plan the CUDA executor cannot lower yet is declined (make_plan names why; auto passes over
   // the strategy): plan/gpu_lowering.hpp.
   if (fp8_spec(spec_)) spec_.plan.gpu_lowerable_only = true;
-  // So is a routed MoE plan the GPU cannot run (B laid out kn; more (source, expert) blocks than the
-  // route takes is the lowering's to refuse, at the first plan of each row count).
+  // So is a routed MoE plan the GPU cannot run (B laid out kn); more (source, expert) blocks than the
+  // route takes are refused with the shape (check_op_shape).
   if (spec_.routing_on_device) spec_.plan.gpu_lowerable_only = true;
   const Strategy& strategy = find_strategy(strategy_);  // throws listing the known names
   if (!strategy.supports(spec_.op))

@@ -60,7 +60,7 @@ def _grouped_failure(e):
 def _every_ranks(choices, ids):
     """The ops' choices as a table of every rank's, [W, rows * topk]: this rank's ids [rows, topk]
     (ids: routing="ids") gathered on their device; a host table as it is."""
-    return all_gather_rows(choices).reshape(world_size(), -1) if ids else choices
+    return every_ranks_ids(choices) if ids else choices
 
 
 class _AgMoe(torch.autograd.Function):
@@ -176,9 +176,14 @@ def routing_gap(hidden, w1_rows, ffn_here, experts, topk, strategy="default"):
     return ""
 
 
+def every_ranks_ids(ids):
+    """Every rank's experts per token, [W, t * topk] int32, where ids are (the GPU: no host sync)."""
+    return all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1)
+
+
 def every_ranks_choices(ids):
     """Every rank's experts per token, [W, t * topk], on the host (the MoE ops' table)."""
-    return all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1).cpu()
+    return every_ranks_ids(ids).cpu()
 
 
 class TensorParallelMoE(torch.nn.Module):
@@ -226,7 +231,7 @@ class TensorParallelMoE(torch.nn.Module):
         self.last_ids = ids
         weights_all = plain._all_gather(weights)  # autograd: the weights' gradient reduce-scattered back
         if plain_products:
-            choices = all_gather_rows(ids.to(torch.int32).contiguous()).reshape(world_size(), -1)
+            choices = every_ranks_ids(ids)
             h = plain.ag_moe(x, self.w1, choices, self.experts)
             return plain.moe_rs(self._act(h), self.w2, choices, weights_all, self.experts)
         by_ids = self.routing == "ids"
